@@ -1,0 +1,22 @@
+# gpusched_library(NAME SRCS a.cc b.cc DEPS x y): one module = one static library.
+function(gpusched_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# gpusched_test(NAME SRCS foo_test.cc DEPS lib): a unit test beside the code, labelled "unit".
+function(gpusched_test name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  set(labels unit)
+  if(ARG_LABELS)
+    set(labels ${ARG_LABELS})
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}")
+  # Tests read shipped fixtures (testdata/) through this path, never through env vars.
+  target_compile_definitions(${name} PRIVATE GPUSCHED_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endfunction()
