@@ -45,6 +45,12 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
         "node '", spec.name, "': nvlink_group has ", spec.nvlink_group.size(),
         " entries for ", spec.gpu_count, " GPUs"));
   }
+  if (!spec.gpu_model.empty() && !model_ids_.contains(spec.gpu_model) &&
+      model_names_.size() >= kMaxGpuModels) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node '", spec.name, "': more than ", kMaxGpuModels,
+                     " distinct GPU models in one cluster"));
+  }
   const int index = num_nodes();
   int model = -1;
   if (!spec.gpu_model.empty()) {
@@ -59,6 +65,8 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
   st.gpus.resize(spec.gpu_count);
   for (GpuState& g : st.gpus) g.memory_free_mib = spec.gpu_memory_mib;
   total_gpu_milli_ += int64_t{spec.gpu_count} * kMilliPerGpu;
+  max_cpu_milli_ = std::max(max_cpu_milli_, spec.cpu_milli);
+  max_gpus_ = std::max(max_gpus_, spec.gpu_count);
 
   node_by_name_[spec.name] = index;
   node_model_.push_back(model);
@@ -67,7 +75,6 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
   states_.push_back(std::move(st));
   pods_on_node_.emplace_back();
   class_of_.push_back(-1);
-  pos_in_class_.push_back(-1);
   Recompute(index);
   Reclassify(index);
   ++version_;
@@ -260,11 +267,8 @@ void ClusterState::Recompute(int node) {
 void ClusterState::DetachFromClass(int node) {
   const int c = class_of_[node];
   if (c < 0) return;
-  std::vector<int>& members = classes_[c].members;
-  const int pos = pos_in_class_[node];
-  members[pos] = members.back();
-  pos_in_class_[members[pos]] = pos;
-  members.pop_back();
+  absl::btree_set<int>& members = classes_[c].members;
+  members.erase(node);
   class_of_[node] = -1;
   if (members.empty()) {
     class_by_key_.erase(class_key_[c]);
@@ -322,8 +326,7 @@ void ClusterState::Reclassify(int node) {
     live_pos_[c] = static_cast<int>(live_classes_.size());
     live_classes_.push_back(c);
   }
-  pos_in_class_[node] = static_cast<int>(classes_[c].members.size());
-  classes_[c].members.push_back(node);
+  classes_[c].members.insert(node);
   class_of_[node] = c;
 }
 

@@ -13,6 +13,9 @@
 //     NodeClass. Placement scores a class once instead of every node in it,
 //     so candidate search costs the number of distinct node states, not the
 //     number of nodes (12,500 empty 8-GPU nodes are one class).
+//   * Node index order is the tie-break order of placement: among equally
+//     good nodes the lowest index wins (add nodes in a shuffled order for a
+//     seeded random tie-break).
 #ifndef GPUSCHED_INVENTORY_CLUSTER_STATE_H_
 #define GPUSCHED_INVENTORY_CLUSTER_STATE_H_
 
@@ -22,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -83,8 +87,8 @@ struct PodRecord {
 // Nodes with the same spec and the same free resources.
 struct NodeClass {
   int spec_id = -1;
-  uint32_t generation = 0;   // bumped each time this slot is reused
-  std::vector<int> members;  // node indexes, unordered
+  uint32_t generation = 0;       // bumped each time this slot is reused
+  absl::btree_set<int> members;  // node indexes, ascending
 };
 
 // An immutable copy for readers on other threads (API, dashboard).
@@ -97,6 +101,9 @@ struct ClusterSnapshot {
 
 class ClusterState {
  public:
+  // GPU-model constraints are 64-bit masks over model ids.
+  static constexpr size_t kMaxGpuModels = 64;
+
   ClusterState() = default;
   ClusterState(const ClusterState&) = delete;
   ClusterState& operator=(const ClusterState&) = delete;
@@ -139,6 +146,10 @@ class ClusterState {
   // Monotonic count of state changes; snapshots and caches key on it.
   uint64_t version() const { return version_; }
 
+  // Largest node spec seen (policies normalise by it).
+  int64_t max_node_cpu_milli() const { return max_cpu_milli_; }
+  int max_node_gpus() const { return max_gpus_; }
+
   // Totals over healthy GPUs.
   int64_t total_gpu_milli() const { return total_gpu_milli_; }
   int64_t allocated_gpu_milli() const { return allocated_gpu_milli_; }
@@ -172,8 +183,9 @@ class ClusterState {
   std::vector<int> live_classes_;
   std::vector<int> live_pos_;  // class id -> position in live_classes_
   std::vector<int> class_of_;
-  std::vector<int> pos_in_class_;
 
+  int64_t max_cpu_milli_ = 0;
+  int max_gpus_ = 0;
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;
   uint64_t version_ = 0;

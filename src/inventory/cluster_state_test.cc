@@ -266,7 +266,7 @@ TEST(ClusterStateTest, RandomizedAgainstReferenceModel) {
       const NodeClass& nc = cs.node_class(c);
       ASSERT_FALSE(nc.members.empty());
       members += nc.members.size();
-      const int first = nc.members[0];
+      const int first = *nc.members.begin();
       for (int m : nc.members) {
         ASSERT_EQ(cs.class_of(m), c);
         ASSERT_EQ(cs.state(m).cpu_free, cs.state(first).cpu_free);

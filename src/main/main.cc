@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "main/sim_cmd.h"
 
 namespace {
 
@@ -13,6 +14,7 @@ int Run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
+  gpusched::AddSimCommand(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,69 @@
+// The fragmentation measure of FGD (Weng et al., "Beware of Fragmentation",
+// USENIX ATC'23), over a target workload of pod shapes.
+//
+// For a node n with total free GPU milli R and a shape m, F_n(m) = R when m
+// needs no GPU, cannot use n's GPU model, or cannot be hosted (too few GPUs
+// with enough free milli, or too little CPU); otherwise the free milli on
+// GPUs too small for m. F_n(M) = sum_m p_m F_n(m). A placement policy tries
+// to make F grow least. Thread-compatible; the memo is not thread-safe.
+#ifndef GPUSCHED_PLACEMENT_FRAGMENTATION_H_
+#define GPUSCHED_PLACEMENT_FRAGMENTATION_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "inventory/cluster_state.h"
+#include "placement/pod_request.h"
+
+namespace gpusched::placement {
+
+// One shape of the target workload with its probability.
+struct WorkloadShape {
+  PodRequest pod;
+  double weight = 0;
+};
+using TargetWorkload = std::vector<WorkloadShape>;
+
+// The FGD target workload from a list of pods: group by (CPU, GPU milli,
+// GPU count, model constraint), most frequent first (ties: larger shape
+// first), keep shapes while the cumulative count is below `coverage` of all
+// pods (the shape that crosses it is kept), renormalise. Memory is not part
+// of the shape, as in the paper.
+TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
+                             double coverage = 0.95);
+
+// A node's free resources as the measure sees them.
+struct FragNode {
+  int model_id = -1;
+  int64_t cpu_free = 0;
+  int64_t memory_free_mib = 0;
+  int num_gpus = 0;
+  std::array<int32_t, 16> free{};  // free milli per usable GPU, any order
+};
+FragNode FragNodeOf(const ClusterState& cs, int node);
+
+class Fragmentation {
+ public:
+  // `with_memory`: also count a shape as unhostable when the node lacks its
+  // host memory (FGD ignores memory; gpusched's own policy does not).
+  Fragmentation(TargetWorkload workload, bool with_memory);
+
+  const TargetWorkload& workload() const { return workload_; }
+  // F_n(M) in GPU milli; memoised on the node's canonical state.
+  double Of(const FragNode& n);
+
+ private:
+  double Compute(const FragNode& n) const;
+
+  TargetWorkload workload_;
+  bool with_memory_;
+  std::vector<int64_t> cpu_thresholds_;  // sorted distinct shape CPUs
+  std::vector<int64_t> mem_thresholds_;
+  absl::flat_hash_map<std::array<int32_t, 20>, double> memo_;
+};
+
+}  // namespace gpusched::placement
+
+#endif  // GPUSCHED_PLACEMENT_FRAGMENTATION_H_

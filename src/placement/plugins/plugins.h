@@ -1,0 +1,32 @@
+// Factories of the built-in placement policies (ScorePlugins), one file each.
+// The registry (placement/registry.h) lists them by name.
+#ifndef GPUSCHED_PLACEMENT_PLUGINS_PLUGINS_H_
+#define GPUSCHED_PLACEMENT_PLUGINS_PLUGINS_H_
+
+#include <memory>
+
+#include "placement/fragmentation.h"
+#include "placement/framework.h"
+
+namespace gpusched::placement {
+
+struct PolicyOptions {
+  // The pod shapes the cluster expects (FGD's target workload). Empty: the
+  // fragmentation-aware policies learn it online from what arrives.
+  TargetWorkload workload;
+  // Seeds policies that draw random numbers (random).
+  uint64_t seed = 0;
+};
+
+std::unique_ptr<ScorePlugin> NewRandomPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewSpreadPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewBinpackPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewDotProdPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewGpuPackingPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewGpuClusteringPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewBestFitPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewFgdPolicy(const PolicyOptions&);
+
+}  // namespace gpusched::placement
+
+#endif  // GPUSCHED_PLACEMENT_PLUGINS_PLUGINS_H_

@@ -1,0 +1,167 @@
+#include "placement/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/check.h"
+
+namespace gpusched::placement {
+
+std::string Decision::Summary(const ClusterState& cs) const {
+  if (placed) {
+    std::vector<std::string> gpus;
+    for (const GpuShare& s : allocation.gpus) {
+      gpus.push_back(absl::StrCat(
+          s.gpu, s.milli < 1000 ? absl::StrCat(":", s.milli, "m") : ""));
+    }
+    return absl::StrCat("placed on ", cs.spec(allocation.node).name, " GPUs [",
+                        absl::StrJoin(gpus, ","), "] score ", score, " (",
+                        nodes_feasible, "/", nodes_total, " nodes feasible)");
+  }
+  std::vector<std::string> parts;
+  for (const auto& [reason, n] : reasons)
+    parts.push_back(absl::StrCat(n, " ", reason));
+  return absl::StrCat(nodes_feasible, "/", nodes_total,
+                      " nodes are available: ", absl::StrJoin(parts, ", "));
+}
+
+Scheduler::Scheduler(ClusterState* cs, std::unique_ptr<ScorePlugin> policy,
+                     uint64_t seed,
+                     std::vector<std::unique_ptr<FilterPlugin>> filters)
+    : cs_(cs),
+      policy_(std::move(policy)),
+      filters_(std::move(filters)),
+      rng_(seed) {}
+
+int Scheduler::ShapeId(const PodRequest& pod) {
+  auto [it, inserted] =
+      shapes_.try_emplace(ShapeOf(pod), static_cast<int>(shapes_.size()));
+  return it->second;
+}
+
+int16_t Scheduler::ReasonId(const FilterPlugin& plugin, const char* reason) {
+  std::string key = absl::StrCat(plugin.name(), ": ", reason);
+  auto [it, inserted] =
+      reason_ids_.try_emplace(key, static_cast<int16_t>(reason_names_.size()));
+  if (inserted) reason_names_.push_back(std::move(key));
+  return it->second;
+}
+
+Scheduler::CacheEntry& Scheduler::Entry(int class_id, int shape) {
+  if (class_id >= static_cast<int>(cache_.size())) cache_.resize(class_id + 1);
+  ClassCache& cc = cache_[class_id];
+  const uint32_t gen = cs_->node_class(class_id).generation;
+  const uint64_t epoch = policy_->epoch();
+  if (cc.generation != gen || cc.epoch != epoch) {
+    cc.generation = gen;
+    cc.epoch = epoch;
+    cc.by_shape.clear();
+  }
+  if (shape >= static_cast<int>(cc.by_shape.size())) {
+    cc.by_shape.resize(shape + 1);
+  }
+  return cc.by_shape[shape];
+}
+
+Decision Scheduler::Schedule(const PodRequest& pod) {
+  Decision d;
+  d.nodes_total = cs_->num_nodes();
+  const int shape = ShapeId(pod);
+  const bool invariant = policy_->ClassInvariant();
+  reason_counts_.assign(reason_names_.size(), 0);
+  Candidate best;
+  std::vector<Candidate>& top = d.top;  // distinct scores, best first
+  // Higher score wins; on equal scores the lower node index does.
+  auto consider = [&](int node, double score) {
+    if (best.node < 0 || score > best.score ||
+        (score == best.score && node < best.node)) {
+      best = {node, score};
+    }
+    for (Candidate& c : top) {
+      if (c.score == score) {
+        c.node = std::min(c.node, node);
+        return;
+      }
+    }
+    if (top.size() == 3 && score < top.back().score) return;
+    top.push_back({node, score});
+    std::sort(top.begin(), top.end(),
+              [](const Candidate& a, const Candidate& b) {
+                return a.score > b.score;
+              });
+    if (top.size() > 3) top.pop_back();
+  };
+
+  for (int c : cs_->live_classes()) {
+    const inventory::NodeClass& nc = cs_->node_class(c);
+    const int rep = *nc.members.begin();
+    CacheEntry& e = Entry(c, shape);
+    if (e.reason == kUnknown) {
+      e.reason = kFeasible;
+      for (const auto& f : filters_) {
+        const FilterVerdict v = f->Filter(pod, *cs_, rep);
+        if (!v.ok()) {
+          e.reason = ReasonId(*f, v.reason);
+          break;
+        }
+      }
+      if (e.reason == kFeasible && invariant) {
+        e.score = policy_->Score(pod, *cs_, rep);
+      }
+    }
+    const int n = static_cast<int>(nc.members.size());
+    if (e.reason != kFeasible) {
+      if (e.reason >= static_cast<int>(reason_counts_.size())) {
+        reason_counts_.resize(reason_names_.size(), 0);
+      }
+      reason_counts_[e.reason] += n;
+      continue;
+    }
+    d.nodes_feasible += n;
+    if (invariant) {
+      consider(rep, e.score);
+    } else {
+      for (int node : nc.members)
+        consider(node, policy_->Score(pod, *cs_, node));
+    }
+  }
+  if (best.node < 0) {
+    for (size_t r = 0; r < reason_counts_.size(); ++r) {
+      if (reason_counts_[r] > 0) {
+        d.reasons.emplace_back(reason_names_[r], reason_counts_[r]);
+      }
+    }
+    std::sort(
+        d.reasons.begin(), d.reasons.end(), [](const auto& a, const auto& b) {
+          return a.second != b.second ? a.second > b.second : a.first < b.first;
+        });
+    return d;
+  }
+  d.score = best.score;
+  d.allocation.node = best.node;
+  d.allocation.cpu_milli = pod.cpu_milli;
+  d.allocation.memory_mib = pod.memory_mib;
+  d.allocation.gpus = policy_->SelectGpus(pod, *cs_, best.node, rng_);
+  CHECK(static_cast<int>(d.allocation.gpus.size()) == pod.gpus)
+      << "policy " << policy_->name() << " chose " << d.allocation.gpus.size()
+      << " GPUs for a " << pod.gpus
+      << "-GPU pod on a node that passed every filter";
+  d.placed = true;
+  return d;
+}
+
+Decision Scheduler::Place(const std::string& pod_id, const PodRequest& pod) {
+  Decision d = Schedule(pod);
+  if (!d.placed) return d;
+  const absl::Status st = cs_->Assume(pod_id, d.allocation, pod.info);
+  if (!st.ok()) {
+    d.placed = false;
+    d.reasons = {{std::string(st.message()), 1}};
+    return d;
+  }
+  policy_->Observe(pod, d.allocation, *cs_);
+  return d;
+}
+
+}  // namespace gpusched::placement
