@@ -31,6 +31,20 @@ TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
     if (cum >= coverage * total) break;
     cum += entry.first;
     out.push_back({*entry.second, static_cast<double>(entry.first)});
+    out.back().pod.memory_mib = 0;  // the group's mean, below
+  }
+  for (const PodRequest& p : pods) {
+    for (WorkloadShape& s : out) {
+      if (s.pod.cpu_milli == p.cpu_milli && s.pod.gpu_milli == p.gpu_milli &&
+          s.pod.gpus == p.gpus && s.pod.model_mask == p.model_mask &&
+          s.pod.any_model == p.any_model) {
+        s.pod.memory_mib += p.memory_mib;
+        break;
+      }
+    }
+  }
+  for (WorkloadShape& s : out) {
+    s.pod.memory_mib = static_cast<int64_t>(s.pod.memory_mib / s.weight);
   }
   for (WorkloadShape& s : out) s.weight /= cum;
   return out;

@@ -18,6 +18,8 @@ const std::vector<PolicyInfo>& Policies() {
        NewGpuClusteringPolicy},
       {"best-fit", "least leftover CPU and GPU", NewBestFitPolicy},
       {"fgd", "fragmentation gradient descent (ATC'23)", NewFgdPolicy},
+      {"fillfrag", "gpusched: fragmentation by fill capacity",
+       NewFillFragPolicy},
   };
   return kPolicies;
 }

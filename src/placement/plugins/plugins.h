@@ -26,6 +26,7 @@ std::unique_ptr<ScorePlugin> NewGpuPackingPolicy(const PolicyOptions&);
 std::unique_ptr<ScorePlugin> NewGpuClusteringPolicy(const PolicyOptions&);
 std::unique_ptr<ScorePlugin> NewBestFitPolicy(const PolicyOptions&);
 std::unique_ptr<ScorePlugin> NewFgdPolicy(const PolicyOptions&);
+std::unique_ptr<ScorePlugin> NewFillFragPolicy(const PolicyOptions&);
 
 }  // namespace gpusched::placement
 
