@@ -61,7 +61,12 @@ inline void Occupy(ClusterState& cs, int node, int gpu, int milli,
   inventory::Allocation a;
   a.node = node;
   a.cpu_milli = cpu;
-  if (milli > 0) a.gpus.push_back({.gpu = gpu, .milli = milli});
+  if (milli > 0) {
+    inventory::GpuShare share;
+    share.gpu = gpu;
+    share.milli = milli;
+    a.gpus.push_back(share);
+  }
   CHECK(cs.Assume("occupy-" + std::to_string(next++), a).ok());
 }
 
