@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "main/inventory_cmd.h"
 #include "main/sim_cmd.h"
 
 namespace {
@@ -14,6 +15,7 @@ int Run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
+  gpusched::AddInventoryCommand(app);
   gpusched::AddSimCommand(app);
 
   try {
