@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "inventory/alibaba_nodes.h"
 #include "placement/registry.h"
 #include "sim/placement_report.h"
 #include "sim/placement_sim.h"
@@ -38,7 +39,7 @@ bool WriteFile(const std::string& path, const std::string& text) {
 
 int RunPlacement(const PlacementFlags& flags) {
   sim::PlacementSimConfig config;
-  auto nodes = sim::ReadAlibabaNodes(flags.nodes);
+  auto nodes = inventory::ReadAlibabaNodes(flags.nodes);
   if (!nodes.ok()) return Fail(std::string(nodes.status().message()));
   auto pods = sim::ReadAlibabaPods(flags.pods);
   if (!pods.ok()) return Fail(std::string(pods.status().message()));

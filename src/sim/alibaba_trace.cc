@@ -61,29 +61,4 @@ absl::StatusOr<std::vector<TracePod>> ReadAlibabaPods(const std::string& path) {
   return pods;
 }
 
-absl::StatusOr<std::vector<inventory::NodeSpec>> ReadAlibabaNodes(
-    const std::string& path) {
-  ASSIGN_OR_RETURN(CsvTable table, CsvTable::ReadFile(path));
-  RETURN_IF_ERROR(
-      table.RequireColumns({"sn", "cpu_milli", "memory_mib", "gpu", "model"}));
-  std::vector<inventory::NodeSpec> nodes;
-  for (const CsvRow& row : table.rows()) {
-    inventory::NodeSpec n;
-    ASSIGN_OR_RETURN(absl::string_view sn, row.Get("sn"));
-    n.name = std::string(sn);
-    ASSIGN_OR_RETURN(n.cpu_milli, row.GetInt("cpu_milli"));
-    ASSIGN_OR_RETURN(n.memory_mib, row.GetInt("memory_mib"));
-    ASSIGN_OR_RETURN(int64_t gpus, row.GetInt("gpu"));
-    if (gpus < 0 || gpus > 16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", row.line(), ": column 'gpu' must be 0..16"));
-    }
-    n.gpu_count = static_cast<int>(gpus);
-    ASSIGN_OR_RETURN(absl::string_view model, row.Get("model"));
-    if (n.gpu_count > 0) n.gpu_model = std::string(model);
-    nodes.push_back(std::move(n));
-  }
-  return nodes;
-}
-
 }  // namespace gpusched::sim

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "inventory/cluster_state.h"
 #include "inventory/resources.h"
 
 namespace gpusched::sim {
@@ -22,11 +21,6 @@ struct TracePod {
 // gpu_milli = 1000: num_gpu whole GPUs; gpu_spec "A|B": allowed models.
 // Errors name the file, line and column.
 absl::StatusOr<std::vector<TracePod>> ReadAlibabaPods(const std::string& path);
-
-// Columns sn,cpu_milli,memory_mib,gpu,model; the model code is kept as the
-// GPU model name.
-absl::StatusOr<std::vector<inventory::NodeSpec>> ReadAlibabaNodes(
-    const std::string& path);
 
 }  // namespace gpusched::sim
 

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/alibaba_nodes.h"
 #include "sim/alibaba_trace.h"
 #include "sim/placement_report.h"
 
@@ -32,7 +33,7 @@ TEST(ParseSeedsTest, RangesAndLists) {
 }
 
 TEST(AlibabaTraceTest, ReadsTheSample) {
-  auto nodes = ReadAlibabaNodes(kSample + "nodes.csv");
+  auto nodes = inventory::ReadAlibabaNodes(kSample + "nodes.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.status();
   EXPECT_EQ(nodes->size(), 122u);
   auto pods = ReadAlibabaPods(kSample + "pods.csv");
@@ -79,7 +80,7 @@ TEST(AlibabaTraceTest, ErrorsNameFileLineAndProblem) {
 class PlacementSimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    nodes_ = *ReadAlibabaNodes(kSample + "nodes.csv");
+    nodes_ = *inventory::ReadAlibabaNodes(kSample + "nodes.csv");
     pods_ = *ReadAlibabaPods(kSample + "pods.csv");
   }
   std::vector<inventory::NodeSpec> nodes_;
