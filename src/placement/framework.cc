@@ -39,8 +39,18 @@ class GpuFit : public FilterPlugin {
     const inventory::NodeState& st = cs.state(node);
     switch (pod.kind) {
       case GpuKind::kNone:
-      case GpuKind::kMig:
         return {};
+      case GpuKind::kMig: {
+        const inventory::GpuModelSpec* model = nullptr;
+        if (MigProfileFor(cs.spec(node), pod.mig_profile, &model) == nullptr) {
+          return {model == nullptr ? "GPU model not MIG-capable"
+                                   : "no such MIG profile on this GPU model"};
+        }
+        if (ChooseMigSlice(pod, cs.spec(node), st).empty()) {
+          return {"no free MIG slot"};
+        }
+        return {};
+      }
       case GpuKind::kWhole: {
         if (st.idle_gpus < pod.gpus) return {"not enough idle GPUs"};
         if (pod.gpu_memory_mib > 0 &&
@@ -91,6 +101,8 @@ std::vector<GpuShare> ScorePlugin::SelectGpus(const PodRequest& pod,
       if (g < 0) return {};
       return MakeShares(pod, spec, {g});
     }
+    case GpuKind::kMig:
+      return ChooseMigSlice(pod, spec, st);
     default:
       return {};
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "inventory/mig.h"
+
 namespace gpusched::placement {
 
 using inventory::GpuState;
@@ -101,6 +103,50 @@ std::vector<int> ChooseWholeGpus(const PodRequest& pod, const NodeSpec& spec,
   if (out.size() < need) out.clear();
   std::sort(out.begin(), out.end());
   return out;
+}
+
+const inventory::MigProfile* MigProfileFor(
+    const NodeSpec& spec, const std::string& profile,
+    const inventory::GpuModelSpec** model) {
+  const inventory::GpuModelSpec* m =
+      inventory::GpuCatalog::Builtin().Find(spec.gpu_model);
+  if (m == nullptr || !m->mig_capable() || spec.mig_slots == 0) return nullptr;
+  if (model != nullptr) *model = m;
+  return m->FindMigProfile(profile);
+}
+
+std::vector<inventory::GpuShare> ChooseMigSlice(const PodRequest& pod,
+                                                const NodeSpec& spec,
+                                                const NodeState& st) {
+  const inventory::GpuModelSpec* model = nullptr;
+  const inventory::MigProfile* profile =
+      MigProfileFor(spec, pod.mig_profile, &model);
+  if (profile == nullptr) return {};
+  int best = -1, best_start = -1;
+  for (int i = 0; i < static_cast<int>(st.gpus.size()); ++i) {
+    const GpuState& g = st.gpus[i];
+    // Not time-shared, enough memory, a valid start.
+    if (!g.healthy || g.milli_free + g.mig_milli != kMilliPerGpu ||
+        g.milli_free < profile->milli ||
+        g.memory_free_mib < profile->memory_mib) {
+      continue;
+    }
+    const int start = inventory::ChooseMigStart(*model, *profile, g.mig_used);
+    if (start < 0) continue;
+    if (best < 0 || (g.mig_used != 0 && st.gpus[best].mig_used == 0)) {
+      best = i;
+      best_start = start;
+    }
+  }
+  if (best < 0) return {};
+  inventory::GpuShare s;
+  s.gpu = best;
+  s.milli = profile->milli;
+  s.memory_mib = profile->memory_mib;
+  s.mig_start = best_start;
+  s.mig_size = profile->memory_slots;
+  s.mig_profile = profile->name;
+  return {s};
 }
 
 std::vector<inventory::GpuShare> MakeShares(const PodRequest& pod,

@@ -7,6 +7,7 @@
 
 #include "common/random.h"
 #include "inventory/cluster_state.h"
+#include "inventory/gpu_catalog.h"
 #include "placement/pod_request.h"
 
 namespace gpusched::placement {
@@ -36,6 +37,18 @@ std::vector<int> ChooseWholeGpus(const PodRequest& pod,
 // without domains never does, unless the pod asks for a single GPU).
 bool HasNvlinkGang(const PodRequest& pod, const inventory::NodeSpec& spec,
                    const inventory::NodeState& st);
+
+// MIG: the catalog entry of the node's GPU model if it is MIG-capable and
+// has `profile`, else null.
+const inventory::MigProfile* MigProfileFor(
+    const inventory::NodeSpec& spec, const std::string& profile,
+    const inventory::GpuModelSpec** model);
+// A slice of `pod.mig_profile` on the node: the GPU (already partitioned
+// GPUs first, so slices pack and idle GPUs stay whole; lowest index on a
+// tie) and the start slot from inventory::ChooseMigStart. Empty if none.
+std::vector<inventory::GpuShare> ChooseMigSlice(const PodRequest& pod,
+                                                const inventory::NodeSpec& spec,
+                                                const inventory::NodeState& st);
 
 // GpuShares for the chosen GPU indexes.
 std::vector<inventory::GpuShare> MakeShares(const PodRequest& pod,

@@ -291,3 +291,49 @@ TEST(GpuSelectTest, BestAndRandomFit) {
 
 }  // namespace
 }  // namespace gpusched::placement
+
+namespace gpusched::placement {
+namespace {
+
+TEST(MigPlacementTest, PacksSlicesAndExplainsMisfits) {
+  ClusterState cs;
+  inventory::NodeSpec h100 = testing::Node("h100", 2, 96000, "H100-SXM-80GB");
+  h100.mig_slots = 8;
+  h100.gpu_memory_mib = 81559;
+  ASSERT_TRUE(cs.AddNode(h100).ok());
+  ASSERT_TRUE(cs.AddNode(testing::Node("t4", 2, 96000, "T4")).ok());
+  Scheduler s(&cs, *NewPolicy("best-fit", {}), 1);
+  inventory::ResourceRequest r;
+  r.kind = GpuKind::kMig;
+  r.mig_profile = "3g.40gb";
+  std::vector<Allocation> got;
+  for (int i = 0; i < 4; ++i) {
+    const Decision d =
+        s.Place("m" + std::to_string(i), testing::Compile(r, cs));
+    ASSERT_TRUE(d.placed) << i << ": " << d.Summary(cs);
+    got.push_back(d.allocation);
+  }
+  // Two 3g slices per GPU (starts 0 and 4), the second GPU only once the
+  // first is full.
+  EXPECT_EQ(got[0].gpus[0].gpu, 0);
+  EXPECT_EQ(got[1].gpus[0].gpu, 0);
+  EXPECT_NE(got[0].gpus[0].mig_start, got[1].gpus[0].mig_start);
+  EXPECT_EQ(got[2].gpus[0].gpu, 1);
+  EXPECT_EQ(got[0].gpus[0].mig_size, 4);
+  EXPECT_EQ(got[0].gpus[0].mig_profile, "3g.40gb");
+  const Decision full = s.Schedule(testing::Compile(r, cs));
+  EXPECT_FALSE(full.placed);
+  EXPECT_EQ(full.Summary(cs),
+            "0/2 nodes are available: 1 GpuFit: GPU model not MIG-capable, 1 "
+            "GpuFit: no free MIG slot");
+  // A fraction cannot share a partitioned GPU: it goes to the T4 node.
+  const Decision frac = s.Schedule(testing::Compile(testing::Share(100), cs));
+  ASSERT_TRUE(frac.placed);
+  EXPECT_EQ(frac.allocation.node, 1);
+  r.mig_profile = "9g.99gb";
+  EXPECT_THAT(s.Schedule(testing::Compile(r, cs)).Summary(cs),
+              ::testing::HasSubstr("no such MIG profile"));
+}
+
+}  // namespace
+}  // namespace gpusched::placement
