@@ -7,19 +7,7 @@
 set -u
 bin="$1"
 src="$2"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-expect_contains() {  # file, text
-  grep -qF -- "$2" "$1" || fail "expected '$2' in $(basename "$1"):
-$(cat "$1")"
-}
+source "$(dirname "$0")/lib.sh"
 
 # 1. Bad manifest: every problem, with file and line, exit status 1.
 cat >"$tmp/bad.yaml" <<'YAML'
@@ -90,8 +78,4 @@ expect_contains "$tmp/err" "error: $tmp/none.yaml: cannot open file"
 "$bin" inventory --source bogus >/dev/null 2>&1 && fail "--source bogus accepted"
 "$bin" inventory --no-such-flag >/dev/null 2>&1 && fail "--no-such-flag accepted"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "inventory CLI: all checks passed"
+finish "inventory CLI"
