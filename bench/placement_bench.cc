@@ -78,7 +78,10 @@ std::vector<PodRequest> Shapes(const ClusterState& cs) {
 class ScanScheduler {
  public:
   ScanScheduler(ClusterState* cs, std::unique_ptr<ScorePlugin> policy)
-      : cs_(cs), policy_(std::move(policy)), filters_(DefaultFilters()), rng_(1) {}
+      : cs_(cs),
+        policy_(std::move(policy)),
+        filters_(DefaultFilters()),
+        rng_(1) {}
   bool Place(const std::string& id, const PodRequest& pod) {
     int best = -1;
     double best_score = 0;
@@ -150,11 +153,12 @@ void RunStream(benchmark::State& state, ClusterState& cs, const char* policy,
   }
   std::sort(micros.begin(), micros.end());
   auto pct = [&](double p) {
-    return micros.empty() ? 0 : micros[static_cast<size_t>(p * (micros.size() - 1))];
+    return micros.empty()
+               ? 0
+               : micros[static_cast<size_t>(p * (micros.size() - 1))];
   };
-  state.counters["decisions_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate);
+  state.counters["decisions_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["p50_us"] = pct(0.50);
   state.counters["p99_us"] = pct(0.99);
   state.counters["classes"] = static_cast<double>(cs.live_classes().size());
@@ -178,11 +182,21 @@ void BM_Scan(benchmark::State& state, const char* policy) {
   });
 }
 
-BENCHMARK_CAPTURE(BM_Indexed, fgd, "fgd")->Iterations(20000)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Indexed, fillfrag, "fillfrag")->Iterations(20000)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Indexed, best_fit, "best-fit")->Iterations(20000)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Scan, fgd, "fgd")->Iterations(200)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Scan, fillfrag, "fillfrag")->Iterations(200)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Indexed, fgd, "fgd")
+    ->Iterations(20000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Indexed, fillfrag, "fillfrag")
+    ->Iterations(20000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Indexed, best_fit, "best-fit")
+    ->Iterations(20000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Scan, fgd, "fgd")
+    ->Iterations(200)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Scan, fillfrag, "fillfrag")
+    ->Iterations(200)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace gpusched::placement

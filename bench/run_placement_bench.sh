@@ -82,3 +82,9 @@ for t, pub in published.items():
     met = "met" if ff <= 0.9 * pub else "not met"
     print(f"{t:12s} {pub:9.2f} {fgd:9.2f} {ff:9.2f} {100 * (ff / pub - 1):+8.1f}% {met:>10s} {fgd130:11.2f} / {ff130:.2f}")
 PY
+
+echo
+echo "== 4. Reference: offline best-fit-decreasing waste of the same pods"
+for t in default gpushare40 gpushare60 gpushare80 gpushare100; do
+  python3 bench/packing_floor.py "$data/openb_pod_list_$t.csv"
+done
