@@ -50,6 +50,18 @@ TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
   return out;
 }
 
+int64_t FragNode::TotalFree() const {
+  int64_t total = 0;
+  for (int i = 0; i < num_gpus; ++i) total += free[i];
+  return total;
+}
+
+int FragNode::IdleGpus() const {
+  int idle = 0;
+  for (int i = 0; i < num_gpus; ++i) idle += free[i] == inventory::kMilliPerGpu;
+  return idle;
+}
+
 FragNode FragNodeOf(const ClusterState& cs, int node) {
   const inventory::NodeState& st = cs.state(node);
   FragNode n;
@@ -78,9 +90,7 @@ Fragmentation::Fragmentation(TargetWorkload workload, bool with_memory)
 }
 
 double Fragmentation::Compute(const FragNode& n) const {
-  int64_t total = 0;
-  for (int i = 0; i < n.num_gpus; ++i) total += n.free[i];
-  const double r = static_cast<double>(total);
+  const double r = static_cast<double>(n.TotalFree());
   double f = 0;
   for (const WorkloadShape& s : workload_) {
     const PodRequest& m = s.pod;

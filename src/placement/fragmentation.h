@@ -41,6 +41,9 @@ struct FragNode {
   int64_t memory_free_mib = 0;
   int num_gpus = 0;
   std::array<int32_t, 16> free{};  // free milli per usable GPU, any order
+
+  int64_t TotalFree() const;
+  int IdleGpus() const;
 };
 FragNode FragNodeOf(const ClusterState& cs, int node);
 

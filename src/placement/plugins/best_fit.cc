@@ -15,12 +15,9 @@ class BestFitPolicy : public ScorePlugin {
   absl::string_view name() const override { return "best-fit"; }
   double Score(const PodRequest& pod, const ClusterState& cs,
                int node) override {
-    const inventory::NodeState& st = cs.state(node);
-    const double max_cpu = static_cast<double>(cs.max_node_cpu_milli());
-    const double max_gpu =
-        static_cast<double>(cs.max_node_gpus()) * inventory::kMilliPerGpu;
-    const double s = 0.5 * (st.cpu_free - pod.cpu_milli) / max_cpu +
-                     0.5 * (st.gpu_milli_free - pod.TotalGpuMilli()) / max_gpu;
+    const NormalizedFit f = NormalizeByMaxSpec(pod, cs, node);
+    const double s =
+        0.5 * (f.node_cpu - f.pod_cpu) + 0.5 * (f.node_gpu - f.pod_gpu);
     return std::trunc((1 - s) * 100);
   }
 };

@@ -13,14 +13,8 @@ class DotProdPolicy : public ScorePlugin {
   absl::string_view name() const override { return "dotprod"; }
   double Score(const PodRequest& pod, const ClusterState& cs,
                int node) override {
-    const inventory::NodeState& st = cs.state(node);
-    const double max_cpu = static_cast<double>(cs.max_node_cpu_milli());
-    const double max_gpu =
-        static_cast<double>(cs.max_node_gpus()) * inventory::kMilliPerGpu;
-    const double n0 = st.cpu_free / max_cpu, n1 = st.gpu_milli_free / max_gpu;
-    const double p0 = pod.cpu_milli / max_cpu,
-                 p1 = pod.TotalGpuMilli() / max_gpu;
-    const double dot = n0 * p0 + n1 * p1;
+    const NormalizedFit f = NormalizeByMaxSpec(pod, cs, node);
+    const double dot = f.node_cpu * f.pod_cpu + f.node_gpu * f.pod_gpu;
     return std::trunc(100 * (1 - dot / 2));
   }
 };

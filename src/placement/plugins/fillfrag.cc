@@ -22,7 +22,7 @@
 #include <cmath>
 #include <map>
 
-#include "placement/gpu_select.h"
+#include "placement/plugins/frag_gradient.h"
 #include "placement/plugins/plugins.h"
 
 namespace gpusched::placement {
@@ -38,7 +38,7 @@ constexpr double kQuantum = 20;
 constexpr int kFirstRelearn = 16;
 constexpr int kMaxRelearnInterval = 4096;
 
-class FillFragPolicy : public ScorePlugin {
+class FillFragPolicy : public FragGradientPolicy {
  public:
   explicit FillFragPolicy(TargetWorkload workload)
       : learn_(workload.empty()),
@@ -47,24 +47,6 @@ class FillFragPolicy : public ScorePlugin {
 
   absl::string_view name() const override { return "fillfrag"; }
   uint64_t epoch() const override { return epoch_; }
-
-  double Score(const PodRequest& pod, const ClusterState& cs,
-               int node) override {
-    int gpu;
-    return Best(pod, cs, node, &gpu);
-  }
-
-  std::vector<GpuShare> SelectGpus(const PodRequest& pod,
-                                   const ClusterState& cs, int node,
-                                   Rng& rng) override {
-    if (pod.kind != GpuKind::kFraction) {
-      return ScorePlugin::SelectGpus(pod, cs, node, rng);
-    }
-    int gpu = -1;
-    Best(pod, cs, node, &gpu);
-    if (gpu < 0) return {};
-    return MakeShares(pod, cs.spec(node), {gpu});
-  }
 
   void Observe(const PodRequest& pod, const Allocation&,
                const ClusterState&) override {
@@ -77,17 +59,12 @@ class FillFragPolicy : public ScorePlugin {
     ++epoch_;
   }
 
- private:
+ protected:
   // GPU milli the node could not give to copies of each typical shape,
   // packing as many copies as GPUs, CPU and memory allow.
   double Fill(const FragNode& n) const {
-    int64_t total = 0;
-    int idle = 0;
-    for (int i = 0; i < n.num_gpus; ++i) {
-      total += n.free[i];
-      idle += n.free[i] == inventory::kMilliPerGpu;
-    }
-    const double r = static_cast<double>(total);
+    const int idle = n.IdleGpus();
+    const double r = static_cast<double>(n.TotalFree());
     double f = 0;
     for (const WorkloadShape& s : workload_) {
       const PodRequest& m = s.pod;
@@ -110,51 +87,15 @@ class FillFragPolicy : public ScorePlugin {
     return f;
   }
 
-  double Frag(const FragNode& n) { return fgd_.Of(n) + kFillWeight * Fill(n); }
-
-  // Quantised decrease of the combined fragmentation; higher is better.
-  static double Gain(double before, double after) {
+  double Frag(const FragNode& n) override {
+    return fgd_.Of(n) + kFillWeight * Fill(n);
+  }
+  // Quantised decrease of the combined fragmentation.
+  double Gain(double before, double after) const override {
     return std::floor((before - after) / kQuantum);
   }
 
-  double Best(const PodRequest& pod, const ClusterState& cs, int node,
-              int* gpu) {
-    const FragNode before = FragNodeOf(cs, node);
-    const double f_before = Frag(before);
-    FragNode after = before;
-    after.cpu_free -= pod.cpu_milli;
-    after.memory_free_mib -= pod.memory_mib;
-    *gpu = -1;
-    if (pod.kind != GpuKind::kFraction) {
-      int left = pod.gpus;
-      for (int i = 0; i < after.num_gpus && left > 0; ++i) {
-        if (after.free[i] == inventory::kMilliPerGpu) {
-          after.free[i] = 0;
-          --left;
-        }
-      }
-      return Gain(f_before, Frag(after));
-    }
-    // FragNode lists usable GPUs in index order; map back to indexes.
-    const inventory::NodeState& st = cs.state(node);
-    double best = -HUGE_VAL;
-    int slot = 0;
-    for (int i = 0; i < static_cast<int>(st.gpus.size()); ++i) {
-      const inventory::GpuState& g = st.gpus[i];
-      if (!g.healthy || g.mig_used != 0) continue;
-      const int k = slot++;
-      if (!ShareFits(pod, g)) continue;
-      after.free[k] -= pod.gpu_milli;
-      const double s = Gain(f_before, Frag(after));
-      after.free[k] += pod.gpu_milli;
-      if (s > best) {
-        best = s;
-        *gpu = i;
-      }
-    }
-    return best;
-  }
-
+ private:
   const bool learn_;
   TargetWorkload workload_;
   Fragmentation fgd_;

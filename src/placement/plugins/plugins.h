@@ -18,6 +18,22 @@ struct PolicyOptions {
   uint64_t seed = 0;
 };
 
+// The node's free and the pod's requested CPU and GPU milli, each divided
+// by the largest node spec in the cluster (the units of the FGD paper's
+// DotProd and BestFit baselines).
+struct NormalizedFit {
+  double node_cpu, node_gpu, pod_cpu, pod_gpu;
+};
+inline NormalizedFit NormalizeByMaxSpec(const PodRequest& pod,
+                                        const ClusterState& cs, int node) {
+  const double max_cpu = static_cast<double>(cs.max_node_cpu_milli());
+  const double max_gpu =
+      static_cast<double>(cs.max_node_gpus()) * inventory::kMilliPerGpu;
+  const inventory::NodeState& st = cs.state(node);
+  return {st.cpu_free / max_cpu, st.gpu_milli_free / max_gpu,
+          pod.cpu_milli / max_cpu, pod.TotalGpuMilli() / max_gpu};
+}
+
 std::unique_ptr<ScorePlugin> NewRandomPolicy(const PolicyOptions&);
 std::unique_ptr<ScorePlugin> NewSpreadPolicy(const PolicyOptions&);
 std::unique_ptr<ScorePlugin> NewBinpackPolicy(const PolicyOptions&);
