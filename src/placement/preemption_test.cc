@@ -8,9 +8,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/registry.h"
+#include "placement/testing.h"
 
 namespace gpusched::placement {
 namespace {
+
+using testing::GpuQueue;
 
 using inventory::Allocation;
 using inventory::ClusterState;
@@ -43,15 +46,6 @@ struct Ask {
   int amount = 1;  // GPUs (whole) or milli (fraction)
   Topology topology = Topology::kAny;
 };
-
-QueueConfig Q(std::string name, int64_t quota, std::string parent = "",
-              int64_t limit = kNoLimit, double weight = 1) {
-  QueueConfig q;
-  q.name = std::move(name);
-  q.parent = std::move(parent);
-  q.gpu = {.quota = quota, .limit = limit, .over_quota_weight = weight};
-  return q;
-}
 
 NodeSpec Node(int i, bool nvlink) {
   NodeSpec s;
@@ -185,7 +179,7 @@ void Check(const Case& c) {
   for (const std::string& r : c.reason_has) EXPECT_THAT(text, HasSubstr(r));
 }
 
-const std::vector<QueueConfig> kOneQueue = {Q("a", 0)};
+const std::vector<QueueConfig> kOneQueue = {GpuQueue("a", "", 0)};
 
 TEST(PreemptionTest, OnlyLowerPriorityPods) {
   const Case cases[] = {
@@ -210,7 +204,7 @@ TEST(PreemptionTest, OnlyLowerPriorityPods) {
        .ask = {"a", 500},
        .reason_has = {"no eligible victims"}},
       {.label = "a borrowed lower-priority pod of another queue goes",
-       .queues = {Q("a", 0), Q("b", 0)},
+       .queues = {GpuQueue("a", "", 0), GpuQueue("b", "", 0)},
        .running = Fill("b", "b", 100, 0, 0, 8),
        .ask = {"a", 500},
        .found = true,
@@ -218,7 +212,7 @@ TEST(PreemptionTest, OnlyLowerPriorityPods) {
        .victims = {"b0"},
        .reason_has = {"borrowed: over the quota of queue 'b'"}},
       {.label = "another queue's guaranteed lower-priority pod stays",
-       .queues = {Q("a", 0), Q("b", 8000)},
+       .queues = {GpuQueue("a", "", 0), GpuQueue("b", "", 8000)},
        .running = Fill("b", "b", 100, 0, 0, 8),
        .ask = {"a", 500},
        .reason_has = {"8 of other queues (in quota"}},
@@ -415,7 +409,7 @@ TEST(PreemptionTest, FractionalVictims) {
 TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
   const Case cases[] = {
       {.label = "reclaims an over-quota pod of higher priority",
-       .queues = {Q("a", 4000), Q("b", 4000)},
+       .queues = {GpuQueue("a", "", 4000), GpuQueue("b", "", 4000)},
        .running = Concat({Fill("b-in", "b", 1000, 0, 0, 4),
                           Fill("b-over", "b", 500, 0, 4, 4)}),
        .ask = {"a", 100},
@@ -427,7 +421,7 @@ TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
                       "7000)"}},
       {.label = "no reclaim once the preemptor is over its own quota",
        .nodes = 2,
-       .queues = {Q("a", 4000), Q("b", 4000)},
+       .queues = {GpuQueue("a", "", 4000), GpuQueue("b", "", 4000)},
        .running =
            Concat({Fill("a", "a", 100, 0, 0, 4), Fill("b", "b", 500, 0, 4, 4),
                    Fill("b-more", "b", 500, 1, 0, 8)}),
@@ -436,8 +430,8 @@ TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
                       "12 of other queues"}},
       {.label = "only from a queue above its fair share",
        // Fair shares with a's pending GPU: a 2000, b 2000, c 4000.
-       .queues = {Q("a", 2000), Q("b", 1000, "", kNoLimit, 1),
-                  Q("c", 1000, "", kNoLimit, 3)},
+       .queues = {GpuQueue("a", "", 2000), GpuQueue("b", "", 1000, kNoLimit, 1),
+                  GpuQueue("c", "", 1000, kNoLimit, 3)},
        .running = Concat({{{"a0", "a", 100, 0, {0}}},
                           Fill("b", "b", 500, 0, 1, 2),
                           Fill("c", "c", 500, 0, 3, 5)}),
@@ -447,8 +441,9 @@ TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
        .victims = {"c1"},
        .reason_has = {"queue 'c' above its fair share"}},
       {.label = "across departments: the other branch is over its share",
-       .queues = {Q("d1", 2000), Q("t1", 2000, "d1"), Q("d2", 0),
-                  Q("t2", 0, "d2"), Q("t3", 0, "d2")},
+       .queues = {GpuQueue("d1", "", 2000), GpuQueue("t1", "d1", 2000),
+                  GpuQueue("d2", "", 0), GpuQueue("t2", "d2", 0),
+                  GpuQueue("t3", "d2", 0)},
        .running = Concat(
            {Fill("t2-", "t2", 500, 0, 0, 4), Fill("t3-", "t3", 500, 0, 4, 4)}),
        .ask = {"t1", 100},
@@ -459,7 +454,8 @@ TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
       {.label = "a department's guarantee covers its zero-quota tenants",
        // t1's pods are over t1's quota (0) and of lower priority, but d1
        // is within its own quota: only y, borrowing, gives way.
-       .queues = {Q("x", 4000), Q("d1", 4000), Q("t1", 0, "d1"), Q("y", 0)},
+       .queues = {GpuQueue("x", "", 4000), GpuQueue("d1", "", 4000),
+                  GpuQueue("t1", "d1", 0), GpuQueue("y", "", 0)},
        .running = Concat(
            {Fill("t1-", "t1", 0, 0, 0, 4), Fill("y", "y", 500, 0, 4, 4)}),
        .ask = {"x", 100},
@@ -474,7 +470,7 @@ TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
 TEST(PreemptionTest, QueueLimits) {
   const Case cases[] = {
       {.label = "at its limit, a queue makes room among its own pods",
-       .queues = {Q("a", 0, "", 2000)},
+       .queues = {GpuQueue("a", "", 0, 2000)},
        .running = Fill("a", "a", 100, 0, 0, 2),
        .ask = {"a", 1000},
        .found = true,
@@ -482,20 +478,21 @@ TEST(PreemptionTest, QueueLimits) {
        .victims = {"a0"},
        .reason_has = {"same queue 'a'"}},
       {.label = "a limit no eviction can lift",
-       .queues = {Q("a", 0, "", 2000)},
+       .queues = {GpuQueue("a", "", 0, 2000)},
        .running = Fill("a", "a", 1000, 0, 0, 2),
        .ask = {"a", 1000},
        .reason_has = {"queue 'a': GPU milli 3000 would exceed its limit 2000",
                       "1 node: no eligible victims"}},
       {.label = "victims elsewhere do not lift a limit",
-       .queues = {Q("a", 0, "", 2000), Q("b", 0)},
+       .queues = {GpuQueue("a", "", 0, 2000), GpuQueue("b", "", 0)},
        .running =
            Concat({Fill("a", "a", 1000, 0, 0, 2), Fill("b", "b", 0, 0, 2, 6)}),
        .ask = {"a", 1000},
        .reason_has = {"leaves the queue over its limit",
                       "would exceed its limit 2000"}},
       {.label = "a department limit, freed by a sibling's borrowed pod",
-       .queues = {Q("d", 0, "", 2000), Q("t1", 0, "d"), Q("t2", 0, "d")},
+       .queues = {GpuQueue("d", "", 0, 2000), GpuQueue("t1", "d", 0),
+                  GpuQueue("t2", "d", 0)},
        .running = Fill("t2-", "t2", 100, 0, 0, 2),
        .ask = {"t1", 1000},
        .found = true,
@@ -564,7 +561,7 @@ TEST(PreemptionTest, SearchBudgetStillGivesAMinimalSet) {
 }
 
 TEST(PreemptionTest, PlanningChangesNothingAndApplyCarriesItOut) {
-  World w(2, {Q("a", 4000), Q("b", 4000)},
+  World w(2, {GpuQueue("a", "", 4000), GpuQueue("b", "", 4000)},
           Concat({Fill("b-in", "b", 1000, 0, 0, 4),
                   Fill("b-over", "b", 500, 0, 4, 4),
                   Fill("b-x", "b", 500, 1, 0, 8)}));

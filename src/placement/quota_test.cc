@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "placement/testing.h"
 
 namespace gpusched::placement {
 namespace {
@@ -17,11 +18,8 @@ using ::testing::UnorderedElementsAre;
 
 QueueConfig Queue(std::string name, std::string parent, int64_t quota,
                   int64_t limit = kNoLimit, double weight = 1) {
-  QueueConfig q;
-  q.name = std::move(name);
-  q.parent = std::move(parent);
-  q.gpu = {.quota = quota, .limit = limit, .over_quota_weight = weight};
-  return q;
+  return testing::GpuQueue(std::move(name), std::move(parent), quota, limit,
+                           weight);
 }
 
 ResourceAmounts Gpu(int64_t milli) { return {.gpu_milli = milli}; }

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "inventory/cluster_state.h"
 #include "placement/pod_request.h"
+#include "placement/quota.h"
 
 namespace gpusched::placement::testing {
 
@@ -68,6 +69,18 @@ inline void Occupy(ClusterState& cs, int node, int gpu, int milli,
     a.gpus.push_back(share);
   }
   CHECK(cs.Assume("occupy-" + std::to_string(next++), a).ok());
+}
+
+// A queue with a GPU-milli quota only.
+inline QueueConfig GpuQueue(std::string name, std::string parent, int64_t quota,
+                            int64_t limit = kNoLimit, double weight = 1) {
+  QueueConfig q;
+  q.name = std::move(name);
+  q.parent = std::move(parent);
+  q.gpu.quota = quota;
+  q.gpu.limit = limit;
+  q.gpu.over_quota_weight = weight;
+  return q;
 }
 
 }  // namespace gpusched::placement::testing
