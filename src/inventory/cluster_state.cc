@@ -66,6 +66,7 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
   for (GpuState& g : st.gpus) g.memory_free_mib = spec.gpu_memory_mib;
   total_gpu_milli_ += int64_t{spec.gpu_count} * kMilliPerGpu;
   max_cpu_milli_ = std::max(max_cpu_milli_, spec.cpu_milli);
+  total_cpu_milli_ += spec.cpu_milli;
   max_gpus_ = std::max(max_gpus_, spec.gpu_count);
 
   node_by_name_[spec.name] = index;

@@ -149,6 +149,7 @@ class ClusterState {
   // Largest node spec seen (policies normalise by it).
   int64_t max_node_cpu_milli() const { return max_cpu_milli_; }
   int max_node_gpus() const { return max_gpus_; }
+  int64_t total_cpu_milli() const { return total_cpu_milli_; }
 
   // Totals over healthy GPUs.
   int64_t total_gpu_milli() const { return total_gpu_milli_; }
@@ -185,6 +186,7 @@ class ClusterState {
   std::vector<int> class_of_;
 
   int64_t max_cpu_milli_ = 0;
+  int64_t total_cpu_milli_ = 0;
   int max_gpus_ = 0;
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;

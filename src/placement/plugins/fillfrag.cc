@@ -28,10 +28,16 @@
 namespace gpusched::placement {
 namespace {
 
-// Weight of the fill term against FGD's F, and the score quantum (GPU
-// milli of combined F). Chosen on the Alibaba default trace, seeds 42-51
-// (docs/placement.md has the sweep and the command that reruns it).
+// Weight of the fill term against FGD's F: kFillWeight normally, rising to
+// kScarceCpuFillWeight as the workload's CPU per GPU approaches the
+// cluster's (CPU pressure from kPressureLow to kPressureHigh), because then
+// GPUs stranded for lack of CPU dominate what is lost. The score quantum is
+// in GPU milli of combined F. Chosen on the Alibaba trace family, seeds
+// 42-51 (docs/placement.md has the figures and the command that reruns it).
 constexpr double kFillWeight = 0.1;
+constexpr double kScarceCpuFillWeight = 0.5;
+constexpr double kPressureLow = 0.95;
+constexpr double kPressureHigh = 1.0;
 constexpr double kQuantum = 20;
 // Online learning: re-derive the target workload after this many
 // placements, then at doubling intervals up to kMaxRelearnInterval.
@@ -48,6 +54,15 @@ class FillFragPolicy : public FragGradientPolicy {
   absl::string_view name() const override { return "fillfrag"; }
   uint64_t epoch() const override { return epoch_; }
 
+  double Score(const PodRequest& pod, const ClusterState& cs,
+               int node) override {
+    if (weighted_for_ != epoch_ + 1) {
+      fill_weight_ = FillWeight(cs);
+      weighted_for_ = epoch_ + 1;
+    }
+    return FragGradientPolicy::Score(pod, cs, node);
+  }
+
   void Observe(const PodRequest& pod, const Allocation&,
                const ClusterState&) override {
     if (!learn_) return;
@@ -60,6 +75,23 @@ class FillFragPolicy : public FragGradientPolicy {
   }
 
  protected:
+  // See kFillWeight. Pressure = the workload's CPU per GPU milli over the
+  // cluster's.
+  double FillWeight(const ClusterState& cs) const {
+    double cpu = 0, gpu = 0;
+    for (const WorkloadShape& s : workload_) {
+      cpu += s.weight * static_cast<double>(s.pod.cpu_milli);
+      gpu += s.weight * static_cast<double>(s.pod.TotalGpuMilli());
+    }
+    if (gpu <= 0 || cs.total_gpu_milli() <= 0) return kFillWeight;
+    const double pressure =
+        (cpu / gpu) / (static_cast<double>(cs.total_cpu_milli()) /
+                       static_cast<double>(cs.total_gpu_milli()));
+    const double t = std::clamp(
+        (pressure - kPressureLow) / (kPressureHigh - kPressureLow), 0.0, 1.0);
+    return kFillWeight + t * (kScarceCpuFillWeight - kFillWeight);
+  }
+
   // GPU milli the node could not give to copies of each typical shape,
   // packing as many copies as GPUs, CPU and memory allow.
   double Fill(const FragNode& n) const {
@@ -88,7 +120,7 @@ class FillFragPolicy : public FragGradientPolicy {
   }
 
   double Frag(const FragNode& n) override {
-    return fgd_.Of(n) + kFillWeight * Fill(n);
+    return fgd_.Of(n) + fill_weight_ * Fill(n);
   }
   // Quantised decrease of the combined fragmentation.
   double Gain(double before, double after) const override {
@@ -102,6 +134,8 @@ class FillFragPolicy : public FragGradientPolicy {
   std::vector<PodRequest> seen_;
   int next_relearn_ = kFirstRelearn;
   uint64_t epoch_ = 0;
+  double fill_weight_ = kFillWeight;
+  uint64_t weighted_for_ = 0;  // epoch_ + 1 when fill_weight_ was derived
 };
 
 }  // namespace
