@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "inventory/gpu_catalog.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -35,9 +36,28 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("node '", spec.name, "' has GPUs but no GPU model"));
   }
-  if (spec.mig_slots < 0 || spec.mig_slots > 32) {
+  if (spec.gpu_count > kMaxGpusPerNode) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node '", spec.name, "': mig_slots must be 0..32"));
+        absl::StrCat("node '", spec.name, "': ", spec.gpu_count,
+                     " GPUs; at most ", kMaxGpusPerNode, " per node"));
+  }
+  if (spec.mig_slots < 0 || spec.mig_slots > kMaxMigSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", spec.name, "': mig_slots must be 0..", kMaxMigSlots));
+  }
+  if (spec.mig_slots > 0) {
+    // MIG placement follows the catalog's slot rules; the node must agree.
+    const GpuModelSpec* model = GpuCatalog::Builtin().Find(spec.gpu_model);
+    if (model == nullptr || !model->mig_capable()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", spec.name, "': mig_slots set but GPU model '",
+                       spec.gpu_model, "' is not MIG-capable"));
+    }
+    if (spec.mig_slots != model->mig_memory_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", spec.name, "': mig_slots ", spec.mig_slots, " but ",
+          model->name, " has ", model->mig_memory_slots, " MIG memory slots"));
+    }
   }
   if (!spec.nvlink_group.empty() &&
       static_cast<int>(spec.nvlink_group.size()) != spec.gpu_count) {
@@ -79,6 +99,7 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
   Recompute(index);
   Reclassify(index);
   ++version_;
+  ++cluster_epoch_;
   return index;
 }
 
@@ -144,7 +165,8 @@ std::string ClusterState::Fits(const Allocation& alloc) const {
       if (spec.mig_slots == 0) {
         return absl::StrCat("GPU ", s.gpu, " is not MIG-capable");
       }
-      if (s.mig_size <= 0 || s.mig_start + s.mig_size > spec.mig_slots) {
+      if (s.mig_size <= 0 || s.mig_size > spec.mig_slots ||
+          s.mig_start > spec.mig_slots - s.mig_size) {
         return absl::StrCat("MIG slots ", s.mig_start, "+", s.mig_size,
                             " outside 0..", spec.mig_slots);
       }
@@ -228,6 +250,7 @@ absl::Status ClusterState::SetGpuHealth(int node, int gpu, bool healthy) {
   Recompute(node);
   Reclassify(node);
   ++version_;
+  ++cluster_epoch_;
   return absl::OkStatus();
 }
 

@@ -103,6 +103,9 @@ class ClusterState {
  public:
   // GPU-model constraints are 64-bit masks over model ids.
   static constexpr size_t kMaxGpuModels = 64;
+  // Per node; placement keeps per-GPU state in fixed-size arrays.
+  static constexpr int kMaxGpusPerNode = 16;
+  static constexpr int kMaxMigSlots = 16;
 
   ClusterState() = default;
   ClusterState(const ClusterState&) = delete;
@@ -145,13 +148,19 @@ class ClusterState {
   int class_of(int node) const { return class_of_[node]; }
   // Monotonic count of state changes; snapshots and caches key on it.
   uint64_t version() const { return version_; }
+  // Moves when a cluster-wide quantity changes (a node joins, a GPU's
+  // health flips): largest node spec, total CPU and healthy GPU. Scores
+  // normalised by those are cached only within one cluster_epoch().
+  uint64_t cluster_epoch() const { return cluster_epoch_; }
 
   // Largest node spec seen (policies normalise by it).
   int64_t max_node_cpu_milli() const { return max_cpu_milli_; }
   int max_node_gpus() const { return max_gpus_; }
   int64_t total_cpu_milli() const { return total_cpu_milli_; }
 
-  // Totals over healthy GPUs.
+  // GPU milli of healthy GPUs, and GPU milli held by allocations (including
+  // those on GPUs marked unhealthy since, which keep their shares until
+  // they are forgotten).
   int64_t total_gpu_milli() const { return total_gpu_milli_; }
   int64_t allocated_gpu_milli() const { return allocated_gpu_milli_; }
 
@@ -191,6 +200,7 @@ class ClusterState {
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;
   uint64_t version_ = 0;
+  uint64_t cluster_epoch_ = 0;
   mutable std::shared_ptr<const ClusterSnapshot> snapshot_;
 };
 

@@ -45,7 +45,7 @@ class ScorePlugin {
   virtual ~ScorePlugin() = default;
   virtual absl::string_view name() const = 0;
   // Score of a node that passed every filter; higher is better. Equal top
-  // scores are broken uniformly at random by the Scheduler.
+  // scores go to the lowest node index (see Scheduler).
   virtual double Score(const PodRequest& pod, const ClusterState& cs,
                        int node) = 0;
   // The GPU shares for `pod` on `node` (which passed every filter). The

@@ -53,9 +53,12 @@ Scheduler::CacheEntry& Scheduler::Entry(int class_id, int shape) {
   ClassCache& cc = cache_[class_id];
   const uint32_t gen = cs_->node_class(class_id).generation;
   const uint64_t epoch = policy_->epoch();
-  if (cc.generation != gen || cc.epoch != epoch) {
+  const uint64_t cluster_epoch = cs_->cluster_epoch();
+  if (cc.generation != gen || cc.epoch != epoch ||
+      cc.cluster_epoch != cluster_epoch) {
     cc.generation = gen;
     cc.epoch = epoch;
+    cc.cluster_epoch = cluster_epoch;
     cc.by_shape.clear();
   }
   if (shape >= static_cast<int>(cc.by_shape.size())) {

@@ -4,10 +4,12 @@
 // Candidate search walks NodeClasses (nodes with identical spec and free
 // resources), not nodes: one filter verdict and, for class-invariant
 // policies, one score per class, cached per (class, pod shape) until the
-// class changes or the policy's epoch moves. Ties on the top score go to the
-// lowest node index (ClusterState's tie-break order), as the FGD authors'
-// simulator does with its seeded node order. The seeded Rng serves policies
-// that choose GPUs at random. Not thread-safe; owns its plugins.
+// class changes, the policy's epoch moves or a cluster-wide quantity that
+// scores may be normalised by changes (ClusterState::cluster_epoch). Ties on
+// the top score go to the lowest node index (ClusterState's tie-break order),
+// as the FGD authors' simulator does with its seeded node order. The seeded Rng
+// serves policies that choose GPUs at random. Not thread-safe; owns its
+// plugins.
 #ifndef GPUSCHED_PLACEMENT_SCHEDULER_H_
 #define GPUSCHED_PLACEMENT_SCHEDULER_H_
 
@@ -67,7 +69,8 @@ class Scheduler {
   static constexpr int16_t kFeasible = -1;
   struct ClassCache {
     uint32_t generation = UINT32_MAX;
-    uint64_t epoch = 0;
+    uint64_t epoch = 0;          // the policy's
+    uint64_t cluster_epoch = 0;  // ClusterState::cluster_epoch()
     std::vector<CacheEntry> by_shape;
   };
 

@@ -56,9 +56,9 @@ class FillFragPolicy : public FragGradientPolicy {
 
   double Score(const PodRequest& pod, const ClusterState& cs,
                int node) override {
-    if (weighted_for_ != epoch_ + 1) {
+    if (weighted_for_ != std::make_pair(epoch_, cs.cluster_epoch())) {
       fill_weight_ = FillWeight(cs);
-      weighted_for_ = epoch_ + 1;
+      weighted_for_ = {epoch_, cs.cluster_epoch()};
     }
     return FragGradientPolicy::Score(pod, cs, node);
   }
@@ -135,7 +135,8 @@ class FillFragPolicy : public FragGradientPolicy {
   int next_relearn_ = kFirstRelearn;
   uint64_t epoch_ = 0;
   double fill_weight_ = kFillWeight;
-  uint64_t weighted_for_ = 0;  // epoch_ + 1 when fill_weight_ was derived
+  // (epoch_, cluster epoch) fill_weight_ was derived for.
+  std::pair<uint64_t, uint64_t> weighted_for_{UINT64_MAX, UINT64_MAX};
 };
 
 }  // namespace

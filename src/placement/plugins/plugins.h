@@ -3,6 +3,7 @@
 #ifndef GPUSCHED_PLACEMENT_PLUGINS_PLUGINS_H_
 #define GPUSCHED_PLACEMENT_PLUGINS_PLUGINS_H_
 
+#include <algorithm>
 #include <memory>
 
 #include "placement/fragmentation.h"
@@ -26,9 +27,11 @@ struct NormalizedFit {
 };
 inline NormalizedFit NormalizeByMaxSpec(const PodRequest& pod,
                                         const ClusterState& cs, int node) {
-  const double max_cpu = static_cast<double>(cs.max_node_cpu_milli());
-  const double max_gpu =
-      static_cast<double>(cs.max_node_gpus()) * inventory::kMilliPerGpu;
+  // A cluster without CPU or GPUs scores everything 0, never NaN.
+  const double max_cpu =
+      std::max<double>(1, static_cast<double>(cs.max_node_cpu_milli()));
+  const double max_gpu = std::max<double>(
+      1, static_cast<double>(cs.max_node_gpus()) * inventory::kMilliPerGpu);
   const inventory::NodeState& st = cs.state(node);
   return {st.cpu_free / max_cpu, st.gpu_milli_free / max_gpu,
           pod.cpu_milli / max_cpu, pod.TotalGpuMilli() / max_gpu};
