@@ -41,10 +41,9 @@ class GpuFit : public FilterPlugin {
       case GpuKind::kNone:
         return {};
       case GpuKind::kMig: {
-        const inventory::GpuModelSpec* model = nullptr;
-        if (MigProfileFor(cs.spec(node), pod.mig_profile, &model) == nullptr) {
-          return {model == nullptr ? "GPU model not MIG-capable"
-                                   : "no such MIG profile on this GPU model"};
+        if (const char* why = MigSpecRejection(cs.spec(node), pod.mig_profile);
+            why != nullptr) {
+          return {why};
         }
         if (ChooseMigSlice(pod, cs.spec(node), st).empty()) {
           return {"no free MIG slot"};

@@ -115,6 +115,13 @@ const inventory::MigProfile* MigProfileFor(
   return m->FindMigProfile(profile);
 }
 
+const char* MigSpecRejection(const NodeSpec& spec, const std::string& profile) {
+  const inventory::GpuModelSpec* model = nullptr;
+  if (MigProfileFor(spec, profile, &model) != nullptr) return nullptr;
+  return model == nullptr ? "GPU model not MIG-capable"
+                          : "no such MIG profile on this GPU model";
+}
+
 std::vector<inventory::GpuShare> ChooseMigSlice(const PodRequest& pod,
                                                 const NodeSpec& spec,
                                                 const NodeState& st) {

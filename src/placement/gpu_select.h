@@ -43,6 +43,11 @@ bool HasNvlinkGang(const PodRequest& pod, const inventory::NodeSpec& spec,
 const inventory::MigProfile* MigProfileFor(
     const inventory::NodeSpec& spec, const std::string& profile,
     const inventory::GpuModelSpec** model);
+// Why no GPU of a node with `spec` can ever hold a slice of `profile` ("GPU
+// model not MIG-capable" or "no such MIG profile on this GPU model"); null
+// if some GPU could, once free. Depends on the spec only.
+const char* MigSpecRejection(const inventory::NodeSpec& spec,
+                             const std::string& profile);
 // A slice of `pod.mig_profile` on the node: the GPU (already partitioned
 // GPUs first, so slices pack and idle GPUs stay whole; lowest index on a
 // tie) and the start slot from inventory::ChooseMigStart. Empty if none.

@@ -190,7 +190,10 @@ class NodeSearch {
     st.idle_gpus = 0;
     for (const GpuState& g : st.gpus) st.idle_gpus += g.healthy && g.Idle();
     // The default filters' rules: NodeResourcesFit, GpuFit, NvlinkTopology
-    // (GpuModel depends on the spec only and is checked by the caller).
+    // (GpuModel, and GpuFit's MIG profile check, depend on the spec only and
+    // are checked by the caller). A MIG slice fits where ChooseMigSlice
+    // finds one: a GPU freed of every share that is not a MIG slice, with a
+    // valid start among the slots the victims leave.
     bool fits =
         pod_.cpu_milli <= st.cpu_free && pod_.memory_mib <= st.memory_free_mib;
     if (fits && pod_.kind == GpuKind::kWhole) {
@@ -200,6 +203,8 @@ class NodeSearch {
                                     HasNvlinkGang(pod_, spec_, st));
     } else if (fits && pod_.kind == GpuKind::kFraction) {
       fits = BestFitGpu(pod_, st) >= 0;
+    } else if (fits && pod_.kind == GpuKind::kMig) {
+      fits = !ChooseMigSlice(pod_, spec_, st).empty();
     }
     if (!fits) return Fit::kResources;
     for (size_t k = 0; k < deficits_.size(); ++k) {
@@ -363,6 +368,33 @@ std::string VictimReason(const Eligible& e, const QueueTree& queues,
   return "";
 }
 
+// The GPU milli `pod` holds once placed on a node of `spec`. A MIG request
+// names a profile, not a share; it holds the profile's milli.
+int64_t GpuMilliNeeded(const PodRequest& pod, const NodeSpec& spec) {
+  if (pod.kind != GpuKind::kMig) return pod.TotalGpuMilli();
+  const inventory::MigProfile* p =
+      MigProfileFor(spec, pod.mig_profile, nullptr);
+  return p != nullptr ? p->milli : 0;
+}
+
+// What `pod` would be charged to its queue. For a MIG request, the milli of
+// its profile on the first node that could hold it: every MIG-capable model
+// splits compute in sevenths, so the profile holds the same milli on any.
+ResourceAmounts RequestOf(const inventory::ClusterState& cs,
+                          const PodRequest& pod) {
+  ResourceAmounts r = AmountsOf(pod);
+  if (pod.kind != GpuKind::kMig) return r;
+  for (int node = 0; node < cs.num_nodes(); ++node) {
+    if (!pod.ModelAllowed(cs.node_model_id(node))) continue;
+    const int64_t milli = GpuMilliNeeded(pod, cs.spec(node));
+    if (milli > 0) {
+      r.gpu_milli = milli;
+      break;
+    }
+  }
+  return r;
+}
+
 PreemptionPlan NoPlan(std::string reason) {
   PreemptionPlan plan;
   plan.reason = std::move(reason);
@@ -382,11 +414,8 @@ PreemptionPlan PlanPreemption(
     const PodRequest& pod,
     const std::vector<std::unique_ptr<FilterPlugin>>& filters,
     const PreemptionOptions& options) {
-  if (pod.kind == GpuKind::kMig) {
-    return NoPlan("no preemption plan: MIG requests cannot preempt yet");
-  }
   const std::string& q = pod.info.tenant;
-  const ResourceAmounts request = AmountsOf(pod);
+  const ResourceAmounts request = RequestOf(cs, pod);
   const AdmitVerdict admit = queues.Admit(q, request);
   if (!queues.IsLeaf(q)) {
     return NoPlan(absl::StrCat("no preemption plan: ", admit.reason));
@@ -509,6 +538,13 @@ PreemptionPlan PlanPreemption(
           continue;
         }
       }
+      if (pod.kind == GpuKind::kMig) {
+        if (const char* why = MigSpecRejection(cs.spec(node), pod.mig_profile);
+            why != nullptr) {
+          ++node_reasons[absl::StrCat("GpuFit: ", why)];
+          continue;
+        }
+      }
       std::vector<const Eligible*> victims;
       for (const Eligible& e : eligible[node]) victims.push_back(&e);
       NodeSearch search(cs.spec(node), cs.state(node), pod, victims, deficits,
@@ -550,8 +586,8 @@ PreemptionPlan PlanPreemption(
                 return std::tie(a.priority, a.pod) <
                        std::tie(b.priority, b.pod);
               });
-    plan.gpu_milli_excess =
-        std::max<int64_t>(0, plan.gpu_milli_released - pod.TotalGpuMilli());
+    plan.gpu_milli_excess = std::max<int64_t>(
+        0, plan.gpu_milli_released - GpuMilliNeeded(pod, cs.spec(best_node)));
     const std::string& name = cs.spec(best_node).name;
     if (plan.victims.empty()) {
       plan.reason = absl::StrCat("fits on node ", name, " without preemption");

@@ -17,20 +17,24 @@
 // A pod the tree has no charge for counts as in quota in the queue its
 // PodInfo::tenant names.
 //
-// Which set: on each node whose static filters (GPU model) pass, the set of
-// eligible pods whose eviction makes the pod fit, cheapest by
+// Which set: on each node whose static filters (GPU model; for a MIG request
+// also a MIG-capable model with the profile) pass, the set of eligible pods
+// whose eviction makes the pod fit, cheapest by
 //   a. lowest highest victim priority (lowest priority first),
 //   b. least GPU milli released (so least released beyond the need),
 //   c. fewest victims, then the lowest sum of victim priorities,
 // then across nodes by the same cost and the lowest node index. "Fits" is
 // computed on a node-local view with the rules of the default filters
 // (gpu_select.h) plus the preemptor's queue limits, which victims in the
-// limited queue's subtree free. The search is exact within a budget of fit
-// checks per node; past it, the best set found so far is used (always a
-// minimal set: no victim can be spared). The chosen node is then confirmed
-// by running the given filters on a one-node scratch copy with the victims
-// gone (FilterPlugin's contract makes that exact); a node they reject is
-// skipped for the next cheapest.
+// limited queue's subtree free. A MIG request fits where ChooseMigSlice
+// finds a slice on the view: victims' MIG slices free their slots, and a GPU
+// takes slices only once every fractional or whole share on it is gone. It
+// asks its queue for its profile's GPU milli. The search is exact within a
+// budget of fit checks per node; past it, the best set found so far is used
+// (always a minimal set: no victim can be spared). The chosen node is then
+// confirmed by running the given filters on a one-node scratch copy with the
+// victims gone (FilterPlugin's contract makes that exact); a node they reject
+// is skipped for the next cheapest.
 //
 // PlanPreemption changes nothing. ApplyPreemption evicts and places; the
 // caller owns telling the Launcher and re-queueing the victims. Not
@@ -87,7 +91,7 @@ struct PreemptionOptions {
 
 // Plans room for `pod` (its PodInfo names the queue and priority). `filters`
 // should be the filters the Scheduler runs (DefaultFilters()). Nodes are
-// scanned in index order; MIG requests get no plan yet.
+// scanned in index order.
 PreemptionPlan PlanPreemption(
     const inventory::ClusterState& cs, const QueueTree& queues,
     const PodRequest& pod,

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/gpu_catalog.h"
 #include "placement/registry.h"
 #include "placement/testing.h"
 
@@ -25,6 +26,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr int64_t kGpuMemory = 81920;
+constexpr char kMigModel[] = "H100-SXM-80GB";
 
 // A running pod: whole GPUs (milli 1000) or a fraction of each listed GPU.
 struct Running {
@@ -35,8 +37,37 @@ struct Running {
   std::vector<int> gpus;
   int milli = 1000;
   bool preemptible = true;
-  int mig_start = -1;  // >= 0: a one-slot MIG slice on gpus[0]
+  // >= 0: a MIG slice of `profile` starting at this slot on gpus[0]; its
+  // milli and memory are the profile's (`milli` is ignored).
+  int mig_start = -1;
+  std::string profile = "1g.10gb";
 };
+
+// A MIG slice of `profile` at slot `start` of GPU `gpu` on node 0, queue a.
+Running Slice(std::string id, int priority, int gpu, int start,
+              std::string profile = "1g.10gb", bool preemptible = true) {
+  Running r;
+  r.id = std::move(id);
+  r.queue = "a";
+  r.priority = priority;
+  r.gpus = {gpu};
+  r.preemptible = preemptible;
+  r.mig_start = start;
+  r.profile = std::move(profile);
+  return r;
+}
+
+// Slices of the 1g profile at slots 0..6 of `gpu` (a full GPU: slot 7 fits
+// no 1g), ids prefix0..prefix6, all of `priority`.
+std::vector<Running> FullOfSlices(const std::string& prefix, int priority,
+                                  int gpu, bool preemptible = true) {
+  std::vector<Running> out;
+  for (int s = 0; s < 7; ++s) {
+    out.push_back(Slice(prefix + std::to_string(s), priority, gpu, s, "1g.10gb",
+                        preemptible));
+  }
+  return out;
+}
 
 // The pending pod.
 struct Ask {
@@ -45,17 +76,20 @@ struct Ask {
   GpuKind kind = GpuKind::kWhole;
   int amount = 1;  // GPUs (whole) or milli (fraction)
   Topology topology = Topology::kAny;
+  std::string mig = "1g.10gb";  // the profile of a kMig request
 };
 
-NodeSpec Node(int i, bool nvlink) {
+NodeSpec Node(int i, bool nvlink, const std::string& model = kMigModel) {
   NodeSpec s;
   s.name = "n" + std::to_string(i);
   s.cpu_milli = 64000;
   s.memory_mib = 524288;
-  s.gpu_model = "H100-SXM-80GB";
+  s.gpu_model = model;
   s.gpu_count = 8;
   s.gpu_memory_mib = kGpuMemory;
-  s.mig_slots = 8;
+  const inventory::GpuModelSpec* m =
+      inventory::GpuCatalog::Builtin().Find(model);
+  s.mig_slots = m != nullptr ? m->mig_memory_slots : 0;
   if (nvlink) s.nvlink_group = {0, 0, 0, 0, 1, 1, 1, 1};
   return s;
 }
@@ -74,22 +108,25 @@ PodRequest MakeRequest(const Ask& a) {
     p.gpu_milli = a.amount;
   } else if (a.kind == GpuKind::kMig) {
     p.gpus = 1;
-    p.mig_profile = "1g.10gb";
+    p.mig_profile = a.mig;
   }
   p.info = {a.queue, a.priority, true};
   return p;
 }
 
-// A cluster of identical 8-GPU nodes, a queue tree, and running pods
-// charged to both.
+// A cluster of 8-GPU nodes, a queue tree, and running pods charged to both.
+// Node i has GPU model models[i], or kMigModel when `models` is empty.
 struct World {
   ClusterState cs;
   std::unique_ptr<QueueTree> tree;
 
   World(int nodes, std::vector<QueueConfig> queues,
-        const std::vector<Running>& running, bool nvlink = false) {
+        const std::vector<Running>& running, bool nvlink = false,
+        const std::vector<std::string>& models = {}) {
     for (int i = 0; i < nodes; ++i) {
-      EXPECT_TRUE(cs.AddNode(Node(i, nvlink)).ok());
+      EXPECT_TRUE(
+          cs.AddNode(Node(i, nvlink, models.empty() ? kMigModel : models[i]))
+              .ok());
     }
     absl::StatusOr<QueueTree> t = QueueTree::Create(std::move(queues));
     EXPECT_TRUE(t.ok()) << t.status();
@@ -108,9 +145,15 @@ struct World {
       s.milli = r.milli;
       if (r.milli == 1000) s.memory_mib = kGpuMemory;
       if (r.mig_start >= 0) {
+        const inventory::MigProfile* p =
+            inventory::GpuCatalog::Builtin().Find(kMigModel)->FindMigProfile(
+                r.profile);
+        ASSERT_NE(p, nullptr) << r.profile;
+        s.milli = p->milli;
+        s.memory_mib = p->memory_mib;
         s.mig_start = r.mig_start;
-        s.mig_size = 1;
-        s.memory_mib = 9984;
+        s.mig_size = p->memory_slots;
+        s.mig_profile = p->name;
       }
       a.gpus.push_back(s);
     }
@@ -162,11 +205,12 @@ struct Case {
   std::vector<std::string> victims = {};  // ascending priority, then id
   std::vector<std::string> reason_has = {};
   bool nvlink = false;
+  std::vector<std::string> models = {};  // per node; empty: all kMigModel
 };
 
 void Check(const Case& c) {
   SCOPED_TRACE(c.label);
-  World w(c.nodes, c.queues, c.running, c.nvlink);
+  World w(c.nodes, c.queues, c.running, c.nvlink, c.models);
   const PreemptionPlan plan = w.Plan(c.ask);
   EXPECT_EQ(plan.found, c.found) << plan.reason;
   std::string text = plan.reason;
@@ -406,6 +450,125 @@ TEST(PreemptionTest, FractionalVictims) {
   for (const Case& c : cases) Check(c);
 }
 
+TEST(PreemptionTest, MigRequests) {
+  // GPUs 1..7 hold priority-1000 whole pods, out of reach of a priority-500
+  // preemptor, unless a case says otherwise.
+  const std::vector<Running> busy = Fill("x", "a", 1000, 0, 1, 7);
+  const Ask one_g = {"a", 500, GpuKind::kMig};
+  const Ask seven_g = {"a", 500, GpuKind::kMig, 1, Topology::kAny, "7g.80gb"};
+  std::vector<Running> one_low = FullOfSlices("s", 1000, 0);
+  one_low[3].priority = 100;
+  const Case cases[] = {
+      {.label = "a slot freed by evicting a lower-priority slice",
+       .queues = kOneQueue,
+       .running = Concat({busy, one_low}),
+       .ask = one_g,
+       .found = true,
+       .node = 0,
+       .victims = {"s3"},
+       .reason_has = {"142 GPU milli released, 0 beyond the pod's need",
+                      "priority 100 < 500 in the same queue 'a'"}},
+      {.label = "a free slot needs no victims",
+       .queues = kOneQueue,
+       .running = Concat({busy, {Slice("s0", 0, 0, 6)}}),
+       .ask = one_g,
+       .found = true,
+       .node = 0,
+       .victims = {},
+       .reason_has = {"fits on node n0 without preemption"}},
+      {.label = "a 7g needing a whole GPU evicts a fractional pod",
+       .queues = kOneQueue,
+       .running = Concat({busy, {{"frac", "a", 0, 0, {0}, 500}}}),
+       .ask = seven_g,
+       .found = true,
+       .node = 0,
+       .victims = {"frac"},
+       .reason_has = {"500 GPU milli released, 0 beyond"}},
+      {.label = "a 7g needs every slice on its GPU gone",
+       .queues = kOneQueue,
+       .running = Concat(
+           {busy,
+            {Slice("one", 0, 0, 0), Slice("three", 100, 0, 4, "3g.40gb")}}),
+       .ask = seven_g,
+       .found = true,
+       .node = 0,
+       .victims = {"one", "three"}},
+      {.label = "a slice never shares a GPU with a fraction that stays",
+       .queues = kOneQueue,
+       .running = Concat(
+           {busy,
+            {{"lo", "a", 0, 0, {0}, 300}, {"hi", "a", 1000, 0, {0}, 300}}}),
+       .ask = one_g,
+       .reason_has = {"1 node: too small even with every eligible pod evicted",
+                      "8 of the same queue not of lower priority"}},
+      {.label = "a non-preemptible slice is never evicted",
+       .queues = kOneQueue,
+       .running = Concat({busy, FullOfSlices("sys", 0, 0, false)}),
+       .ask = one_g,
+       .reason_has = {"1 node: no eligible victims", "7 non-preemptible"}},
+      {.label = "a higher-priority pod goes instead of a non-preemptible slice",
+       .queues = kOneQueue,
+       .running = Concat({Fill("x", "a", 1000, 0, 1, 6),
+                          {{"p", "a", 900, 0, {7}}},
+                          FullOfSlices("sys", 0, 0, false)}),
+       .ask = {"a", 2000, GpuKind::kMig},
+       .found = true,
+       .node = 0,
+       .victims = {"p"}},
+      {.label = "cheapest among two GPUs: a slice releases less than a "
+                "fraction",
+       .queues = kOneQueue,
+       .running = Concat({Fill("x", "a", 1000, 0, 2, 6),
+                          {{"frac", "a", 0, 0, {0}, 300}},
+                          FullOfSlices("s", 0, 1)}),
+       .ask = one_g,
+       .found = true,
+       .node = 0,
+       .victims = {"s0"},
+       .reason_has = {"142 GPU milli released, 0 beyond"}},
+      {.label = "cheapest among two GPUs: lowest priority first",
+       .queues = kOneQueue,
+       .running = Concat({Fill("x", "a", 1000, 0, 2, 6),
+                          {{"frac", "a", 0, 0, {0}, 300}},
+                          FullOfSlices("s", 100, 1)}),
+       .ask = one_g,
+       .found = true,
+       .node = 0,
+       .victims = {"frac"},
+       .reason_has = {"300 GPU milli released, 158 beyond"}},
+      {.label = "at its limit, the queue frees the slice's milli",
+       .queues = {GpuQueue("a", "", 0, 1000)},
+       .running = {{"a0", "a", 100, 0, {0}}},
+       .ask = one_g,
+       .found = true,
+       .node = 0,
+       .victims = {"a0"},
+       .reason_has = {"same queue 'a'"}},
+      {.label = "no plan on a node whose GPUs are not MIG-capable",
+       .queues = kOneQueue,
+       .running = Fill("p", "a", 0, 0, 0, 8),
+       .ask = one_g,
+       .reason_has = {"1 node: GpuFit: GPU model not MIG-capable"},
+       .models = {"L40S-48GB"}},
+      {.label = "no plan for a profile the model does not have",
+       .queues = kOneQueue,
+       .running = Fill("p", "a", 0, 0, 0, 8),
+       .ask = {"a", 500, GpuKind::kMig, 1, Topology::kAny, "1g.18gb"},
+       .reason_has = {"1 node: GpuFit: no such MIG profile on this GPU model"}},
+      {.label = "the MIG-capable node of a mixed cluster",
+       .nodes = 2,
+       .queues = kOneQueue,
+       .running =
+           Concat({Fill("p", "a", 0, 0, 0, 8), Fill("q", "a", 0, 1, 0, 8)}),
+       .ask = one_g,
+       .found = true,
+       .node = 1,
+       .victims = {"q0"},
+       .models = {"L40S-48GB", kMigModel}},
+  };
+  for (const Case& c : cases) Check(c);
+}
+
 TEST(PreemptionTest, ReclaimForUnderQuotaQueue) {
   const Case cases[] = {
       {.label = "reclaims an over-quota pod of higher priority",
@@ -505,7 +668,6 @@ TEST(PreemptionTest, QueueLimits) {
 
 TEST(PreemptionTest, NoPlanReasons) {
   World w(2, kOneQueue, Fill("p", "a", 0, 0, 0, 8));
-  EXPECT_THAT(w.Plan({"a", 500, GpuKind::kMig}).reason, HasSubstr("MIG"));
   EXPECT_THAT(w.Plan({"ghost", 500}).reason, HasSubstr("unknown queue"));
   PodRequest wrong_model = MakeRequest({"a", 500});
   wrong_model.any_model = false;
@@ -608,6 +770,34 @@ TEST(PreemptionTest, PlanningChangesNothingAndApplyCarriesItOut) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PreemptionTest, MigPlanThenApply) {
+  std::vector<Running> running =
+      Concat({Fill("x", "a", 1000, 0, 1, 7), FullOfSlices("s", 1000, 0)});
+  running[7 + 3].priority = 100;  // s3
+  World w(1, kOneQueue, running);
+  const PodRequest pod = MakeRequest({"a", 500, GpuKind::kMig});
+  const PreemptionPlan plan =
+      PlanPreemption(w.cs, *w.tree, pod, DefaultFilters());
+  ASSERT_TRUE(plan.found) << plan.reason;
+  EXPECT_THAT(plan.VictimIds(), ElementsAreArray({"s3"}));
+  EXPECT_EQ(plan.gpu_milli_released, 142);
+  EXPECT_EQ(plan.gpu_milli_excess, 0);
+  const int64_t before = w.tree->Usage("a").gpu_milli;
+
+  absl::StatusOr<std::unique_ptr<ScorePlugin>> policy =
+      NewPolicy("best-fit", {});
+  ASSERT_TRUE(policy.ok());
+  Scheduler scheduler(&w.cs, *std::move(policy), /*seed=*/1);
+  absl::StatusOr<Decision> d =
+      ApplyPreemption(plan, "new", pod, scheduler, w.tree.get());
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->allocation.gpus.size(), 1u);
+  EXPECT_EQ(d->allocation.gpus[0].gpu, 0);
+  EXPECT_EQ(d->allocation.gpus[0].mig_start, 3);
+  EXPECT_EQ(w.cs.FindPod("s3"), nullptr);
+  EXPECT_EQ(w.tree->Usage("a").gpu_milli, before);
 }
 
 }  // namespace
