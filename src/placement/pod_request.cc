@@ -1,6 +1,7 @@
 #include "placement/pod_request.h"
 
 #include "absl/strings/str_cat.h"
+#include "inventory/gpu_catalog.h"
 
 namespace gpusched::placement {
 
@@ -54,6 +55,22 @@ absl::StatusOr<PodRequest> CompilePodRequest(
     for (const std::string& m : req.gpu_models) {
       const int id = cs.ModelId(m);
       if (id >= 0) p.model_mask |= uint64_t{1} << id;
+    }
+  }
+  if (p.kind == GpuKind::kMig) {
+    // A slice holds its profile's compute share (the same on every
+    // MIG-capable model: compute comes in sevenths); quotas and scores
+    // count that.
+    for (int id = 0; id < static_cast<int>(cs.models().size()); ++id) {
+      if (!p.ModelAllowed(id)) continue;
+      const inventory::GpuModelSpec* model =
+          inventory::GpuCatalog::Builtin().Find(cs.models()[id]);
+      const inventory::MigProfile* profile =
+          model != nullptr ? model->FindMigProfile(p.mig_profile) : nullptr;
+      if (profile != nullptr) {
+        p.gpu_milli = profile->milli;
+        break;
+      }
     }
   }
   return p;

@@ -21,7 +21,9 @@ using inventory::Topology;
 struct PodRequest {
   GpuKind kind = GpuKind::kNone;
   int gpus = 0;       // GPUs touched: whole N, 1 for fraction or MIG, else 0
-  int gpu_milli = 0;  // per GPU: 1000 for whole, the share for a fraction
+  // Per GPU: 1000 for whole, the share for a fraction, the profile's
+  // compute share for MIG (0 if no node's model has the profile).
+  int gpu_milli = 0;
   int64_t gpu_memory_mib = 0;  // per GPU minimum (whole) or amount (fraction)
   std::string mig_profile;
   int64_t cpu_milli = 0;
@@ -43,8 +45,10 @@ using PodShape = std::tuple<int, int, int, int64_t, std::string, int64_t,
                             int64_t, uint64_t, bool, int>;
 PodShape ShapeOf(const PodRequest& p);
 
-// Validates `req` and resolves its model names against `cs`. A model that no
-// node has is not an error: the pod is simply unschedulable, with a reason.
+// Validates `req` and resolves its model names (and a MIG profile's compute
+// share) against the nodes `cs` has now; recompile a pending request after
+// nodes join. A model that no node has is not an error: the pod is simply
+// unschedulable, with a reason.
 absl::StatusOr<PodRequest> CompilePodRequest(
     const inventory::ResourceRequest& req, const ClusterState& cs,
     inventory::PodInfo info = {});

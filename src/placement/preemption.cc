@@ -368,33 +368,6 @@ std::string VictimReason(const Eligible& e, const QueueTree& queues,
   return "";
 }
 
-// The GPU milli `pod` holds once placed on a node of `spec`. A MIG request
-// names a profile, not a share; it holds the profile's milli.
-int64_t GpuMilliNeeded(const PodRequest& pod, const NodeSpec& spec) {
-  if (pod.kind != GpuKind::kMig) return pod.TotalGpuMilli();
-  const inventory::MigProfile* p =
-      MigProfileFor(spec, pod.mig_profile, nullptr);
-  return p != nullptr ? p->milli : 0;
-}
-
-// What `pod` would be charged to its queue. For a MIG request, the milli of
-// its profile on the first node that could hold it: every MIG-capable model
-// splits compute in sevenths, so the profile holds the same milli on any.
-ResourceAmounts RequestOf(const inventory::ClusterState& cs,
-                          const PodRequest& pod) {
-  ResourceAmounts r = AmountsOf(pod);
-  if (pod.kind != GpuKind::kMig) return r;
-  for (int node = 0; node < cs.num_nodes(); ++node) {
-    if (!pod.ModelAllowed(cs.node_model_id(node))) continue;
-    const int64_t milli = GpuMilliNeeded(pod, cs.spec(node));
-    if (milli > 0) {
-      r.gpu_milli = milli;
-      break;
-    }
-  }
-  return r;
-}
-
 PreemptionPlan NoPlan(std::string reason) {
   PreemptionPlan plan;
   plan.reason = std::move(reason);
@@ -415,7 +388,7 @@ PreemptionPlan PlanPreemption(
     const std::vector<std::unique_ptr<FilterPlugin>>& filters,
     const PreemptionOptions& options) {
   const std::string& q = pod.info.tenant;
-  const ResourceAmounts request = RequestOf(cs, pod);
+  const ResourceAmounts request = AmountsOf(pod);
   const AdmitVerdict admit = queues.Admit(q, request);
   if (!queues.IsLeaf(q)) {
     return NoPlan(absl::StrCat("no preemption plan: ", admit.reason));
@@ -586,8 +559,8 @@ PreemptionPlan PlanPreemption(
                 return std::tie(a.priority, a.pod) <
                        std::tie(b.priority, b.pod);
               });
-    plan.gpu_milli_excess = std::max<int64_t>(
-        0, plan.gpu_milli_released - GpuMilliNeeded(pod, cs.spec(best_node)));
+    plan.gpu_milli_excess =
+        std::max<int64_t>(0, plan.gpu_milli_released - pod.TotalGpuMilli());
     const std::string& name = cs.spec(best_node).name;
     if (plan.victims.empty()) {
       plan.reason = absl::StrCat("fits on node ", name, " without preemption");

@@ -107,8 +107,13 @@ PodRequest MakeRequest(const Ask& a) {
     p.gpus = 1;
     p.gpu_milli = a.amount;
   } else if (a.kind == GpuKind::kMig) {
+    // As CompilePodRequest resolves it: the profile's compute share.
     p.gpus = 1;
     p.mig_profile = a.mig;
+    p.gpu_milli = inventory::GpuCatalog::Builtin()
+                      .Find(kMigModel)
+                      ->FindMigProfile(a.mig)
+                      ->milli;
   }
   p.info = {a.queue, a.priority, true};
   return p;
