@@ -110,10 +110,9 @@ PodRequest MakeRequest(const Ask& a) {
     // As CompilePodRequest resolves it: the profile's compute share.
     p.gpus = 1;
     p.mig_profile = a.mig;
-    p.gpu_milli = inventory::GpuCatalog::Builtin()
-                      .Find(kMigModel)
-                      ->FindMigProfile(a.mig)
-                      ->milli;
+    const inventory::MigProfile* profile =
+        inventory::GpuCatalog::Builtin().Find(kMigModel)->FindMigProfile(a.mig);
+    p.gpu_milli = profile != nullptr ? profile->milli : 0;
   }
   p.info = {a.queue, a.priority, true};
   return p;
