@@ -11,6 +11,11 @@
 namespace gpusched::inventory {
 namespace {
 
+bool IsMediaSlice(const GpuShare& s) {
+  return s.mig_profile.size() >= 3 &&
+         s.mig_profile.compare(s.mig_profile.size() - 3, 3, "+me") == 0;
+}
+
 bool UniformTopology(const NodeSpec& spec) {
   if (spec.nvlink_group.empty()) return true;
   return std::all_of(spec.nvlink_group.begin(), spec.nvlink_group.end(),
@@ -179,6 +184,11 @@ std::string ClusterState::Fits(const Allocation& alloc) const {
         return absl::StrCat("GPU ", s.gpu,
                             " is time-shared; it cannot also hold MIG slices");
       }
+      if (IsMediaSlice(s) && g.mig_media > 0) {
+        return absl::StrCat("GPU ", s.gpu,
+                            ": another MIG slice already holds the media "
+                            "engines (+me)");
+      }
     } else if (g.mig_used != 0) {
       return absl::StrCat(
           "GPU ", s.gpu,
@@ -266,6 +276,7 @@ void ClusterState::Apply(const Allocation& alloc, int sign) {
       const uint32_t mask = ((1u << s.mig_size) - 1) << s.mig_start;
       g.mig_used = sign > 0 ? (g.mig_used | mask) : (g.mig_used & ~mask);
       g.mig_milli += sign * s.milli;
+      if (IsMediaSlice(s)) g.mig_media += sign;
     }
     allocated_gpu_milli_ += sign * s.milli;
   }
@@ -310,9 +321,10 @@ void ClusterState::Reclassify(int node) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> gpus;
   gpus.reserve(st.gpus.size());
   for (const GpuState& g : st.gpus) {
-    gpus.emplace_back(
-        (int64_t{g.healthy} << 40) | (int64_t{g.mig_used} << 12) | g.milli_free,
-        g.memory_free_mib, g.mig_milli);
+    gpus.emplace_back((int64_t{g.mig_media} << 41) |
+                          (int64_t{g.healthy} << 40) |
+                          (int64_t{g.mig_used} << 12) | g.milli_free,
+                      g.memory_free_mib, g.mig_milli);
   }
   // GPUs are interchangeable unless NVLink domains tell them apart.
   if (UniformTopology(spec)) std::sort(gpus.begin(), gpus.end());

@@ -55,6 +55,7 @@ struct GpuState {
   int64_t memory_free_mib = 0;
   uint32_t mig_used = 0;  // bit i set: MIG memory slot i taken
   int32_t mig_milli = 0;  // compute milli held by MIG slices
+  int32_t mig_media = 0;  // MIG slices holding the media engines ("+me")
   bool healthy = true;
 
   bool Idle() const { return milli_free == kMilliPerGpu && mig_used == 0; }
@@ -74,7 +75,9 @@ struct NodeState {
 // Scheduling metadata kept with each reservation (used by preemption).
 struct PodInfo {
   std::string tenant;
-  int priority = 0;
+  // A pod that names no priority class runs as "standard" (500; see
+  // placement/priority.h).
+  int priority = 500;
   bool preemptible = true;
 };
 

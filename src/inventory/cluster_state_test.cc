@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "common/random.h"
 #include "gmock/gmock.h"
@@ -180,8 +181,8 @@ TEST(ClusterStateTest, RandomizedAgainstReferenceModel) {
   Model model;
   for (int i = 0; i < 12; ++i) {
     NodeSpec s = EightGpuNode("n" + std::to_string(i));
-    s.gpu_count = 1 + static_cast<int>(rng.Uniform(8));
-    s.cpu_milli = 8000 * (1 + static_cast<int>(rng.Uniform(4)));
+    s.gpu_count = 2 + 2 * static_cast<int>(rng.Uniform(2));
+    s.cpu_milli = 8000 * (1 + static_cast<int>(rng.Uniform(2)));
     s.gpu_memory_mib = 40000;
     if (i % 3 == 0) {
       s.nvlink_group.resize(s.gpu_count);
@@ -254,6 +255,18 @@ TEST(ClusterStateTest, RandomizedAgainstReferenceModel) {
       ASSERT_EQ(got.cpu_free, want.cpu_free);
       ASSERT_EQ(got.memory_free_mib, want.memory_free_mib);
       ASSERT_EQ(got.gpus, want.gpus);
+      // Derived fields, recomputed here from the model's GPUs.
+      int idle = 0, max_free = 0;
+      int64_t free_sum = 0;
+      for (const GpuState& g : want.gpus) {
+        if (!g.healthy) continue;
+        free_sum += g.milli_free;
+        if (g.Idle()) ++idle;
+        if (g.mig_used == 0) max_free = std::max(max_free, g.milli_free);
+      }
+      ASSERT_EQ(got.idle_gpus, idle);
+      ASSERT_EQ(got.max_milli_free, max_free);
+      ASSERT_EQ(got.gpu_milli_free, free_sum);
       for (const GpuState& g : want.gpus) total += g.healthy ? 1000 : 0;
     }
     ASSERT_EQ(cs.allocated_gpu_milli(), allocated);
@@ -275,6 +288,33 @@ TEST(ClusterStateTest, RandomizedAgainstReferenceModel) {
       }
     }
     ASSERT_EQ(members, static_cast<size_t>(cs.num_nodes()));
+    // ... and nodes with the same spec and the same (sorted) state share one.
+    for (int a = 0; a < cs.num_nodes(); ++a) {
+      for (int b = a + 1; b < cs.num_nodes(); ++b) {
+        const NodeSpec& sa = model.specs[a];
+        const NodeSpec& sb = model.specs[b];
+        if (sa.gpu_count != sb.gpu_count || sa.cpu_milli != sb.cpu_milli ||
+            sa.nvlink_group != sb.nvlink_group) {
+          continue;
+        }
+        std::vector<GpuState> ga = cs.state(a).gpus, gb = cs.state(b).gpus;
+        auto less = [](const GpuState& x, const GpuState& y) {
+          return std::tie(x.healthy, x.mig_used, x.milli_free,
+                          x.memory_free_mib, x.mig_milli) <
+                 std::tie(y.healthy, y.mig_used, y.milli_free,
+                          y.memory_free_mib, y.mig_milli);
+        };
+        if (sa.nvlink_group.empty()) {
+          std::sort(ga.begin(), ga.end(), less);
+          std::sort(gb.begin(), gb.end(), less);
+        }
+        const bool same =
+            ga == gb && cs.state(a).cpu_free == cs.state(b).cpu_free &&
+            cs.state(a).memory_free_mib == cs.state(b).memory_free_mib;
+        ASSERT_EQ(cs.class_of(a) == cs.class_of(b), same)
+            << "nodes " << a << " and " << b;
+      }
+    }
   }
   EXPECT_GT(assumed, 500);
   EXPECT_GT(rejected, 100);

@@ -21,6 +21,7 @@ struct PlacementFlags {
   std::string policies = "fgd";
   std::string seeds = "42";
   double inflate = 1.3;
+  bool online_workload = false;
   int threads = 0;
   std::string out;
   std::string html;
@@ -49,6 +50,7 @@ int RunPlacement(const PlacementFlags& flags) {
   config.pods = *std::move(pods);
   config.seeds = *std::move(seeds);
   config.inflate = flags.inflate;
+  config.online_workload = flags.online_workload;
   config.threads = flags.threads;
   if (flags.policies == "all") {
     config.policies = placement::PolicyNames();
@@ -59,7 +61,9 @@ int RunPlacement(const PlacementFlags& flags) {
   if (!exp.ok()) return Fail(std::string(exp.status().message()));
   const sim::ReportInputs inputs{flags.nodes, flags.pods};
   const std::string json =
-      sim::PlacementReportJson(*exp, inputs).dump(2) + "\n";
+      sim::PlacementReportJson(*exp, inputs)
+          .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
   if (flags.out.empty() || flags.out == "-") {
     std::fputs(json.c_str(), stdout);
   } else if (!WriteFile(flags.out, json)) {
@@ -116,6 +120,9 @@ void AddSimCommand(CLI::App& app) {
       ->add_option("--inflate", flags->inflate,
                    "grow the pod list to this multiple of GPU capacity")
       ->capture_default_str();
+  placement->add_flag(
+      "--online-workload", flags->online_workload,
+      "give policies no target workload; adaptive ones learn it as pods come");
   placement->add_option("--threads", flags->threads,
                         "worker threads (0 = one per core)");
   placement->add_option("--out", flags->out,

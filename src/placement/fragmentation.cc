@@ -7,47 +7,46 @@
 
 namespace gpusched::placement {
 
-TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
-                             double coverage) {
-  using Key = std::tuple<int64_t, int, int, uint64_t, bool>;
-  std::map<Key, std::pair<int, const PodRequest*>> counts;
-  for (const PodRequest& p : pods) {
-    auto& [n, example] =
-        counts[{p.cpu_milli, p.gpu_milli, p.gpus, p.model_mask, p.any_model}];
-    if (n++ == 0) example = &p;
-  }
-  std::vector<std::pair<Key, std::pair<int, const PodRequest*>>> sorted(
-      counts.begin(), counts.end());
-  std::stable_sort(
-      sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-        if (a.second.first != b.second.first)
-          return a.second.first > b.second.first;
-        return a.first > b.first;  // larger shape first on equal counts
-      });
-  TargetWorkload out;
-  const double total = static_cast<double>(pods.size());
-  int cum = 0;
-  for (const auto& [key, entry] : sorted) {
-    if (cum >= coverage * total) break;
-    cum += entry.first;
-    out.push_back({*entry.second, static_cast<double>(entry.first)});
-    out.back().pod.memory_mib = 0;  // the group's mean, below
-  }
-  for (const PodRequest& p : pods) {
-    for (WorkloadShape& s : out) {
-      if (s.pod.cpu_milli == p.cpu_milli && s.pod.gpu_milli == p.gpu_milli &&
-          s.pod.gpus == p.gpus && s.pod.model_mask == p.model_mask &&
-          s.pod.any_model == p.any_model) {
-        s.pod.memory_mib += p.memory_mib;
-        break;
-      }
+ShapeKey ShapeKeyOf(const PodRequest& p) {
+  return {p.cpu_milli, p.gpu_milli, p.gpus, p.model_mask, p.any_model};
+}
+
+void ShapeCounter::Add(const PodRequest& pod) {
+  auto [it, inserted] = groups_.try_emplace(ShapeKeyOf(pod));
+  Group& g = it->second;
+  if (inserted) g.example = pod;
+  ++g.count;
+  g.memory_sum += pod.memory_mib;
+  ++total_;
+}
+
+TargetWorkload ShapeCounter::Typical(double coverage) const {
+  std::vector<std::pair<ShapeKey, const Group*>> sorted;
+  for (const auto& [key, g] : groups_) sorted.emplace_back(key, &g);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    if (a.second->count != b.second->count) {
+      return a.second->count > b.second->count;
     }
-  }
-  for (WorkloadShape& s : out) {
-    s.pod.memory_mib = static_cast<int64_t>(s.pod.memory_mib / s.weight);
+    return a.first > b.first;  // larger shape first on equal counts
+  });
+  TargetWorkload out;
+  double cum = 0;
+  for (const auto& [key, g] : sorted) {
+    if (cum >= coverage * total_) break;
+    cum += g->count;
+    WorkloadShape s{g->example, g->count};
+    s.pod.memory_mib = static_cast<int64_t>(g->memory_sum / g->count);
+    out.push_back(std::move(s));
   }
   for (WorkloadShape& s : out) s.weight /= cum;
   return out;
+}
+
+TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
+                             double coverage) {
+  ShapeCounter counter;
+  for (const PodRequest& p : pods) counter.Add(p);
+  return counter.Typical(coverage);
 }
 
 int64_t FragNode::TotalFree() const {
@@ -135,7 +134,7 @@ double Fragmentation::Of(const FragNode& n) {
   auto it = memo_.find(key);
   if (it != memo_.end()) return it->second;
   const double f = Compute(n);
-  if (memo_.size() > (1u << 22)) memo_.clear();
+  if (memo_.size() > (1u << 18)) memo_.clear();  // ~25 MB at most
   memo_.emplace(key, f);
   return f;
 }

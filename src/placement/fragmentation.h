@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,11 +28,34 @@ struct WorkloadShape {
 };
 using TargetWorkload = std::vector<WorkloadShape>;
 
-// The FGD target workload from a list of pods: group by (CPU, GPU milli,
-// GPU count, model constraint), most frequent first (ties: larger shape
-// first), keep shapes while the cumulative count is below `coverage` of all
-// pods (the shape that crosses it is kept), renormalise. Memory is not part
-// of the shape, as in the paper.
+// What makes two pods the same shape for the target workload: CPU, GPU
+// milli, GPU count and model constraint. Memory is not part of the shape,
+// as in the paper; a shape carries its pods' mean memory.
+using ShapeKey = std::tuple<int64_t, int, int, uint64_t, bool>;
+ShapeKey ShapeKeyOf(const PodRequest& p);
+
+// Counts pods by shape (one entry per distinct shape, so it stays small
+// however many pods it sees) and derives the target workload from them.
+class ShapeCounter {
+ public:
+  void Add(const PodRequest& pod);
+  double total() const { return total_; }
+  // The FGD target workload: shapes most frequent first (ties: larger shape
+  // first), kept while the cumulative count is below `coverage` of all pods
+  // (the shape that crosses it is kept), probabilities renormalised.
+  TargetWorkload Typical(double coverage = 0.95) const;
+
+ private:
+  struct Group {
+    PodRequest example;
+    double count = 0;
+    double memory_sum = 0;
+  };
+  std::map<ShapeKey, Group> groups_;
+  double total_ = 0;
+};
+
+// ShapeCounter over `pods`, then Typical(coverage).
 TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
                              double coverage = 0.95);
 

@@ -59,7 +59,10 @@ class ScorePlugin {
   // and caches the score until epoch() changes.
   virtual bool ClassInvariant() const { return true; }
   virtual uint64_t epoch() const { return 0; }
-  // Told of every placement the Scheduler makes (adaptive policies learn).
+  // Told of every pod Scheduler::Place is asked to place, placed or not,
+  // before it is scheduled (adaptive policies learn the workload).
+  virtual void Offered(const PodRequest& pod) {}
+  // Told of every placement Scheduler::Place makes.
   virtual void Observe(const PodRequest& pod, const Allocation& alloc,
                        const ClusterState& cs) {}
 };

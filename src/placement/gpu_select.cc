@@ -138,6 +138,9 @@ std::vector<inventory::GpuShare> ChooseMigSlice(const PodRequest& pod,
         g.memory_free_mib < profile->memory_mib) {
       continue;
     }
+    // One slice per GPU may hold the media engines (max_count 1 for "+me";
+    // for every other profile the slot rules already imply max_count).
+    if (profile->media_extensions && g.mig_media > 0) continue;
     const int start = inventory::ChooseMigStart(*model, *profile, g.mig_used);
     if (start < 0) continue;
     if (best < 0 || (g.mig_used != 0 && st.gpus[best].mig_used == 0)) {

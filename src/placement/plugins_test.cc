@@ -267,6 +267,58 @@ TEST(GpuSelectTest, NvlinkRequiredIsAFilter) {
   EXPECT_EQ(d.allocation.node, 1);
 }
 
+TEST(MigPlacementTest, OneMediaSlicePerGpu) {
+  ClusterState cs;
+  inventory::NodeSpec h100 = testing::Node("h100", 2, 96000, "H100-SXM-80GB");
+  h100.mig_slots = 8;
+  h100.gpu_memory_mib = 81559;
+  ASSERT_TRUE(cs.AddNode(h100).ok());
+  Scheduler s(&cs, *NewPolicy("best-fit", {}), 1);
+  inventory::ResourceRequest r;
+  r.kind = GpuKind::kMig;
+  r.mig_profile = "1g.10gb+me";
+  std::set<int> gpus;
+  for (int i = 0; i < 2; ++i) {
+    const Decision d = s.Place("me" + std::to_string(i), Compile(r, cs));
+    ASSERT_TRUE(d.placed) << d.Summary(cs);
+    gpus.insert(d.allocation.gpus[0].gpu);
+  }
+  EXPECT_EQ(gpus.size(), 2u);  // never two media slices on one GPU
+  EXPECT_FALSE(s.Schedule(Compile(r, cs)).placed);
+  r.mig_profile = "1g.10gb";  // plain slices still fit beside them
+  EXPECT_TRUE(s.Schedule(Compile(r, cs)).placed);
+}
+
+TEST(GpuSelectTest, NvlinkPreferredTakesAnIntactDomainWhenThereIsOne) {
+  // Node a: two domains with 2 idle GPUs each; node b: one intact domain of
+  // 4. Every policy scores a higher (fuller, or lower index); "preferred"
+  // still puts the 4-GPU gang on b, inside one domain.
+  ClusterState cs;
+  inventory::NodeSpec a = Node("a", 8);
+  a.nvlink_group = {0, 0, 0, 0, 1, 1, 1, 1};
+  ASSERT_TRUE(cs.AddNode(a).ok());
+  inventory::NodeSpec b = Node("b", 4);
+  b.nvlink_group = {0, 0, 0, 0};
+  ASSERT_TRUE(cs.AddNode(b).ok());
+  for (int g : {0, 1, 4, 5}) Occupy(cs, 0, g, 1000);
+  inventory::ResourceRequest r = Whole(4);
+  r.topology = inventory::Topology::kPreferred;
+  for (const std::string& name : PolicyNames()) {
+    SCOPED_TRACE(name);
+    Scheduler s(&cs, Policy(name, TypicalShapes({Compile(r, cs)})), 1);
+    const Decision d = s.Schedule(Compile(r, cs));
+    ASSERT_TRUE(d.placed);
+    EXPECT_EQ(d.allocation.node, 1);
+  }
+  // With b busy, the gang still fits on a, across its two domains.
+  Occupy(cs, 1, 0, 1000);
+  Scheduler s(&cs, Policy("best-fit"), 1);
+  const Decision d = s.Schedule(Compile(r, cs));
+  ASSERT_TRUE(d.placed);
+  EXPECT_EQ(d.allocation.node, 0);
+  EXPECT_EQ(d.allocation.gpus.size(), 4u);
+}
+
 TEST(GpuSelectTest, BestAndRandomFit) {
   inventory::NodeState st;
   st.gpus.resize(4);
@@ -288,12 +340,6 @@ TEST(GpuSelectTest, BestAndRandomFit) {
   for (int i = 0; i < 100; ++i) seen.insert(RandomFitGpu(pod, st, rng));
   EXPECT_EQ(seen, (std::set<int>{0, 1, 2}));
 }
-
-}  // namespace
-}  // namespace gpusched::placement
-
-namespace gpusched::placement {
-namespace {
 
 TEST(MigPlacementTest, PacksSlicesAndExplainsMisfits) {
   ClusterState cs;

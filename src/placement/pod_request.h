@@ -20,7 +20,7 @@ using inventory::Topology;
 
 struct PodRequest {
   GpuKind kind = GpuKind::kNone;
-  int gpus = 0;       // GPUs touched: whole N, 1 for fraction or MIG, else 0
+  int gpus = 0;  // GPUs touched: whole N, 1 for fraction or MIG, else 0
   // Per GPU: 1000 for whole, the share for a fraction, the profile's
   // compute share for MIG (0 if no node's model has the profile).
   int gpu_milli = 0;

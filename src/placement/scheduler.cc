@@ -68,6 +68,19 @@ Scheduler::CacheEntry& Scheduler::Entry(int class_id, int shape) {
 }
 
 Decision Scheduler::Schedule(const PodRequest& pod) {
+  // NVLink "preferred" means: an NVLink-connected gang on any node that has
+  // one, whatever the policy's scores; only where none has, any GPUs.
+  if (pod.kind == GpuKind::kWhole && pod.gpus > 1 &&
+      pod.topology == inventory::Topology::kPreferred) {
+    PodRequest strict = pod;
+    strict.topology = inventory::Topology::kRequired;
+    Decision d = ScheduleOnce(strict);
+    if (d.placed) return d;
+  }
+  return ScheduleOnce(pod);
+}
+
+Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
   Decision d;
   d.nodes_total = cs_->num_nodes();
   const int shape = ShapeId(pod);
@@ -155,6 +168,7 @@ Decision Scheduler::Schedule(const PodRequest& pod) {
 }
 
 Decision Scheduler::Place(const std::string& pod_id, const PodRequest& pod) {
+  policy_->Offered(pod);
   Decision d = Schedule(pod);
   if (!d.placed) return d;
   const absl::Status st = cs_->Assume(pod_id, d.allocation, pod.info);

@@ -52,7 +52,8 @@ class Scheduler {
       ClusterState* cs, std::unique_ptr<ScorePlugin> policy, uint64_t seed,
       std::vector<std::unique_ptr<FilterPlugin>> filters = DefaultFilters());
 
-  // Where `pod` would go now; changes nothing.
+  // Where `pod` would go now; changes nothing. A multi-GPU gang with NVLink
+  // `preferred` is placed as `required` when some node can take it so.
   Decision Schedule(const PodRequest& pod);
   // Schedule, then Assume the allocation under `pod_id` and tell the policy.
   Decision Place(const std::string& pod_id, const PodRequest& pod);
@@ -74,6 +75,7 @@ class Scheduler {
     std::vector<CacheEntry> by_shape;
   };
 
+  Decision ScheduleOnce(const PodRequest& pod);
   int ShapeId(const PodRequest& pod);
   int16_t ReasonId(const FilterPlugin& plugin, const char* reason);
   CacheEntry& Entry(int class_id, int shape);

@@ -143,9 +143,23 @@ TEST(SchedulerTest, RandomizedAgreesWithBruteForce) {
       // Free something now and then so classes split and merge.
       if (rng.Uniform(4) == 0)
         cs.Forget("p" + std::to_string(rng.Uniform(step + 1)));
+      // Cluster-wide changes: a bigger node joins (moving the largest spec
+      // that dotprod and best-fit normalise by), a GPU fails or recovers.
+      if (step % 50 == 49) {
+        inventory::NodeSpec big =
+            Node("big" + std::to_string(step), 8, 96000 + 16000 * (step / 50));
+        if (step % 100 == 49) big.nvlink_group = {0, 0, 0, 0, 1, 1, 1, 1};
+        ASSERT_TRUE(cs.AddNode(big).ok());
+      }
+      if (step % 37 == 36) {
+        const int n = static_cast<int>(rng.Uniform(cs.num_nodes()));
+        if (cs.spec(n).gpu_count > 0) {
+          ASSERT_TRUE(cs.SetGpuHealth(n, 0, !cs.state(n).gpus[0].healthy).ok());
+        }
+      }
     }
     EXPECT_GT(placed, 100);
-    EXPECT_GT(failed, 10);  // the cluster saturates
+    EXPECT_GT(failed, 0);  // the cluster saturates
   }
 }
 

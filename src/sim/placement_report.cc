@@ -67,6 +67,7 @@ json PlacementReportJson(const PlacementExperiment& exp,
   j["nodes_total"] = exp.nodes_total;
   j["gpus_total"] = exp.gpus_total;
   j["inflate"] = exp.inflate;
+  j["target_workload"] = exp.online_workload ? "online" : "trace";
   j["wall_seconds"] = exp.wall_seconds;
   json results = json::array();
   for (const PlacementRun& r : exp.results) {

@@ -36,7 +36,7 @@ double RoundHalfEven(double x, int digits) {
 absl::StatusOr<PlacementRun> RunPlacementOnce(
     const std::vector<inventory::NodeSpec>& nodes,
     const std::vector<TracePod>& pods, const std::string& policy_name,
-    uint64_t seed, double inflate) {
+    uint64_t seed, double inflate, bool online_workload) {
   const auto start = std::chrono::steady_clock::now();
   // Nodes join in a seeded random order: that order breaks score ties (the
   // authors rename nodes with a seeded permutation for the same effect).
@@ -67,7 +67,7 @@ absl::StatusOr<PlacementRun> RunPlacementOnce(
     compiled.push_back(*std::move(c));
   }
   placement::PolicyOptions options;
-  options.workload = placement::TypicalShapes(compiled);
+  if (!online_workload) options.workload = placement::TypicalShapes(compiled);
   options.seed = seed;
   ASSIGN_OR_RETURN(auto policy, placement::NewPolicy(policy_name, options));
 
@@ -144,6 +144,10 @@ absl::StatusOr<PlacementExperiment> RunPlacementExperiment(
   if (config.pods.empty()) return absl::InvalidArgumentError("no pods");
   if (config.policies.empty()) return absl::InvalidArgumentError("no policies");
   if (config.seeds.empty()) return absl::InvalidArgumentError("no seeds");
+  if (config.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be 0 (one per core) or more, got ", config.threads));
+  }
   if (!(config.inflate > 0) || config.inflate > 10) {
     return absl::InvalidArgumentError(
         absl::StrCat("--inflate must be in (0, 10], got ", config.inflate));
@@ -155,6 +159,7 @@ absl::StatusOr<PlacementExperiment> RunPlacementExperiment(
   exp.nodes_total = static_cast<int>(config.nodes.size());
   for (const auto& n : config.nodes) exp.gpus_total += n.gpu_count;
   exp.inflate = config.inflate;
+  exp.online_workload = config.online_workload;
 
   const size_t jobs = config.policies.size() * config.seeds.size();
   std::vector<absl::StatusOr<PlacementRun>> runs(jobs,
@@ -162,9 +167,10 @@ absl::StatusOr<PlacementExperiment> RunPlacementExperiment(
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t j; (j = next.fetch_add(1)) < jobs;) {
-      runs[j] = RunPlacementOnce(
-          config.nodes, config.pods, config.policies[j / config.seeds.size()],
-          config.seeds[j % config.seeds.size()], config.inflate);
+      runs[j] = RunPlacementOnce(config.nodes, config.pods,
+                                 config.policies[j / config.seeds.size()],
+                                 config.seeds[j % config.seeds.size()],
+                                 config.inflate, config.online_workload);
     }
   };
   size_t threads =

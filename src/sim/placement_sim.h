@@ -28,6 +28,9 @@ struct PlacementSimConfig {
   std::vector<std::string> policies;
   std::vector<uint64_t> seeds;
   double inflate = 1.3;
+  // True: policies get no target workload and learn it from the pods as
+  // they arrive (as live); false: the trace's typical shapes (the method).
+  bool online_workload = false;
   int threads = 0;  // 0 = hardware concurrency
 };
 
@@ -55,6 +58,7 @@ struct PlacementExperiment {
   int nodes_total = 0;
   int64_t gpus_total = 0;
   double inflate = 0;
+  bool online_workload = false;
   std::vector<PlacementRun> results;  // policy-major, then seed
   std::vector<PlacementSummary> summary;
   double wall_seconds = 0;
@@ -68,7 +72,7 @@ absl::StatusOr<PlacementExperiment> RunPlacementExperiment(
 absl::StatusOr<PlacementRun> RunPlacementOnce(
     const std::vector<inventory::NodeSpec>& nodes,
     const std::vector<TracePod>& pods, const std::string& policy, uint64_t seed,
-    double inflate);
+    double inflate, bool online_workload = false);
 
 // Parses "42-51", "42,45,50-51" into seeds.
 absl::StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text);

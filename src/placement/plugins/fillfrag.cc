@@ -14,8 +14,9 @@
 //     the combined gradient at a finer step (kQuantum) and keeps the
 //     node-order tie-break, which packs equally good placements together.
 //  3. Adaptivity. Given no target workload (the live case), it learns the
-//     typical shapes online from the pods it places and re-derives them as
-//     the mix changes (epoch() moves, so cached scores are dropped).
+//     typical shapes online from every pod offered to it (placed or not;
+//     counted by shape, so memory stays bounded) and re-derives them as the
+//     mix changes (epoch() moves, so cached scores are dropped).
 // The GPU within the node is chosen jointly with the node: the node's score
 // is its best GPU's score, and that GPU is the one used.
 #include <algorithm>
@@ -41,8 +42,8 @@ constexpr double kPressureHigh = 1.0;
 constexpr double kQuantum = 20;
 // Online learning: re-derive the target workload after this many
 // placements, then at doubling intervals up to kMaxRelearnInterval.
-constexpr int kFirstRelearn = 16;
-constexpr int kMaxRelearnInterval = 4096;
+constexpr double kFirstRelearn = 16;
+constexpr double kMaxRelearnInterval = 4096;
 
 class FillFragPolicy : public FragGradientPolicy {
  public:
@@ -63,13 +64,12 @@ class FillFragPolicy : public FragGradientPolicy {
     return FragGradientPolicy::Score(pod, cs, node);
   }
 
-  void Observe(const PodRequest& pod, const Allocation&,
-               const ClusterState&) override {
+  void Offered(const PodRequest& pod) override {
     if (!learn_) return;
-    seen_.push_back(pod);
-    if (static_cast<int>(seen_.size()) < next_relearn_) return;
-    next_relearn_ += std::min<int>(next_relearn_, kMaxRelearnInterval);
-    workload_ = TypicalShapes(seen_);
+    seen_.Add(pod);
+    if (seen_.total() < next_relearn_) return;
+    next_relearn_ += std::min(next_relearn_, kMaxRelearnInterval);
+    workload_ = seen_.Typical();
     fgd_ = Fragmentation(workload_, /*with_memory=*/false);
     ++epoch_;
   }
@@ -131,8 +131,8 @@ class FillFragPolicy : public FragGradientPolicy {
   const bool learn_;
   TargetWorkload workload_;
   Fragmentation fgd_;
-  std::vector<PodRequest> seen_;
-  int next_relearn_ = kFirstRelearn;
+  ShapeCounter seen_;  // every pod offered, by shape
+  double next_relearn_ = kFirstRelearn;
   uint64_t epoch_ = 0;
   double fill_weight_ = kFillWeight;
   // (epoch_, cluster epoch) fill_weight_ was derived for.
