@@ -64,6 +64,12 @@ print(f"fillfrag vs published FGD: {ff:.2f} vs 4.77 at 100% ({100 * (1 - ff / 4.
 PY
 
 echo
+echo "== 2b. Without the trace's target workload (as live): fillfrag learns it online"
+"$build/gpusched" sim placement --nodes "$data/openb_node_list_gpu_node.csv" \
+  --pods "$data/openb_pod_list_default.csv" --policy fgd,fillfrag --seeds 42-51 \
+  --online-workload --out "$out/online.json" 2>&1 | grep -E "^(fgd|fillfrag) "
+
+echo
 echo "== 3. fillfrag vs FGD on the trace variants, seeds 42-51"
 for t in cpu050 cpu100 cpu200 cpu250 gpushare40 gpushare60 gpushare80 gpushare100; do
   "$build/gpusched" sim placement --nodes "$data/openb_node_list_gpu_node.csv" \

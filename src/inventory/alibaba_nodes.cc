@@ -67,6 +67,12 @@ absl::StatusOr<std::vector<NodeSpec>> AlibabaNodesFromCsv(
         !reader.Int(row, "gpu", &gpus)) {
       continue;
     }
+    if (gpus < 0 || gpus > ClusterState::kMaxGpusPerNode) {
+      errors.push_back(absl::StrCat(table.name(), ":", row.line(),
+                                    ": column 'gpu': ", gpus, " GPUs; want 0..",
+                                    ClusterState::kMaxGpusPerNode));
+      continue;
+    }
     std::string code(absl::StripAsciiWhitespace(*model));
     if (absl::AsciiStrToLower(code) == "nan") code.clear();
     if (gpus > 0 && code.empty()) {
