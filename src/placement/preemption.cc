@@ -608,15 +608,31 @@ absl::StatusOr<Decision> ApplyPreemption(const PreemptionPlan& plan,
     return absl::FailedPreconditionError(absl::StrCat(
         "pod '", pod_id, "': the cluster changed since the plan was made"));
   }
+  // Evict, remembering each victim so a failed placement can undo it.
+  std::vector<std::pair<std::string, inventory::PodRecord>> evicted;
   for (const PreemptionVictim& v : plan.victims) {
+    const inventory::PodRecord* rec = cs.FindPod(v.pod);
+    if (rec == nullptr) continue;
+    evicted.emplace_back(v.pod, *rec);
     cs.Forget(v.pod);
     if (queues != nullptr) queues->Release(v.pod);
   }
-  Decision d = scheduler.Place(pod_id, pod);
+  // On the planned node: elsewhere the evictions would have been for
+  // nothing.
+  Decision d = scheduler.PlaceOn(pod_id, pod, plan.node);
   if (!d.placed) {
-    return absl::InternalError(
-        absl::StrCat("pod '", pod_id, "' does not fit after evicting ",
-                     plan.victims.size(), " pod(s): ", d.Summary(cs)));
+    for (const auto& [id, rec] : evicted) {
+      RETURN_IF_ERROR(cs.Assume(id, rec.allocation, rec.info));
+      if (rec.bound) RETURN_IF_ERROR(cs.Bind(id));
+      if (queues != nullptr) {
+        RETURN_IF_ERROR(queues->Charge(
+            id, rec.info.tenant, AmountsOf(rec.allocation), rec.info.priority));
+      }
+    }
+    return absl::InternalError(absl::StrCat(
+        "pod '", pod_id, "' does not fit on ", cs.spec(plan.node).name,
+        " after evicting ", plan.victims.size(),
+        " pod(s) (victims restored): ", d.Summary(cs)));
   }
   if (queues != nullptr) {
     RETURN_IF_ERROR(queues->Charge(pod_id, pod.info.tenant,

@@ -99,12 +99,13 @@ PreemptionPlan PlanPreemption(
     const PreemptionOptions& options = {});
 
 // Carries out `plan`: Forgets every victim in the scheduler's cluster and
-// Releases it from `queues` (if not null), then Places `pod` under `pod_id`
-// through `scheduler` and Charges it to its queue. FailedPrecondition, with
-// nothing changed, if no plan was found or the cluster changed since
-// planning; Internal if the pod still does not fit once the victims are
-// gone (they stay evicted: the scheduler's filters disagree with the plan's);
-// Charge's error if the tree refuses the pod (it stays placed).
+// Releases it from `queues` (if not null), then places `pod` under `pod_id`
+// on the plan's node (Scheduler::PlaceOn) and Charges it to its queue.
+// FailedPrecondition, with nothing changed, if no plan was found or the
+// cluster changed since planning; Internal if the pod still does not fit on
+// that node once the victims are gone (the scheduler's filters disagree with
+// the plan's): the victims are then restored as they were; Charge's error if
+// the tree refuses the pod (it stays placed).
 absl::StatusOr<Decision> ApplyPreemption(const PreemptionPlan& plan,
                                          const std::string& pod_id,
                                          const PodRequest& pod,

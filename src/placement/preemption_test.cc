@@ -804,5 +804,40 @@ TEST(PreemptionTest, MigPlanThenApply) {
   EXPECT_EQ(w.tree->Usage("a").gpu_milli, before);
 }
 
+// A scheduler whose extra filter disagrees with the plan: the pod cannot go
+// on the planned node, so the victims come back as they were.
+class RejectEverything : public FilterPlugin {
+ public:
+  absl::string_view name() const override { return "RejectEverything"; }
+  FilterVerdict Filter(const PodRequest&, const ClusterState&,
+                       int) const override {
+    return {"no"};
+  }
+};
+
+TEST(PreemptionTest, FailedApplyRestoresTheVictims) {
+  std::vector<Running> running =
+      Concat({Fill("x", "a", 1000, 0, 1, 7), FullOfSlices("s", 1000, 0)});
+  running[7 + 3].priority = 100;  // s3
+  World w(1, kOneQueue, running);
+  const PodRequest pod = MakeRequest({"a", 500, GpuKind::kMig});
+  const PreemptionPlan plan =
+      PlanPreemption(w.cs, *w.tree, pod, DefaultFilters());
+  ASSERT_TRUE(plan.found) << plan.reason;
+  const inventory::Allocation s3 = w.cs.FindPod("s3")->allocation;
+  const int64_t usage = w.tree->Usage("a").gpu_milli;
+  auto filters = DefaultFilters();
+  filters.push_back(std::make_unique<RejectEverything>());
+  Scheduler scheduler(&w.cs, *NewPolicy("best-fit", {}), 1, std::move(filters));
+  absl::StatusOr<Decision> d =
+      ApplyPreemption(plan, "new", pod, scheduler, w.tree.get());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(d.status().message(), HasSubstr("victims restored"));
+  ASSERT_NE(w.cs.FindPod("s3"), nullptr);
+  EXPECT_EQ(w.cs.FindPod("s3")->allocation, s3);
+  EXPECT_EQ(w.cs.FindPod("new"), nullptr);
+  EXPECT_EQ(w.tree->Usage("a").gpu_milli, usage);
+}
+
 }  // namespace
 }  // namespace gpusched::placement

@@ -181,4 +181,39 @@ Decision Scheduler::Place(const std::string& pod_id, const PodRequest& pod) {
   return d;
 }
 
+Decision Scheduler::PlaceOn(const std::string& pod_id, const PodRequest& pod,
+                            int node) {
+  Decision d;
+  d.nodes_total = cs_->num_nodes();
+  if (node < 0 || node >= cs_->num_nodes()) {
+    d.reasons = {{absl::StrCat("no node with index ", node), 1}};
+    return d;
+  }
+  for (const auto& f : filters_) {
+    const FilterVerdict v = f->Filter(pod, *cs_, node);
+    if (!v.ok()) {
+      d.reasons = {{absl::StrCat(f->name(), ": ", v.reason), 1}};
+      return d;
+    }
+  }
+  d.nodes_feasible = 1;
+  d.score = policy_->Score(pod, *cs_, node);
+  d.top = {{node, d.score}};
+  d.allocation.node = node;
+  d.allocation.cpu_milli = pod.cpu_milli;
+  d.allocation.memory_mib = pod.memory_mib;
+  d.allocation.gpus = policy_->SelectGpus(pod, *cs_, node, rng_);
+  CHECK(static_cast<int>(d.allocation.gpus.size()) == pod.gpus)
+      << "policy " << policy_->name() << " chose " << d.allocation.gpus.size()
+      << " GPUs on a node that passed every filter";
+  const absl::Status st = cs_->Assume(pod_id, d.allocation, pod.info);
+  if (!st.ok()) {
+    d.reasons = {{std::string(st.message()), 1}};
+    return d;
+  }
+  d.placed = true;
+  policy_->Observe(pod, d.allocation, *cs_);
+  return d;
+}
+
 }  // namespace gpusched::placement

@@ -58,6 +58,10 @@ class Scheduler {
   // Schedule, then Assume the allocation under `pod_id` and tell the policy.
   Decision Place(const std::string& pod_id, const PodRequest& pod);
 
+  // Place on `node` only (after preemption freed it): the node must pass
+  // every filter; the policy still chooses the GPUs.
+  Decision PlaceOn(const std::string& pod_id, const PodRequest& pod, int node);
+
   ScorePlugin& policy() { return *policy_; }
   ClusterState& cluster() { return *cs_; }
 
