@@ -9,6 +9,10 @@
 //     the GPU milli left over after packing as many copies of m as the
 //     node's GPUs, CPU and host memory allow. CPU- or memory-starved GPUs
 //     show up as fragmentation before they are stranded.
+//     And a combination term: on each GPU, the free milli that no
+//     combination of the typical one-GPU sizes can fill (190 free when the
+//     smallest share is 230 is lost whatever arrives; 300 free is not when
+//     shares of 160 and 140 exist).
 //  2. Resolution. FGD's integer sigmoid score lumps together placements
 //     ~40 milli apart and breaks the tie by node order. fillfrag quantises
 //     the combined gradient at a finer step (kQuantum) and keeps the
@@ -20,6 +24,7 @@
 // The GPU within the node is chosen jointly with the node: the node's score
 // is its best GPU's score, and that GPU is the one used.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -40,6 +45,8 @@ constexpr double kScarceCpuFillWeight = 0.5;
 constexpr double kPressureLow = 0.95;
 constexpr double kPressureHigh = 1.0;
 constexpr double kQuantum = 20;
+// Weight of the combination term (GPU milli no mix of typical sizes fills).
+constexpr double kComboWeight = 1.0;
 // Online learning: re-derive the target workload after this many
 // placements, then at doubling intervals up to kMaxRelearnInterval.
 constexpr double kFirstRelearn = 16;
@@ -50,7 +57,9 @@ class FillFragPolicy : public FragGradientPolicy {
   explicit FillFragPolicy(TargetWorkload workload)
       : learn_(workload.empty()),
         workload_(workload),
-        fgd_(std::move(workload), /*with_memory=*/false) {}
+        fgd_(std::move(workload), /*with_memory=*/false) {
+    DeriveComboFill();
+  }
 
   absl::string_view name() const override { return "fillfrag"; }
   uint64_t epoch() const override { return epoch_; }
@@ -71,6 +80,7 @@ class FillFragPolicy : public FragGradientPolicy {
     next_relearn_ += std::min(next_relearn_, kMaxRelearnInterval);
     workload_ = seen_.Typical();
     fgd_ = Fragmentation(workload_, /*with_memory=*/false);
+    DeriveComboFill();
     ++epoch_;
   }
 
@@ -119,8 +129,34 @@ class FillFragPolicy : public FragGradientPolicy {
     return f;
   }
 
+  // combo_fill_[c]: the most of c free milli that one-GPU shapes of the
+  // workload can fill together (unbounded knapsack over their sizes).
+  void DeriveComboFill() {
+    std::vector<int> sizes;
+    for (const WorkloadShape& s : workload_) {
+      if (s.pod.gpus == 1 && s.pod.gpu_milli > 0)
+        sizes.push_back(s.pod.gpu_milli);
+    }
+    combo_fill_[0] = 0;
+    for (int c = 1; c <= inventory::kMilliPerGpu; ++c) {
+      int best = 0;
+      for (int z : sizes) {
+        if (z <= c) best = std::max(best, z + combo_fill_[c - z]);
+      }
+      combo_fill_[c] = best;
+    }
+  }
+
+  double Combo(const FragNode& n) const {
+    int64_t unfillable = 0;
+    for (int i = 0; i < n.num_gpus; ++i) {
+      unfillable += n.free[i] - combo_fill_[n.free[i]];
+    }
+    return static_cast<double>(unfillable);
+  }
+
   double Frag(const FragNode& n) override {
-    return fgd_.Of(n) + fill_weight_ * Fill(n);
+    return fgd_.Of(n) + fill_weight_ * Fill(n) + kComboWeight * Combo(n);
   }
   // Quantised decrease of the combined fragmentation.
   double Gain(double before, double after) const override {
@@ -132,6 +168,7 @@ class FillFragPolicy : public FragGradientPolicy {
   TargetWorkload workload_;
   Fragmentation fgd_;
   ShapeCounter seen_;  // every pod offered, by shape
+  std::array<int, inventory::kMilliPerGpu + 1> combo_fill_{};
   double next_relearn_ = kFirstRelearn;
   uint64_t epoch_ = 0;
   double fill_weight_ = kFillWeight;
