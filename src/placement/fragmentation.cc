@@ -89,14 +89,7 @@ Fragmentation::Fragmentation(TargetWorkload workload, bool with_memory)
 }
 
 double Fragmentation::Compute(const FragNode& n) const {
-  const double r = static_cast<double>(n.TotalFree());
-  double f = 0;
-  for (const WorkloadShape& s : workload_) {
-    const PodRequest& m = s.pod;
-    if (m.gpus == 0 || !m.ModelAllowed(n.model_id)) {
-      f += s.weight * r;
-      continue;
-    }
+  return SumOverShapes(workload_, n, [&](const PodRequest& m, double r) {
     int hosts = 0;
     int64_t small = 0;
     for (int i = 0; i < n.num_gpus; ++i) {
@@ -108,9 +101,8 @@ double Fragmentation::Compute(const FragNode& n) const {
     }
     const bool fits = hosts >= m.gpus && n.cpu_free >= m.cpu_milli &&
                       (!with_memory_ || n.memory_free_mib >= m.memory_mib);
-    f += s.weight * (fits ? static_cast<double>(small) : r);
-  }
-  return f;
+    return fits ? static_cast<double>(small) : r;
+  });
 }
 
 double Fragmentation::Of(const FragNode& n) {

@@ -72,6 +72,21 @@ struct FragNode {
 };
 FragNode FragNodeOf(const ClusterState& cs, int node);
 
+// sum over shapes m of p_m * (the node's free GPU milli if m needs no GPU
+// or cannot use the node's model, else per_gpu_shape(m, free milli)): the
+// skeleton every fragmentation measure here shares.
+template <typename PerGpuShape>
+double SumOverShapes(const TargetWorkload& workload, const FragNode& n,
+                     PerGpuShape&& per_gpu_shape) {
+  const double r = static_cast<double>(n.TotalFree());
+  double f = 0;
+  for (const WorkloadShape& s : workload) {
+    const bool gpu_use = s.pod.gpus > 0 && s.pod.ModelAllowed(n.model_id);
+    f += s.weight * (gpu_use ? per_gpu_shape(s.pod, r) : r);
+  }
+  return f;
+}
+
 class Fragmentation {
  public:
   // `with_memory`: also count a shape as unhostable when the node lacks its

@@ -106,14 +106,7 @@ class FillFragPolicy : public FragGradientPolicy {
   // packing as many copies as GPUs, CPU and memory allow.
   double Fill(const FragNode& n) const {
     const int idle = n.IdleGpus();
-    const double r = static_cast<double>(n.TotalFree());
-    double f = 0;
-    for (const WorkloadShape& s : workload_) {
-      const PodRequest& m = s.pod;
-      if (m.gpus == 0 || !m.ModelAllowed(n.model_id)) {
-        f += s.weight * r;
-        continue;
-      }
+    return SumOverShapes(workload_, n, [&](const PodRequest& m, double r) {
       int64_t copies = 0;
       if (m.gpu_milli >= inventory::kMilliPerGpu) {
         copies = idle / m.gpus;
@@ -124,9 +117,8 @@ class FillFragPolicy : public FragGradientPolicy {
       if (m.memory_mib > 0) {
         copies = std::min(copies, n.memory_free_mib / m.memory_mib);
       }
-      f += s.weight * (r - static_cast<double>(copies) * m.TotalGpuMilli());
-    }
-    return f;
+      return r - static_cast<double>(copies) * m.TotalGpuMilli();
+    });
   }
 
   // combo_fill_[c]: the most of c free milli that one-GPU shapes of the
