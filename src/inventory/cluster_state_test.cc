@@ -54,6 +54,27 @@ TEST(ClusterStateTest, AssumeForgetBind) {
   EXPECT_EQ(cs.allocated_gpu_milli(), 0);
 }
 
+TEST(ClusterStateTest, RejectsNodesPlacementCannotModel) {
+  ClusterState cs;
+  NodeSpec big = EightGpuNode("big");
+  big.gpu_count = 17;
+  big.mig_slots = 0;
+  EXPECT_THAT(cs.AddNode(big).status().message(),
+              HasSubstr("17 GPUs; at most 16 per node"));
+  NodeSpec slots = EightGpuNode("slots");
+  slots.mig_slots = 4;  // an H100 has 8
+  EXPECT_THAT(cs.AddNode(slots).status().message(),
+              HasSubstr("mig_slots 4 but H100-SXM-80GB has 8"));
+  NodeSpec t4 = EightGpuNode("t4");
+  t4.gpu_model = "T4";
+  EXPECT_THAT(cs.AddNode(t4).status().message(),
+              HasSubstr("'T4' is not MIG-capable"));
+  EXPECT_EQ(cs.num_nodes(), 0);
+  const uint64_t epoch = cs.cluster_epoch();
+  ASSERT_TRUE(cs.AddNode(EightGpuNode("ok")).ok());
+  EXPECT_GT(cs.cluster_epoch(), epoch);
+}
+
 TEST(ClusterStateTest, FitsExplainsWhy) {
   ClusterState cs;
   ASSERT_TRUE(cs.AddNode(EightGpuNode("n0")).ok());

@@ -163,6 +163,10 @@ TEST_F(PlacementSimTest, RejectsBadConfigs) {
   EXPECT_THAT(RunPlacementExperiment(config).status().message(),
               HasSubstr("unknown placement policy 'magic'"));
   config.policies = {"fgd"};
+  config.threads = -1;
+  EXPECT_THAT(RunPlacementExperiment(config).status().message(),
+              HasSubstr("--threads"));
+  config.threads = 0;
   config.inflate = 0;
   EXPECT_THAT(RunPlacementExperiment(config).status().message(),
               HasSubstr("--inflate"));
