@@ -79,7 +79,6 @@ TEST(PreemptionOracleTest, PlansCostWhatBruteForceFinds) {
       const std::string id = "p" + std::to_string(p);
       const Decision d = filler.Place(id, testing::Compile(r, cs));
       if (!d.placed) continue;
-      cs.FindPod(id);
       // Place() assumed with default PodInfo; re-assume with ours.
       inventory::Allocation alloc = d.allocation;
       cs.Forget(id);

@@ -47,8 +47,8 @@ constexpr double kPressureHigh = 1.0;
 constexpr double kQuantum = 20;
 // Weight of the combination term (GPU milli no mix of typical sizes fills).
 constexpr double kComboWeight = 1.0;
-// Online learning: re-derive the target workload after this many
-// placements, then at doubling intervals up to kMaxRelearnInterval.
+// Online learning: re-derive the target workload after this many offered
+// pods, then at doubling intervals up to kMaxRelearnInterval.
 constexpr double kFirstRelearn = 16;
 constexpr double kMaxRelearnInterval = 4096;
 
