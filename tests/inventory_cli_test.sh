@@ -78,4 +78,10 @@ expect_contains "$tmp/err" "error: $tmp/none.yaml: cannot open file"
 "$bin" inventory --source bogus >/dev/null 2>&1 && fail "--source bogus accepted"
 "$bin" inventory --no-such-flag >/dev/null 2>&1 && fail "--no-such-flag accepted"
 
+# 6. An Alibaba-format node list is a declared inventory too.
+"$bin" inventory --source declared --config "$src/testdata/alibaba-gpu-v2023/nodes.csv" --json >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] || fail "node CSV: $(cat "$tmp/err")"
+expect_contains "$tmp/out" '"name": "openb-node-0000"'
+expect_contains "$tmp/out" '"gpu_model": "P100"'
+
 finish "inventory CLI"

@@ -57,8 +57,14 @@ std::string YamlType(const YAML::Node& n) {
       return "a map";
     case YAML::NodeType::Sequence:
       return "a list";
-    case YAML::NodeType::Scalar:
-      return absl::StrCat("'", n.Scalar(), "'");
+    case YAML::NodeType::Scalar: {
+      // Quote short values whole; a long one (a CSV read as YAML, say) only
+      // in part.
+      const std::string& v = n.Scalar();
+      if (v.size() <= 60) return absl::StrCat("'", v, "'");
+      return absl::StrCat("'", v.substr(0, 60), "...' (", v.size(),
+                          " characters)");
+    }
     case YAML::NodeType::Null:
       return "empty";
     case YAML::NodeType::Undefined:

@@ -11,9 +11,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "config/inventory_config.h"
+#include "inventory/alibaba_nodes.h"
 #include "inventory/cluster_state.h"
 #include "inventory/declared.h"
 #include "inventory/gpu_catalog.h"
@@ -265,6 +267,14 @@ absl::StatusOr<Inventory> Declared(const std::string& flag) {
   Inventory inv;
   inv.source = "declared";
   inv.config = flag.empty() ? kDefaultConfig : flag;
+  if (absl::EndsWith(inv.config, ".csv")) {
+    // A node list in the Alibaba trace's format.
+    absl::StatusOr<std::vector<NodeSpec>> nodes =
+        inventory::ReadAlibabaNodes(inv.config);
+    if (!nodes.ok()) return nodes.status();
+    inv.nodes = *std::move(nodes);
+    return inv;
+  }
   absl::StatusOr<config::InventoryConfig> cfg =
       config::LoadInventoryFile(inv.config);
   if (!cfg.ok()) {
@@ -317,7 +327,8 @@ void AddInventoryCommand(CLI::App& app) {
       "Show the nodes and GPUs gpusched schedules onto: this machine's GPUs "
       "(NVML), else a declared inventory");
   cmd->add_option("--config", flags->config,
-                  "Inventory manifest for the declared inventory (default: "
+                  "Inventory manifest for the declared inventory, or a node "
+                  "list in the Alibaba trace's CSV format (default: "
                   "examples/inventory.yaml)");
   cmd->add_option("--source", flags->source,
                   "auto: NVML, else the declared inventory; nvml: NVML only; "
