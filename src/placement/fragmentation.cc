@@ -76,16 +76,15 @@ FragNode FragNodeOf(const ClusterState& cs, int node) {
   return n;
 }
 
-Fragmentation::Fragmentation(TargetWorkload workload, bool with_memory)
-    : workload_(std::move(workload)), with_memory_(with_memory) {
+Fragmentation::Fragmentation(TargetWorkload workload)
+    : workload_(std::move(workload)) {
   for (const WorkloadShape& s : workload_) {
     cpu_thresholds_.push_back(s.pod.cpu_milli);
-    mem_thresholds_.push_back(s.pod.memory_mib);
   }
-  for (auto* t : {&cpu_thresholds_, &mem_thresholds_}) {
-    std::sort(t->begin(), t->end());
-    t->erase(std::unique(t->begin(), t->end()), t->end());
-  }
+  std::sort(cpu_thresholds_.begin(), cpu_thresholds_.end());
+  cpu_thresholds_.erase(
+      std::unique(cpu_thresholds_.begin(), cpu_thresholds_.end()),
+      cpu_thresholds_.end());
 }
 
 double Fragmentation::Compute(const FragNode& n) const {
@@ -99,30 +98,23 @@ double Fragmentation::Compute(const FragNode& n) const {
         small += n.free[i];
       }
     }
-    const bool fits = hosts >= m.gpus && n.cpu_free >= m.cpu_milli &&
-                      (!with_memory_ || n.memory_free_mib >= m.memory_mib);
+    const bool fits = hosts >= m.gpus && n.cpu_free >= m.cpu_milli;
     return fits ? static_cast<double>(small) : r;
   });
 }
 
 double Fragmentation::Of(const FragNode& n) {
-  // Canonical key: CPU and memory only matter through the thresholds they
-  // clear; GPU order does not matter.
-  std::array<int32_t, 20> key{};
+  // Canonical key: CPU only matters through the thresholds it clears; GPU
+  // order does not matter.
+  std::array<int32_t, 19> key{};
   key[0] = n.model_id;
   key[1] =
       static_cast<int32_t>(std::upper_bound(cpu_thresholds_.begin(),
                                             cpu_thresholds_.end(), n.cpu_free) -
                            cpu_thresholds_.begin());
-  key[2] = with_memory_
-               ? static_cast<int32_t>(std::upper_bound(mem_thresholds_.begin(),
-                                                       mem_thresholds_.end(),
-                                                       n.memory_free_mib) -
-                                      mem_thresholds_.begin())
-               : 0;
-  key[3] = n.num_gpus;
-  std::copy(n.free.begin(), n.free.begin() + n.num_gpus, key.begin() + 4);
-  std::sort(key.begin() + 4, key.begin() + 4 + n.num_gpus);
+  key[2] = n.num_gpus;
+  std::copy(n.free.begin(), n.free.begin() + n.num_gpus, key.begin() + 3);
+  std::sort(key.begin() + 3, key.begin() + 3 + n.num_gpus);
   auto it = memo_.find(key);
   if (it != memo_.end()) return it->second;
   const double f = Compute(n);

@@ -89,9 +89,8 @@ double SumOverShapes(const TargetWorkload& workload, const FragNode& n,
 
 class Fragmentation {
  public:
-  // `with_memory`: also count a shape as unhostable when the node lacks its
-  // host memory (FGD ignores memory; gpusched's own policy does not).
-  Fragmentation(TargetWorkload workload, bool with_memory);
+  // Memory is not part of the measure, as in the paper.
+  explicit Fragmentation(TargetWorkload workload);
 
   const TargetWorkload& workload() const { return workload_; }
   // F_n(M) in GPU milli; memoised on the node's canonical state.
@@ -101,10 +100,8 @@ class Fragmentation {
   double Compute(const FragNode& n) const;
 
   TargetWorkload workload_;
-  bool with_memory_;
   std::vector<int64_t> cpu_thresholds_;  // sorted distinct shape CPUs
-  std::vector<int64_t> mem_thresholds_;
-  absl::flat_hash_map<std::array<int32_t, 20>, double> memo_;
+  absl::flat_hash_map<std::array<int32_t, 19>, double> memo_;
 };
 
 }  // namespace gpusched::placement

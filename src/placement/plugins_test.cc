@@ -174,7 +174,7 @@ TEST(FragmentationTest, MeasureByHand) {
   ASSERT_TRUE(cs.AddNode(Node("a", 2)).ok());
   std::vector<PodRequest> pods = {Compile(Whole(1, 8000), cs),
                                   Compile(Share(500, 8000), cs)};
-  Fragmentation f(TypicalShapes(pods), false);  // 50% / 50%
+  Fragmentation f(TypicalShapes(pods));  // 50% / 50%
   FragNode n;
   n.model_id = 0;
   n.cpu_free = 96000;

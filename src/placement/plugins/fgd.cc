@@ -13,8 +13,7 @@ namespace {
 
 class FgdPolicy : public FragGradientPolicy {
  public:
-  explicit FgdPolicy(TargetWorkload workload)
-      : frag_(std::move(workload), /*with_memory=*/false) {}
+  explicit FgdPolicy(TargetWorkload workload) : frag_(std::move(workload)) {}
   absl::string_view name() const override { return "fgd"; }
 
  protected:

@@ -57,7 +57,7 @@ class FillFragPolicy : public FragGradientPolicy {
   explicit FillFragPolicy(TargetWorkload workload)
       : learn_(workload.empty()),
         workload_(workload),
-        fgd_(std::move(workload), /*with_memory=*/false) {
+        fgd_(std::move(workload)) {
     DeriveComboFill();
   }
 
@@ -79,7 +79,7 @@ class FillFragPolicy : public FragGradientPolicy {
     if (seen_.total() < next_relearn_) return;
     next_relearn_ += std::min(next_relearn_, kMaxRelearnInterval);
     workload_ = seen_.Typical();
-    fgd_ = Fragmentation(workload_, /*with_memory=*/false);
+    fgd_ = Fragmentation(workload_);
     DeriveComboFill();
     ++epoch_;
   }
