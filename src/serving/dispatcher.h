@@ -1,0 +1,135 @@
+// Dispatcher: the request layer's front door and traffic director.
+//
+// Owns, per deployment, a ModelQueue, a Router and the gateway's view of each
+// replica (outstanding requests against its concurrency cap, engine-reported
+// load); and one Admission for all tenants. Life of a request:
+//   Submit -> Admission (rate limits, queue bounds, deadline feasibility)
+//          -> ModelQueue (class, deadline, tenant fair share)
+//   Dispatch -> pops while some replica is below its cap -> Router picks one
+//   OnFirstToken / OnFinished -> frees the slot, corrects token estimates.
+// Requests wait in gpusched's queue (not in engines) once every replica is at
+// its cap, so queue order and fairness decide who runs next (Ray Serve's
+// max_ongoing_requests model). A deployment with no replica holds requests
+// until one is added or they time out.
+//
+// Clock-driven, deterministic for a seed, no I/O or threads; the live
+// gateway and the simulator drive the same object. Not thread-safe.
+#ifndef GPUSCHED_SERVING_DISPATCHER_H_
+#define GPUSCHED_SERVING_DISPATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "serving/admission.h"
+#include "serving/latency_model.h"
+#include "serving/model_queue.h"
+#include "serving/request.h"
+#include "serving/router.h"
+
+namespace gpusched::serving {
+
+struct DeploymentSpec {
+  std::string name;
+  ModelQueueConfig queue;
+  int64_t max_queue_size = 0;  // Triton's max_queue_size; 0: unbounded
+  RouterConfig router;
+  // Used for deadline feasibility and the latency-predictive router.
+  std::optional<LatencyModel> latency;
+};
+
+struct TenantSpec {
+  std::string name;
+  double weight = 1.0;  // share in fair queuing
+  TenantLimits limits;
+};
+
+struct Assignment {
+  Request request;
+  ReplicaId replica = 0;
+};
+
+// Engine-reported state of a replica (-1 where unknown).
+struct EngineLoad {
+  int waiting = -1;
+  int running = -1;
+  double kv_used_fraction = -1;
+  int64_t kv_tokens = -1;
+};
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(uint64_t seed) : seed_(seed) {}
+
+  absl::StatusOr<ModelId> AddDeployment(const DeploymentSpec& spec);
+  absl::StatusOr<TenantId> AddTenant(const TenantSpec& spec, Micros now = 0);
+  int num_deployments() const { return static_cast<int>(models_.size()); }
+  int num_tenants() const { return num_tenants_; }
+
+  // Replicas join ready to serve; `max_outstanding` >= 1.
+  void AddReplica(ModelId model, ReplicaId replica, int max_outstanding);
+  // The replica leaves; requests still on it are the caller's to retry.
+  void RemoveReplica(ModelId model, ReplicaId replica);
+  void UpdateEngineLoad(ModelId model, ReplicaId replica,
+                        const EngineLoad& load);
+
+  // Admission + enqueue. The request's tenant, model and class must exist.
+  Verdict Submit(const Request& r, Micros now);
+
+  // Routes queued requests to replicas with free slots; appends them.
+  void Dispatch(Micros now, std::vector<Assignment>* out);
+
+  // The replica produced the request's first token (its prompt is prefilled).
+  void OnFirstToken(const Request& r, ReplicaId replica, Micros now);
+  // The request left the replica: finished (output_tokens generated) or
+  // failed (output_tokens = -1: its estimate is refunded).
+  void OnFinished(const Request& r, ReplicaId replica, int32_t output_tokens,
+                  Micros now);
+
+  // Removes queued requests past their class timeout (reason queue_timeout).
+  void Expire(Micros now, std::vector<Request>* timed_out);
+  // Earliest queue timeout (kNever if none).
+  Micros NextTimeout() const;
+
+  const ModelQueue& queue(ModelId model) const { return *models_[model].queue; }
+  const Admission& admission() const { return admission_; }
+  int64_t outstanding(ModelId model) const;
+  const std::string& deployment_name(ModelId m) const {
+    return models_[m].spec.name;
+  }
+
+ private:
+  struct Model {
+    DeploymentSpec spec;
+    std::unique_ptr<ModelQueue> queue;
+    std::unique_ptr<Router> router;
+    std::vector<ReplicaLoad> replicas;
+    int64_t free_slots = 0;  // sum over replicas of cap - outstanding (>=0)
+    bool dirty = false;      // in dirty_ (queue and free slots may match)
+    // Service-rate estimate (completions per second), for wait prediction.
+    double rate = 0;
+    Micros window_start = 0;
+    int64_t window_done = 0;
+  };
+  int FindReplica(const Model& m, ReplicaId id) const;
+  void MarkDirty(ModelId model);
+  QueueOutlook Outlook(const Model& m, const Request& r, Micros now) const;
+  void NoteCompletion(Model& m, Micros now);
+
+  uint64_t seed_;
+  std::vector<Model> models_;
+  Admission admission_;
+  int num_tenants_ = 0;
+  std::vector<double> tenant_weights_;
+  std::vector<ModelId> dirty_;
+  std::vector<ReplicaLoad> candidates_;  // scratch
+  std::vector<int> candidate_index_;     // scratch
+};
+
+}  // namespace gpusched::serving
+
+#endif  // GPUSCHED_SERVING_DISPATCHER_H_

@@ -1,0 +1,449 @@
+#include "serving/model_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace gpusched::serving {
+namespace {
+
+// Min-heap order on (key, seq).
+bool Before(Micros ak, uint64_t as, Micros bk, uint64_t bs) {
+  return ak != bk ? ak < bk : as < bs;
+}
+
+template <typename E>
+void HeapPush(std::vector<E>& h, E e) {
+  h.push_back(e);
+  size_t i = h.size() - 1;
+  while (i > 0) {
+    const size_t p = (i - 1) / 2;
+    if (!Before(h[i].key, h[i].seq, h[p].key, h[p].seq)) break;
+    std::swap(h[i], h[p]);
+    i = p;
+  }
+}
+
+template <typename E>
+void HeapPop(std::vector<E>& h) {
+  h.front() = h.back();
+  h.pop_back();
+  const size_t n = h.size();
+  size_t i = 0;
+  for (;;) {
+    const size_t l = 2 * i + 1;
+    if (l >= n) break;
+    size_t m = l;
+    if (l + 1 < n && Before(h[l + 1].key, h[l + 1].seq, h[l].key, h[l].seq)) {
+      m = l + 1;
+    }
+    if (!Before(h[m].key, h[m].seq, h[i].key, h[i].seq)) break;
+    std::swap(h[i], h[m]);
+    i = m;
+  }
+}
+
+}  // namespace
+
+absl::Status ParseQueueOrder(const std::string& name, QueueOrder* out) {
+  if (name == "fair") {
+    *out = QueueOrder::kFair;
+  } else if (name == "edf") {
+    *out = QueueOrder::kEdf;
+  } else if (name == "fcfs") {
+    *out = QueueOrder::kFcfs;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown queue order \"", name, "\" (expected fair, edf or fcfs)"));
+  }
+  return absl::OkStatus();
+}
+
+const char* QueueOrderName(QueueOrder order) {
+  switch (order) {
+    case QueueOrder::kFair:
+      return "fair";
+    case QueueOrder::kEdf:
+      return "edf";
+    case QueueOrder::kFcfs:
+      return "fcfs";
+  }
+  return "?";
+}
+
+absl::Status ValidateModelQueueConfig(const ModelQueueConfig& c) {
+  if (c.classes.empty() || c.classes.size() > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a queue needs 1 to 255 priority classes, got ",
+                     c.classes.size()));
+  }
+  for (const QueueClassConfig& k : c.classes) {
+    if (k.timeout <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "class \"", k.name, "\": timeout must be positive"));
+    }
+  }
+  if (c.aging <= 0) {
+    return absl::InvalidArgumentError("aging must be positive");
+  }
+  if (!(c.input_weight >= 0) || !(c.output_weight >= 0) ||
+      c.input_weight + c.output_weight <= 0) {
+    return absl::InvalidArgumentError(
+        "input_weight and output_weight must be >= 0 and not both 0");
+  }
+  if (c.late_margin < 0) {
+    return absl::InvalidArgumentError("late_margin must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+ModelQueue::ModelQueue(ModelQueueConfig config) : config_(std::move(config)) {
+  CHECK(ValidateModelQueueConfig(config_).ok());
+  classes_.resize(config_.classes.size());
+}
+
+void ModelQueue::SetTenantWeight(TenantId tenant, double weight) {
+  CHECK(weight > 0);
+  if (weights_.size() <= tenant) weights_.resize(tenant + 1, 1.0);
+  weights_[tenant] = weight;
+}
+
+double ModelQueue::Weight(TenantId t) const {
+  return t < weights_.size() ? weights_[t] : 1.0;
+}
+
+uint32_t ModelQueue::AllocSlot(const Request& r, Micros now) {
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[slot];
+  s.request = r;
+  s.seq = next_seq_++;
+  s.enqueued = now;
+  s.live = true;
+  return slot;
+}
+
+void ModelQueue::FreeSlot(uint32_t slot) {
+  slots_[slot].live = false;
+  free_slots_.push_back(slot);
+}
+
+bool ModelQueue::SlotIsLive(const Entry& e) const {
+  const Slot& s = slots_[e.slot];
+  return s.live && s.seq == e.seq;
+}
+
+ModelQueue::TenantQueue& ModelQueue::Tenant(ClassQueue& q, TenantId t) {
+  if (q.by_tenant.size() <= t) q.by_tenant.resize(t + 1);
+  return q.by_tenant[t];
+}
+
+void ModelQueue::TenantHeapUp(ClassQueue& q, int32_t pos) {
+  auto& h = q.tenants;
+  while (pos > 0) {
+    const int32_t p = (pos - 1) / 2;
+    TenantQueue& a = q.by_tenant[h[pos]];
+    TenantQueue& b = q.by_tenant[h[p]];
+    // Ties: lower tenant id first, so the order is deterministic.
+    if (a.counter > b.counter || (a.counter == b.counter && h[pos] > h[p])) {
+      break;
+    }
+    std::swap(h[pos], h[p]);
+    a.heap_pos = p;
+    b.heap_pos = pos;
+    pos = p;
+  }
+}
+
+void ModelQueue::TenantHeapDown(ClassQueue& q, int32_t pos) {
+  auto& h = q.tenants;
+  const int32_t n = static_cast<int32_t>(h.size());
+  for (;;) {
+    const int32_t l = 2 * pos + 1;
+    if (l >= n) break;
+    int32_t m = l;
+    auto less = [&](int32_t i, int32_t j) {
+      const double ci = q.by_tenant[h[i]].counter;
+      const double cj = q.by_tenant[h[j]].counter;
+      return ci < cj || (ci == cj && h[i] < h[j]);
+    };
+    if (l + 1 < n && less(l + 1, l)) m = l + 1;
+    if (!less(m, pos)) break;
+    std::swap(h[pos], h[m]);
+    q.by_tenant[h[pos]].heap_pos = pos;
+    q.by_tenant[h[m]].heap_pos = m;
+    pos = m;
+  }
+}
+
+void ModelQueue::TenantHeapInsert(ClassQueue& q, TenantId t) {
+  TenantQueue& tq = q.by_tenant[t];
+  // VTC lift: a tenant returning from idle starts at the smallest backlogged
+  // counter (or the last served one when nobody waits), never below its own.
+  const double floor = q.tenants.empty()
+                           ? q.last_served_counter
+                           : q.by_tenant[q.tenants.front()].counter;
+  tq.counter = std::max(tq.counter, floor);
+  tq.heap_pos = static_cast<int32_t>(q.tenants.size());
+  q.tenants.push_back(t);
+  TenantHeapUp(q, tq.heap_pos);
+}
+
+void ModelQueue::TenantHeapRemove(ClassQueue& q, TenantId t) {
+  TenantQueue& tq = q.by_tenant[t];
+  const int32_t pos = tq.heap_pos;
+  CHECK(pos >= 0);
+  const int32_t last = static_cast<int32_t>(q.tenants.size()) - 1;
+  tq.heap_pos = -1;
+  if (pos != last) {
+    const TenantId moved = q.tenants[last];
+    q.tenants[pos] = moved;
+    q.by_tenant[moved].heap_pos = pos;
+    q.tenants.pop_back();
+    TenantHeapUp(q, pos);
+    TenantHeapDown(q, q.by_tenant[moved].heap_pos);
+  } else {
+    q.tenants.pop_back();
+  }
+}
+
+void ModelQueue::Push(const Request& r, Micros now) {
+  CHECK(r.priority < classes_.size());
+  const uint32_t slot = AllocSlot(r, now);
+  const Slot& s = slots_[slot];
+  ClassQueue& q = classes_[r.priority];
+  const QueueClassConfig& k = config_.classes[r.priority];
+  q.arrivals.push_back(Entry{now, s.seq, slot});
+  ++q.live;
+  ++size_;
+  if (tenant_live_.size() <= r.tenant) tenant_live_.resize(r.tenant + 1, 0);
+  ++tenant_live_[r.tenant];
+  switch (k.order) {
+    case QueueOrder::kFair: {
+      TenantQueue& tq = Tenant(q, r.tenant);
+      HeapPush(tq.heap, Entry{r.deadline, s.seq, slot});
+      if (tq.live++ == 0) TenantHeapInsert(q, r.tenant);
+      break;
+    }
+    case QueueOrder::kEdf:
+      HeapPush(q.heap, Entry{r.deadline, s.seq, slot});
+      break;
+    case QueueOrder::kFcfs:
+      HeapPush(q.heap, Entry{0, s.seq, slot});
+      break;
+  }
+}
+
+void ModelQueue::Charge(ClassQueue& q, TenantId t, double weighted_tokens) {
+  TenantQueue& tq = Tenant(q, t);
+  tq.counter += weighted_tokens / Weight(t);
+  if (tq.heap_pos >= 0) {
+    TenantHeapUp(q, tq.heap_pos);
+    TenantHeapDown(q, tq.heap_pos);
+  }
+}
+
+void ModelQueue::CorrectOutput(TenantId tenant, ClassId cls,
+                               int64_t output_tokens_delta) {
+  CHECK(cls < classes_.size());
+  if (config_.classes[cls].order != QueueOrder::kFair) return;
+  Charge(classes_[cls], tenant,
+         config_.output_weight * static_cast<double>(output_tokens_delta));
+}
+
+// Removes live `slot` of class `cls` from the bookkeeping and returns it.
+void ModelQueue::Take(ClassId cls, uint32_t slot, bool served, Request* out) {
+  ClassQueue& q = classes_[cls];
+  Slot& s = slots_[slot];
+  *out = s.request;
+  const TenantId t = s.request.tenant;
+  --q.live;
+  --size_;
+  --tenant_live_[t];
+  if (config_.classes[cls].order == QueueOrder::kFair) {
+    TenantQueue& tq = q.by_tenant[t];
+    --tq.live;
+    if (served) {
+      const double cost = config_.input_weight * s.request.input_tokens +
+                          config_.output_weight *
+                              std::max<int32_t>(0, s.request.max_output_tokens);
+      tq.counter += cost / Weight(t);
+      q.last_served_counter = tq.counter;
+    }
+    if (tq.live == 0) {
+      TenantHeapRemove(q, t);
+      // Dead entries of an idle tenant are dropped with it.
+      tq.heap.clear();
+    } else {
+      TenantHeapDown(q, tq.heap_pos);
+    }
+  }
+  FreeSlot(slot);
+}
+
+void ModelQueue::CleanArrivals(ClassQueue& q) {
+  while (!q.arrivals.empty() && !SlotIsLive(q.arrivals.front())) {
+    q.arrivals.pop_front();
+  }
+}
+
+bool ModelQueue::PopOldest(ClassId cls, Micros now, Request* out) {
+  ClassQueue& q = classes_[cls];
+  CleanArrivals(q);
+  if (q.arrivals.empty()) return false;
+  const uint32_t slot = q.arrivals.front().slot;
+  q.arrivals.pop_front();
+  Take(cls, slot, /*served=*/true, out);
+  return true;
+}
+
+bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
+  ClassQueue& q = classes_[cls];
+  if (q.live == 0) return false;
+  switch (config_.classes[cls].order) {
+    case QueueOrder::kFair: {
+      CHECK(!q.tenants.empty());
+      TenantQueue& tq = q.by_tenant[q.tenants.front()];
+      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
+      const uint32_t slot = tq.heap.front().slot;
+      HeapPop(tq.heap);
+      Take(cls, slot, /*served=*/true, out);
+      return true;
+    }
+    case QueueOrder::kEdf:
+      if (config_.demote_late) {
+        // Move requests that can no longer make their deadline behind the
+        // ones that still can.
+        while (!q.heap.empty()) {
+          const Entry& e = q.heap.front();
+          if (!SlotIsLive(e)) {
+            HeapPop(q.heap);
+            continue;
+          }
+          if (e.key == kNever || e.key - config_.late_margin >= now) break;
+          q.late.push_back(Entry{0, e.seq, e.slot});
+          HeapPop(q.heap);
+        }
+        if (q.heap.empty()) {
+          while (!SlotIsLive(q.late.front())) q.late.pop_front();
+          const uint32_t slot = q.late.front().slot;
+          q.late.pop_front();
+          Take(cls, slot, /*served=*/true, out);
+          return true;
+        }
+      }
+      [[fallthrough]];
+    case QueueOrder::kFcfs: {
+      while (!SlotIsLive(q.heap.front())) HeapPop(q.heap);
+      const uint32_t slot = q.heap.front().slot;
+      HeapPop(q.heap);
+      Take(cls, slot, /*served=*/true, out);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ModelQueue::Pop(Micros now, Request* out) {
+  if (size_ == 0) return false;
+  const int n = static_cast<int>(classes_.size());
+  if (config_.aging == kNever) {
+    for (int c = 0; c < n; ++c) {
+      if (PopFromClass(static_cast<ClassId>(c), now, out)) return true;
+    }
+    return false;
+  }
+  // Aging: a class's oldest request counts as one class more important per
+  // `aging` waited, never above class 0; among equals the older goes first.
+  // A class that wins by aging serves its oldest request, so the starved
+  // request is the one promoted.
+  int best = -1;
+  Micros best_eff = 0;
+  Micros best_oldest = 0;
+  for (int c = 0; c < n; ++c) {
+    ClassQueue& q = classes_[c];
+    if (q.live == 0) continue;
+    CleanArrivals(q);
+    const Micros oldest = q.arrivals.front().key;
+    const Micros eff = std::max<Micros>(0, c - (now - oldest) / config_.aging);
+    if (best < 0 || eff < best_eff ||
+        (eff == best_eff && oldest < best_oldest)) {
+      best = c;
+      best_eff = eff;
+      best_oldest = oldest;
+    }
+  }
+  const ClassId cls = static_cast<ClassId>(best);
+  return best_eff < best ? PopOldest(cls, now, out)
+                         : PopFromClass(cls, now, out);
+}
+
+void ModelQueue::ExpireTimedOut(Micros now, std::vector<Request>* expired) {
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    const Micros timeout = config_.classes[c].timeout;
+    if (timeout == kNever) continue;
+    ClassQueue& q = classes_[c];
+    for (;;) {
+      CleanArrivals(q);
+      if (q.arrivals.empty() || q.arrivals.front().key > now - timeout) break;
+      const uint32_t slot = q.arrivals.front().slot;
+      q.arrivals.pop_front();
+      Request r;
+      Take(static_cast<ClassId>(c), slot, /*served=*/false, &r);
+      expired->push_back(r);
+    }
+  }
+}
+
+Micros ModelQueue::NextTimeout() const {
+  Micros next = kNever;
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    const Micros timeout = config_.classes[c].timeout;
+    if (timeout == kNever) continue;
+    for (const Entry& e : classes_[c].arrivals) {
+      if (SlotIsLive(e)) {
+        next = std::min(next, e.key + timeout);
+        break;
+      }
+    }
+  }
+  return next;
+}
+
+int64_t ModelQueue::tenant_size(TenantId tenant) const {
+  return tenant < tenant_live_.size() ? tenant_live_[tenant] : 0;
+}
+
+int64_t ModelQueue::tenant_class_size(ClassId cls, TenantId tenant) const {
+  if (cls >= classes_.size()) return 0;
+  const ClassQueue& q = classes_[cls];
+  return tenant < q.by_tenant.size() ? q.by_tenant[tenant].live : 0;
+}
+
+int64_t ModelQueue::class_size(ClassId cls) const {
+  return cls < classes_.size() ? classes_[cls].live : 0;
+}
+
+int64_t ModelQueue::AheadOf(ClassId cls) const {
+  int64_t n = 0;
+  for (size_t c = 0; c <= cls && c < classes_.size(); ++c) {
+    n += classes_[c].live;
+  }
+  return n;
+}
+
+double ModelQueue::counter(ClassId cls, TenantId tenant) const {
+  if (cls >= classes_.size()) return 0;
+  const ClassQueue& q = classes_[cls];
+  return tenant < q.by_tenant.size() ? q.by_tenant[tenant].counter : 0;
+}
+
+}  // namespace gpusched::serving

@@ -1,0 +1,159 @@
+// ModelQueue: the requests of one deployment that wait for a replica.
+//
+// Order: priority class first (0 is most important; optional aging lifts a
+// request one class per `aging` waited), then within a class one of
+//  - fair (default): weighted fair queuing across tenants in tokens with
+//    virtual token counters (VTC, Sheng et al., OSDI'24): the backlogged
+//    tenant with the smallest counter goes next; its counter grows by
+//    (input_weight*input + output_weight*output) / tenant weight. Within a
+//    tenant, earliest deadline first, then arrival order. Work-conserving: a
+//    tenant that returns from idle is lifted to the smallest backlogged counter
+//    (or the last served one), so idle time banks no credit and an idle
+//    tenant's share goes to whoever is backlogged.
+//  - edf: earliest deadline first across tenants, then arrival; with
+//    `demote_late`, requests that can no longer meet their deadline wait behind
+//    those that still can (they are served when nothing feasible waits).
+//  - fcfs: arrival order.
+// Output tokens are charged at dispatch from the estimate (max_output_tokens)
+// and corrected by Charge() when the real count is known (VTC with length
+// prediction). Per-class queue timeouts (Triton's default_timeout) are applied
+// by ExpireTimedOut.
+//
+// Clock-driven: every call takes `now`; nothing here reads a clock, owns a
+// thread or allocates per request once warm. Not thread-safe.
+#ifndef GPUSCHED_SERVING_MODEL_QUEUE_H_
+#define GPUSCHED_SERVING_MODEL_QUEUE_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "serving/request.h"
+
+namespace gpusched::serving {
+
+enum class QueueOrder { kFair, kEdf, kFcfs };
+absl::Status ParseQueueOrder(const std::string& name, QueueOrder* out);
+const char* QueueOrderName(QueueOrder order);
+
+struct QueueClassConfig {
+  std::string name;  // e.g. "critical"
+  QueueOrder order = QueueOrder::kFair;
+  // A request that waits longer than this is removed (reason "queue_timeout").
+  Micros timeout = kNever;
+};
+
+struct ModelQueueConfig {
+  // Index = ClassId. At most 255 classes; at least one.
+  std::vector<QueueClassConfig> classes;
+  // A waiting request counts as one class more important per `aging` waited
+  // (kNever: no aging).
+  Micros aging = kNever;
+  // VTC weights of an input and an output token (the paper uses 1 and 2).
+  double input_weight = 1.0;
+  double output_weight = 2.0;
+  // edf: requests whose deadline is closer than this margin from now are late.
+  bool demote_late = false;
+  Micros late_margin = 0;
+};
+
+absl::Status ValidateModelQueueConfig(const ModelQueueConfig& config);
+
+class ModelQueue {
+ public:
+  // `config` must be valid (ValidateModelQueueConfig).
+  explicit ModelQueue(ModelQueueConfig config);
+
+  const ModelQueueConfig& config() const { return config_; }
+
+  // Weight of a tenant in fair ordering (default 1, must be > 0).
+  void SetTenantWeight(TenantId tenant, double weight);
+
+  // Queues `r` (its class must exist). Bounds are Admission's business.
+  void Push(const Request& r, Micros now);
+
+  // Removes and returns the next request to dispatch; false when empty.
+  bool Pop(Micros now, Request* out);
+
+  // Removes every request whose class timeout has passed; appends them.
+  void ExpireTimedOut(Micros now, std::vector<Request>* expired);
+  // The earliest time ExpireTimedOut would remove something (kNever if none).
+  Micros NextTimeout() const;
+
+  // Adds weighted tokens to a tenant's counter in a class: the correction
+  // once the real output length is known (`output_tokens_delta` may be < 0).
+  void CorrectOutput(TenantId tenant, ClassId cls, int64_t output_tokens_delta);
+
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t tenant_size(TenantId tenant) const;
+  // Requests of `tenant` waiting in class `cls` (fair classes only; else 0).
+  int64_t tenant_class_size(ClassId cls, TenantId tenant) const;
+  int64_t class_size(ClassId cls) const;
+  // Number of waiting requests that would be dispatched before a new request
+  // of class `cls` (all of classes <= cls; an upper bound for fair order).
+  int64_t AheadOf(ClassId cls) const;
+  // The tenant's virtual token counter in a class (for tests and metrics).
+  double counter(ClassId cls, TenantId tenant) const;
+
+ private:
+  struct Entry {  // a heap entry referring to a slot
+    Micros key;
+    uint64_t seq;
+    uint32_t slot;
+  };
+  struct Slot {
+    Request request;
+    uint64_t seq = 0;
+    Micros enqueued = 0;
+    bool live = false;
+  };
+  struct TenantQueue {
+    std::vector<Entry> heap;  // (deadline, seq) min-heap; may hold dead slots
+    int64_t live = 0;
+    double counter = 0;
+    int32_t heap_pos = -1;  // position in ClassQueue::tenants, -1 if absent
+  };
+  struct ClassQueue {
+    std::vector<TenantQueue> by_tenant;  // fair: indexed by TenantId
+    std::vector<TenantId> tenants;  // fair: min-heap of backlogged by counter
+    double last_served_counter = 0;
+    std::vector<Entry> heap;   // edf/fcfs: (deadline or 0, seq) min-heap
+    std::deque<Entry> late;    // edf + demote_late: arrival order
+    std::deque<Entry> arrivals;  // (enqueued, seq, slot), lazily cleaned
+    int64_t live = 0;
+  };
+
+  uint32_t AllocSlot(const Request& r, Micros now);
+  void FreeSlot(uint32_t slot);
+  bool SlotIsLive(const Entry& e) const;
+  // `served`: dispatched (charged to the tenant) rather than expired.
+  void Take(ClassId cls, uint32_t slot, bool served, Request* out);
+  bool PopFromClass(ClassId cls, Micros now, Request* out);
+  bool PopOldest(ClassId cls, Micros now, Request* out);
+  void CleanArrivals(ClassQueue& q);
+  TenantQueue& Tenant(ClassQueue& q, TenantId t);
+  double Weight(TenantId t) const;
+  void Charge(ClassQueue& q, TenantId t, double weighted_tokens);
+  // Indexed min-heap of tenants keyed by counter.
+  void TenantHeapUp(ClassQueue& q, int32_t pos);
+  void TenantHeapDown(ClassQueue& q, int32_t pos);
+  void TenantHeapRemove(ClassQueue& q, TenantId t);
+  void TenantHeapInsert(ClassQueue& q, TenantId t);
+
+  ModelQueueConfig config_;
+  std::vector<ClassQueue> classes_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<double> weights_;
+  std::vector<int64_t> tenant_live_;
+  uint64_t next_seq_ = 0;
+  int64_t size_ = 0;
+};
+
+}  // namespace gpusched::serving
+
+#endif  // GPUSCHED_SERVING_MODEL_QUEUE_H_
