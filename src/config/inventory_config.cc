@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/status.h"
+#include "config/yaml_reader.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gpusched::config {
@@ -51,131 +53,26 @@ bool ParseDecimal(absl::string_view s, long double* out) {
   return true;
 }
 
-std::string YamlType(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Scalar: {
-      // Quote short values whole; a long one (a CSV read as YAML, say) only
-      // in part.
-      const std::string& v = n.Scalar();
-      if (v.size() <= 60) return absl::StrCat("'", v, "'");
-      return absl::StrCat("'", v.substr(0, 60), "...' (", v.size(),
-                          " characters)");
-    }
-    case YAML::NodeType::Null:
-      return "empty";
-    case YAML::NodeType::Undefined:
-      return "missing";
-  }
-  return "unknown";
-}
-
-bool ValidName(absl::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (char c : s) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
-        c != '_' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
-class Parser {
+class Parser : public YamlReader {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
+  explicit Parser(std::string source) : YamlReader(std::move(source)) {}
 
   absl::StatusOr<InventoryConfig> Parse(absl::string_view text) {
     InventoryConfig cfg;
-    cfg.source = source_;
+    cfg.source = source();
     YAML::Node root;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
-    }
+    RETURN_IF_ERROR(Load(text, &root));
     try {
       ParseRoot(root, cfg);
     } catch (const YAML::Exception& e) {
       // Defensive: the accessors used below do not throw on valid nodes.
       Error(e.mark, absl::StrCat("cannot read the manifest: ", e.msg));
     }
-    if (!errors_.empty()) {
-      return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
-    }
+    RETURN_IF_ERROR(Result());
     return cfg;
   }
 
  private:
-  void Error(const YAML::Mark& mark, absl::string_view what) {
-    if (mark.is_null()) {
-      errors_.push_back(absl::StrCat(source_, ": ", what));
-    } else {
-      errors_.push_back(absl::StrCat(source_, ":", mark.line + 1, ": ", what));
-    }
-  }
-  void Error(const YAML::Node& at, absl::string_view what) {
-    Error(at.Mark(), what);
-  }
-
-  // Flags keys of `map` not in `known`.
-  void CheckKeys(const YAML::Node& map, absl::string_view where,
-                 const std::vector<absl::string_view>& known) {
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      const std::string key = it->first.Scalar();
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        Error(it->first,
-              absl::StrCat("unknown field '", key, "' in ", where,
-                           " (known: ", absl::StrJoin(known, ", "), ")"));
-      }
-    }
-  }
-
-  bool Scalar(const YAML::Node& n, absl::string_view field, std::string* out) {
-    if (!n.IsScalar()) {
-      Error(n, absl::StrCat(field, " must be a value, got ", YamlType(n)));
-      return false;
-    }
-    *out = n.Scalar();
-    return true;
-  }
-
-  bool Int(const YAML::Node& n, absl::string_view field, int64_t lo, int64_t hi,
-           int64_t* out) {
-    std::string s;
-    if (!Scalar(n, field, &s)) return false;
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(s, &v)) {
-      Error(n, absl::StrCat(field, " must be an integer, got '", s, "'"));
-      return false;
-    }
-    if (v < lo || v > hi) {
-      Error(n, absl::StrCat(field, " must be in ", lo, "..", hi, ", got ", v));
-      return false;
-    }
-    *out = v;
-    return true;
-  }
-
-  bool Bool(const YAML::Node& n, absl::string_view field, bool* out) {
-    std::string s;
-    if (!Scalar(n, field, &s)) return false;
-    const std::string v = absl::AsciiStrToLower(s);
-    if (v == "true" || v == "yes" || v == "on") {
-      *out = true;
-    } else if (v == "false" || v == "no" || v == "off") {
-      *out = false;
-    } else {
-      Error(n, absl::StrCat(field, " must be true or false, got '", s, "'"));
-      return false;
-    }
-    return true;
-  }
-
   // One of `quantity_key` (Kubernetes quantity) and `int_key` (integer);
   // exactly one required unless `optional`.
   bool Amount(const YAML::Node& parent, absl::string_view where,
@@ -478,8 +375,6 @@ class Parser {
     return true;
   }
 
-  const std::string source_;
-  std::vector<std::string> errors_;
 };
 
 }  // namespace

@@ -1,0 +1,172 @@
+#include "config/yaml_reader.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gpusched::config {
+
+std::string YamlType(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar: {
+      // Quote short values whole; a long one (a CSV read as YAML, say) only
+      // in part.
+      const std::string& v = n.Scalar();
+      if (v.size() <= 60) return absl::StrCat("'", v, "'");
+      return absl::StrCat("'", v.substr(0, 60), "...' (", v.size(),
+                          " characters)");
+    }
+    case YAML::NodeType::Null:
+      return "empty";
+    case YAML::NodeType::Undefined:
+      return "missing";
+  }
+  return "unknown";
+}
+
+bool ValidName(absl::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status YamlReader::Load(absl::string_view text, YAML::Node* root) {
+  try {
+    *root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status YamlReader::Result() const {
+  if (errors_.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+}
+
+void YamlReader::Error(const YAML::Mark& mark, absl::string_view what) {
+  if (mark.is_null()) {
+    errors_.push_back(absl::StrCat(source_, ": ", what));
+  } else {
+    errors_.push_back(absl::StrCat(source_, ":", mark.line + 1, ": ", what));
+  }
+}
+
+void YamlReader::Error(const YAML::Node& at, absl::string_view what) {
+  Error(at.Mark(), what);
+}
+
+void YamlReader::CheckKeys(const YAML::Node& map, absl::string_view where,
+                           const std::vector<absl::string_view>& known) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      Error(it->first,
+            absl::StrCat("unknown field '", key, "' in ", where, " (known: ",
+                         absl::StrJoin(known, ", "), ")"));
+    }
+  }
+}
+
+bool YamlReader::Scalar(const YAML::Node& n, absl::string_view field,
+                        std::string* out) {
+  if (!n.IsScalar()) {
+    Error(n, absl::StrCat(field, " must be a value, got ", YamlType(n)));
+    return false;
+  }
+  *out = n.Scalar();
+  return true;
+}
+
+bool YamlReader::Int(const YAML::Node& n, absl::string_view field, int64_t lo,
+                     int64_t hi, int64_t* out) {
+  std::string s;
+  if (!Scalar(n, field, &s)) return false;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v)) {
+    Error(n, absl::StrCat(field, " must be an integer, got '", s, "'"));
+    return false;
+  }
+  if (v < lo || v > hi) {
+    Error(n, absl::StrCat(field, " must be in ", lo, "..", hi, ", got ", v));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool YamlReader::Double(const YAML::Node& n, absl::string_view field,
+                        double lo, double hi, double* out) {
+  std::string s;
+  if (!Scalar(n, field, &s)) return false;
+  double v = 0;
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v)) {
+    Error(n, absl::StrCat(field, " must be a number, got '", s, "'"));
+    return false;
+  }
+  if (v < lo || v > hi) {
+    Error(n, absl::StrCat(field, " must be in ", lo, "..", hi, ", got ", s));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool YamlReader::Bool(const YAML::Node& n, absl::string_view field,
+                      bool* out) {
+  std::string s;
+  if (!Scalar(n, field, &s)) return false;
+  const std::string v = absl::AsciiStrToLower(s);
+  if (v == "true" || v == "yes" || v == "on") {
+    *out = true;
+  } else if (v == "false" || v == "no" || v == "off") {
+    *out = false;
+  } else {
+    Error(n, absl::StrCat(field, " must be true or false, got '", s, "'"));
+    return false;
+  }
+  return true;
+}
+
+void YamlReader::OptString(const YAML::Node& map, const char* key,
+                           std::string* out) {
+  if (const YAML::Node n = map[key]) Scalar(n, key, out);
+}
+
+void YamlReader::OptInt(const YAML::Node& map, const char* key, int64_t lo,
+                        int64_t hi, int64_t* out) {
+  if (const YAML::Node n = map[key]) Int(n, key, lo, hi, out);
+}
+
+void YamlReader::OptInt(const YAML::Node& map, const char* key, int lo, int hi,
+                        int* out) {
+  int64_t v = *out;
+  if (const YAML::Node n = map[key]; n && Int(n, key, lo, hi, &v)) {
+    *out = static_cast<int>(v);
+  }
+}
+
+void YamlReader::OptDouble(const YAML::Node& map, const char* key, double lo,
+                           double hi, double* out) {
+  if (const YAML::Node n = map[key]) Double(n, key, lo, hi, out);
+}
+
+void YamlReader::OptBool(const YAML::Node& map, const char* key, bool* out) {
+  if (const YAML::Node n = map[key]) Bool(n, key, out);
+}
+
+}  // namespace gpusched::config

@@ -1,0 +1,65 @@
+// YamlReader: the shared base of gpusched's manifest parsers.
+//
+// Collects every problem as "file:line: what" (not just the first), checks
+// for unknown keys, and reads typed scalars with range checks. yaml-cpp
+// throws; the throwing calls are wrapped here and in the parsers' Parse()
+// entry points, so nothing escapes config/. Thread-compatible.
+#ifndef GPUSCHED_CONFIG_YAML_READER_H_
+#define GPUSCHED_CONFIG_YAML_READER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gpusched::config {
+
+// "a map", "a list", "'value'", "empty": for messages.
+std::string YamlType(const YAML::Node& n);
+// Letters, digits, '.', '_', '-'; 1 to 253 characters.
+bool ValidName(absl::string_view s);
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string source) : source_(std::move(source)) {}
+
+  const std::string& source() const { return source_; }
+  // Parses `text`; a syntax error is returned with its line.
+  absl::Status Load(absl::string_view text, YAML::Node* root);
+  // OK, or every error collected, one per line.
+  absl::Status Result() const;
+  bool has_errors() const { return !errors_.empty(); }
+
+  void Error(const YAML::Mark& mark, absl::string_view what);
+  void Error(const YAML::Node& at, absl::string_view what);
+  // Flags keys of `map` not in `known`.
+  void CheckKeys(const YAML::Node& map, absl::string_view where,
+                 const std::vector<absl::string_view>& known);
+  bool Scalar(const YAML::Node& n, absl::string_view field, std::string* out);
+  bool Int(const YAML::Node& n, absl::string_view field, int64_t lo,
+           int64_t hi, int64_t* out);
+  bool Double(const YAML::Node& n, absl::string_view field, double lo,
+              double hi, double* out);
+  bool Bool(const YAML::Node& n, absl::string_view field, bool* out);
+
+  // Optional fields of `map`: leave `out` unchanged when absent.
+  void OptString(const YAML::Node& map, const char* key, std::string* out);
+  void OptInt(const YAML::Node& map, const char* key, int64_t lo, int64_t hi,
+              int64_t* out);
+  void OptInt(const YAML::Node& map, const char* key, int lo, int hi,
+              int* out);
+  void OptDouble(const YAML::Node& map, const char* key, double lo, double hi,
+                 double* out);
+  void OptBool(const YAML::Node& map, const char* key, bool* out);
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+}  // namespace gpusched::config
+
+#endif  // GPUSCHED_CONFIG_YAML_READER_H_
