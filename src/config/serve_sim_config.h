@@ -1,0 +1,208 @@
+// The `gpusched sim serve` configuration: GPUs, deployments, tenants,
+// priority classes and the workload of one simulated serving run.
+// Every field, with its default (durations in seconds unless the name says
+// otherwise; relative paths are relative to the config file):
+//
+//   seed: 42                       # every random choice derives from it
+//   fairness_window_s: 10          # window for the service-difference metric
+//   load_sample_s: 10              # resolution of load-over-time series
+//   priority_classes:              # optional; index order = importance.
+//     - name: critical             #   default: critical, standard, batch,
+//       timeout_s: 0               #   sheddable, no timeouts. timeout_s > 0:
+//       order: ""                  #   queue timeout; order overrides the
+//                                  #   deployment's queue order for the class
+//   deployments:                   # required, at least one
+//     - name: chat                 # required, unique
+//       kind: llm                  # llm (continuous batching) | tensor
+//       model: llama-2-7b          # llm: latency profile (gpusched profiles list)
+//       gpu: A100-80GB             # llm: GPU of the profile; GPU-seconds
+//       tensor_parallel: 1         # GPUs per replica
+//       replicas: 1                # fixed replica count, >= 1
+//       max_ongoing_requests: 64   # per-replica concurrency cap
+//       router:                    # serving/router.h RouterConfig
+//         policy: least-outstanding
+//         load_bound_epsilon: 0.25
+//         affinity_blocks: 4
+//         prefix_index_capacity: 1048576
+//         session_fallback: least-outstanding
+//       queue:
+//         order: fair              # fair | edf | fcfs
+//         max_queue_size: 0        # 0: unbounded
+//         aging_s: 0               # 0: no aging
+//         demote_late: false       # edf: late requests behind feasible ones
+//         late_margin_s: 0
+//         input_weight: 1          # VTC token weights
+//         output_weight: 2
+//       engine:                    # llm replicas
+//         max_num_seqs: 256
+//         max_num_batched_tokens: 8192
+//         kv_capacity_tokens: 0    # 0: the latency profile's capacity
+//         block_tokens: 16         # KV/prefix block size (a trace with block
+//                                  #   hashes sets its own, e.g. 512)
+//         prefix_caching: true
+//       batching:                  # tensor replicas (Triton's knobs)
+//         max_batch_size: 8
+//         max_queue_delay_microseconds: 1000
+//         preferred_batch_size: []
+//         instances: 1
+//         base_s: 0.005            # batch latency = base_s + per_item_s * n
+//         per_item_s: 0.001
+//   tenants:                       # optional; trace tenants not listed get
+//     - name: team-a               #   tenant_defaults
+//       weight: 1
+//       priority: standard         # a priority class name
+//       requests_per_minute: 0     # 0: unlimited
+//       tokens_per_minute: 0
+//       burst_minutes: 1
+//       max_queued: 0
+//       slo: {ttft_s: 0, tpot_s: 0, e2e_s: 0}   # 0: no such SLO
+//   tenant_defaults: {...}         # same fields as a tenant, without name
+//   workload:                      # exactly one of trace and synthetic
+//     trace:
+//       format: azure              # azure | mooncake | vtc
+//       path: trace.csv
+//     synthetic:
+//       duration_s: 60
+//       tenants:
+//         - name: a
+//           model: ""              # deployment; "" = workload.deployment
+//           arrival: poisson       # poisson | gamma | servegen
+//           rate: 1                # requests/s
+//           cv: 1                  # gamma
+//           servegen_trace: ""     # servegen: chunk-<i>-trace.csv
+//           servegen_offset_s: 0
+//           servegen_dataset: ""   # optional length PMFs
+//           input_tokens: 512      # fixed, or uniform up to input_max
+//           input_max: 0
+//           output_tokens: 128
+//           output_max: 0
+//     time_scale: 1                # > 1 compresses time: raises the load
+//     max_requests: 0              # 0: all
+//     max_seconds: 0               # 0: all
+//     deployment: ""               # for requests without a model; default:
+//                                  #   the first deployment
+//     tenant: default              # for requests without a tenant
+//
+// Errors name the file and line; every problem is listed. Thread-compatible.
+#ifndef GPUSCHED_CONFIG_SERVE_SIM_CONFIG_H_
+#define GPUSCHED_CONFIG_SERVE_SIM_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "serving/admission.h"
+#include "serving/router.h"
+
+namespace gpusched::config {
+
+struct PriorityClassSpec {
+  std::string name;
+  double timeout_s = 0;  // 0: none
+  std::string order;     // "" = the deployment's
+};
+
+struct SimQueueSpec {
+  std::string order = "fair";
+  int64_t max_queue_size = 0;
+  double aging_s = 0;
+  bool demote_late = false;
+  double late_margin_s = 0;
+  double input_weight = 1;
+  double output_weight = 2;
+};
+
+struct SimEngineSpec {
+  int max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t kv_capacity_tokens = 0;
+  int block_tokens = 16;
+  bool prefix_caching = true;
+};
+
+struct SimBatchingSpec {
+  int max_batch_size = 8;
+  int64_t max_queue_delay_microseconds = 1000;
+  std::vector<int> preferred_batch_size;
+  int instances = 1;
+  double base_s = 0.005;
+  double per_item_s = 0.001;
+};
+
+struct SimDeploymentSpec {
+  std::string name;
+  std::string kind = "llm";
+  std::string model;
+  std::string gpu;
+  int tensor_parallel = 1;
+  int replicas = 1;
+  int max_ongoing_requests = 64;
+  serving::RouterConfig router;
+  SimQueueSpec queue;
+  SimEngineSpec engine;
+  SimBatchingSpec batching;
+  int line = 0;
+};
+
+struct SloSpec {
+  double ttft_s = 0, tpot_s = 0, e2e_s = 0;  // 0: none
+};
+
+struct SimTenantSpec {
+  std::string name;
+  double weight = 1;
+  std::string priority = "standard";
+  serving::TenantLimits limits;
+  SloSpec slo;
+  int line = 0;
+};
+
+struct SyntheticTenantSpec {
+  std::string name;
+  std::string model;
+  std::string arrival = "poisson";
+  double rate = 1;
+  double cv = 1;
+  std::string servegen_trace;
+  double servegen_offset_s = 0;
+  std::string servegen_dataset;
+  int input_tokens = 512, input_max = 0;
+  int output_tokens = 128, output_max = 0;
+};
+
+struct SimWorkloadSpec {
+  std::string trace_format;  // empty when synthetic
+  std::string trace_path;    // resolved against the config's directory
+  bool synthetic = false;
+  double duration_s = 60;
+  std::vector<SyntheticTenantSpec> synthetic_tenants;
+  double time_scale = 1;
+  int64_t max_requests = 0;
+  double max_seconds = 0;
+  std::string deployment;
+  std::string tenant = "default";
+};
+
+struct ServeSimConfig {
+  std::string source;
+  uint64_t seed = 42;
+  double fairness_window_s = 10;
+  double load_sample_s = 10;
+  std::vector<PriorityClassSpec> classes;
+  std::vector<SimDeploymentSpec> deployments;
+  std::vector<SimTenantSpec> tenants;
+  SimTenantSpec tenant_defaults;
+  SimWorkloadSpec workload;
+};
+
+// `base_dir` resolves relative paths ("" = as given).
+absl::StatusOr<ServeSimConfig> ParseServeSimYaml(absl::string_view text,
+                                                 std::string source,
+                                                 const std::string& base_dir);
+absl::StatusOr<ServeSimConfig> LoadServeSimFile(const std::string& path);
+
+}  // namespace gpusched::config
+
+#endif  // GPUSCHED_CONFIG_SERVE_SIM_CONFIG_H_

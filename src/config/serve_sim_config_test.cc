@@ -1,0 +1,144 @@
+#include "config/serve_sim_config.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpusched::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kMinimal[] = R"(
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+workload:
+  trace: {format: azure, path: trace.csv}
+)";
+
+TEST(ServeSimConfigTest, MinimalGetsDefaults) {
+  auto cfg = ParseServeSimYaml(kMinimal, "sim.yaml", "/data");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->seed, 42u);
+  ASSERT_EQ(cfg->classes.size(), 4u);
+  EXPECT_EQ(cfg->classes[1].name, "standard");
+  ASSERT_EQ(cfg->deployments.size(), 1u);
+  const SimDeploymentSpec& d = cfg->deployments[0];
+  EXPECT_EQ(d.kind, "llm");
+  EXPECT_EQ(d.replicas, 1);
+  EXPECT_EQ(d.max_ongoing_requests, 64);
+  EXPECT_EQ(d.router.policy, "least-outstanding");
+  EXPECT_EQ(d.queue.order, "fair");
+  EXPECT_EQ(d.engine.max_num_batched_tokens, 8192);
+  EXPECT_EQ(cfg->workload.trace_path, "/data/trace.csv");
+  EXPECT_EQ(cfg->workload.deployment, "chat");
+  EXPECT_EQ(cfg->workload.tenant, "default");
+  EXPECT_EQ(cfg->tenant_defaults.priority, "standard");
+}
+
+TEST(ServeSimConfigTest, FullConfig) {
+  auto cfg = ParseServeSimYaml(R"(
+seed: 7
+priority_classes:
+  - {name: gold, timeout_s: 30}
+  - {name: bronze, order: fcfs}
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+    replicas: 8
+    router: {policy: prefix-affinity, load_bound_epsilon: 0.5}
+    queue: {order: edf, demote_late: true, max_queue_size: 100}
+    engine: {block_tokens: 512, prefix_caching: false}
+  - name: embed
+    kind: tensor
+    batching: {max_batch_size: 16, preferred_batch_size: [4, 8]}
+tenant_defaults: {priority: bronze}
+tenants:
+  - name: a
+    weight: 2
+    priority: gold
+    tokens_per_minute: 60000
+    slo: {ttft_s: 1.5, tpot_s: 0.05}
+workload:
+  synthetic:
+    duration_s: 30
+    tenants:
+      - {name: a, arrival: gamma, rate: 3, cv: 2, input_tokens: 100}
+  time_scale: 2
+)",
+                               "sim.yaml", "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->seed, 7u);
+  EXPECT_EQ(cfg->classes[0].timeout_s, 30);
+  EXPECT_EQ(cfg->classes[1].order, "fcfs");
+  EXPECT_EQ(cfg->deployments[0].router.policy, "prefix-affinity");
+  EXPECT_TRUE(cfg->deployments[0].queue.demote_late);
+  EXPECT_EQ(cfg->deployments[0].engine.block_tokens, 512);
+  EXPECT_EQ(cfg->deployments[1].batching.preferred_batch_size,
+            (std::vector<int>{4, 8}));
+  ASSERT_EQ(cfg->tenants.size(), 1u);
+  EXPECT_EQ(cfg->tenants[0].priority, "gold");
+  EXPECT_EQ(cfg->tenants[0].limits.tokens_per_minute, 60000);
+  EXPECT_EQ(cfg->tenants[0].slo.ttft_s, 1.5);
+  EXPECT_TRUE(cfg->workload.synthetic);
+  ASSERT_EQ(cfg->workload.synthetic_tenants.size(), 1u);
+  EXPECT_EQ(cfg->workload.synthetic_tenants[0].arrival, "gamma");
+  EXPECT_EQ(cfg->workload.time_scale, 2);
+}
+
+TEST(ServeSimConfigTest, ListsEveryProblemWithLines) {
+  auto cfg = ParseServeSimYaml(R"(deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+    replicas: 0
+    router: {policy: random-walk}
+    colour: blue
+tenants:
+  - name: a
+    priority: platinum
+workload:
+  trace: {format: parquet, path: x}
+)",
+                               "sim.yaml", "");
+  ASSERT_FALSE(cfg.ok());
+  const std::string msg(cfg.status().message());
+  EXPECT_THAT(msg, HasSubstr("sim.yaml:5: replicas must be in 1..1000000"));
+  EXPECT_THAT(msg, HasSubstr("sim.yaml:6:"));
+  EXPECT_THAT(msg, HasSubstr("unknown router policy 'random-walk'"));
+  EXPECT_THAT(msg, HasSubstr("sim.yaml:7: unknown field 'colour'"));
+  EXPECT_THAT(msg, HasSubstr("sim.yaml:10: unknown priority class 'platinum'"));
+  EXPECT_THAT(msg, HasSubstr("sim.yaml:12: unknown trace format 'parquet'"));
+}
+
+TEST(ServeSimConfigTest, WorkloadRules) {
+  auto both = ParseServeSimYaml(R"(deployments: [{name: e, kind: tensor}]
+workload:
+  trace: {format: vtc, path: r.csv}
+  synthetic: {tenants: [{name: a}]}
+)",
+                                "s.yaml", "");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(), HasSubstr("not both"));
+  auto none = ParseServeSimYaml("deployments: [{name: e, kind: tensor}]\n",
+                                "s.yaml", "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(), HasSubstr("missing workload"));
+  auto llm = ParseServeSimYaml(R"(deployments: [{name: c}]
+workload: {trace: {format: vtc, path: r.csv}, deployment: nope}
+)",
+                               "s.yaml", "");
+  ASSERT_FALSE(llm.ok());
+  EXPECT_THAT(llm.status().message(), HasSubstr("needs model and gpu"));
+  EXPECT_THAT(llm.status().message(), HasSubstr("'nope' is not declared"));
+  auto syntax = ParseServeSimYaml("deployments: [\n", "s.yaml", "");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_THAT(syntax.status().message(), HasSubstr("YAML syntax error"));
+}
+
+}  // namespace
+}  // namespace gpusched::config
