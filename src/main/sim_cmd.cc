@@ -11,6 +11,9 @@
 #include "placement/registry.h"
 #include "sim/placement_report.h"
 #include "sim/placement_sim.h"
+#include "sim/serve_report.h"
+#include "sim/serve_sim.h"
+#include "config/serve_sim_config.h"
 
 namespace gpusched {
 namespace {
@@ -94,6 +97,55 @@ int RunPlacement(const PlacementFlags& flags) {
   return 0;
 }
 
+struct ServeFlags {
+  std::string config;
+  std::string out;
+  std::string html;
+  bool omit_wall_time = false;
+};
+
+int RunServe(const ServeFlags& flags) {
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "gpusched sim serve: %s\n", msg.c_str());
+    return 2;
+  };
+  auto cfg = config::LoadServeSimFile(flags.config);
+  if (!cfg.ok()) return fail(std::string(cfg.status().message()));
+  auto run = sim::RunServeSim(*cfg);
+  if (!run.ok()) return fail(std::string(run.status().message()));
+  const nlohmann::json report =
+      sim::ServeReportJson(*run, !flags.omit_wall_time);
+  const std::string json =
+      report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
+  if (flags.out.empty() || flags.out == "-") {
+    std::fputs(json.c_str(), stdout);
+  } else if (!WriteFile(flags.out, json)) {
+    return fail("cannot write " + flags.out);
+  }
+  if (!flags.html.empty() &&
+      !WriteFile(flags.html, sim::ServeReportHtml(*run, report))) {
+    return fail("cannot write " + flags.html);
+  }
+  const nlohmann::json& o = report["overall"];
+  std::fprintf(stderr,
+               "%lld requests: %lld completed, %lld rejected, %lld timed out; "
+               "TTFT p50 %.3f s p99 %.3f s; E2E p50 %.3f s p99 %.3f s; SLO "
+               "met %.1f%%; prefix hits %.1f%%; %.0f s simulated in %.2f s "
+               "wall\n",
+               static_cast<long long>(o["requests"].get<int64_t>()),
+               static_cast<long long>(o["completed"].get<int64_t>()),
+               static_cast<long long>(o["rejected"].get<int64_t>()),
+               static_cast<long long>(o["timed_out"].get<int64_t>()),
+               o["ttft_s"]["p50"].get<double>(),
+               o["ttft_s"]["p99"].get<double>(),
+               o["e2e_s"]["p50"].get<double>(), o["e2e_s"]["p99"].get<double>(),
+               100 * o["slo_attainment"].get<double>(),
+               100 * o["prefix_cache_hit_rate"].get<double>(),
+               report["simulated_seconds"].get<double>(), run->wall_seconds);
+  return 0;
+}
+
 }  // namespace
 
 void AddSimCommand(CLI::App& app) {
@@ -130,6 +182,24 @@ void AddSimCommand(CLI::App& app) {
   placement->add_option("--html", flags->html, "HTML report path");
   placement->callback([flags] {
     const int rc = RunPlacement(*flags);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  auto serve_flags = std::make_shared<ServeFlags>();
+  CLI::App* serve = sim->add_subcommand(
+      "serve",
+      "Request-layer simulation (admission, queues, routing, batching) on a "
+      "trace or a synthetic workload");
+  serve->add_option("--config", serve_flags->config, "simulation YAML")
+      ->required()
+      ->check(CLI::ExistingFile);
+  serve->add_option("--out", serve_flags->out,
+                    "report JSON path (default stdout)");
+  serve->add_option("--html", serve_flags->html, "HTML report path");
+  serve->add_flag("--omit-wall-time", serve_flags->omit_wall_time,
+                  "leave wall_seconds out, so equal runs give equal files");
+  serve->callback([serve_flags] {
+    const int rc = RunServe(*serve_flags);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "sim/svg_chart.h"
 
 namespace gpusched::sim {
 
@@ -16,29 +17,6 @@ json KeyedPct(const std::map<int, double>& m) {
   json j = json::object();
   for (const auto& [k, v] : m) j[std::to_string(k)] = v;
   return j;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // Mean allocated % per arrived key over a policy's seeds.
@@ -99,69 +77,30 @@ json PlacementReportJson(const PlacementExperiment& exp,
 
 std::string PlacementReportHtml(const PlacementExperiment& exp,
                                 const ReportInputs& inputs) {
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                  "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                                  "#bcbd22", "#17becf"};
-  const double w = 720, h = 440, left = 60, right = 170, top = 20, bottom = 50;
-  const double pw = w - left - right, ph = h - top - bottom;
   int max_key = 100;
   for (const PlacementRun& r : exp.results) {
     if (!r.allocated_pct.empty()) {
       max_key = std::max(max_key, r.allocated_pct.rbegin()->first);
     }
   }
-  auto x = [&](double k) { return left + pw * k / max_key; };
-  auto y = [&](double pct) { return top + ph * (1 - pct / 100.0); };
-
-  std::string svg = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-      "font-family='sans-serif' font-size='12'>",
-      w, h);
-  for (int t = 0; t <= 100; t += 20) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' "
-                          "stroke='#ddd'/><text x='%.1f' y='%.1f' "
-                          "text-anchor='end'>%d%%</text>",
-                          left, left + pw, y(t), y(t), left - 6, y(t) + 4, t);
-  }
-  for (int t = 0; t <= max_key; t += 10) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' "
-                          "stroke='#eee'/><text x='%.1f' y='%.1f' "
-                          "text-anchor='middle'>%d%%</text>",
-                          x(t), x(t), top, top + ph, x(t), top + ph + 16, t);
-  }
-  absl::StrAppendFormat(
-      &svg,
-      "<text x='%.1f' y='%.1f' text-anchor='middle'>GPU requested (arrived), "
-      "%% of capacity</text><text transform='translate(14,%.1f) "
-      "rotate(-90)' text-anchor='middle'>GPU allocated, %% of "
-      "capacity</text>",
-      left + pw / 2, h - 8, top + ph / 2);
+  ChartSpec chart;
+  chart.x_label = "GPU requested (arrived), % of capacity";
+  chart.y_label = "GPU allocated, % of capacity";
+  chart.x_max = max_key;
+  chart.x_ticks = max_key / 10;
+  chart.y_max = 100;
+  chart.x_tick_suffix = chart.y_tick_suffix = "%";
   // The ideal: everything that arrives is allocated.
-  absl::StrAppendFormat(&svg,
-                        "<polyline fill='none' stroke='#999' "
-                        "stroke-dasharray='4 4' points='%.1f,%.1f %.1f,%.1f "
-                        "%.1f,%.1f'/>",
-                        x(0), y(0), x(100), y(100), x(max_key), y(100));
-  for (size_t p = 0; p < exp.summary.size(); ++p) {
-    const std::string& policy = exp.summary[p].policy;
-    const char* color = kColors[p % 10];
-    std::string points;
-    for (const auto& [k, v] : MeanCurve(exp, policy)) {
-      absl::StrAppendFormat(&points, "%.1f,%.1f ", x(k), y(v));
+  chart.series.push_back(
+      {"ideal", {{0, 0}, {100, 100}, {double(max_key), 100}}, true, "#999"});
+  for (const PlacementSummary& s : exp.summary) {
+    ChartSeries series{s.policy, {}, false, ""};
+    for (const auto& [k, v] : MeanCurve(exp, s.policy)) {
+      series.points.emplace_back(k, v);
     }
-    absl::StrAppendFormat(&svg,
-                          "<polyline fill='none' stroke='%s' "
-                          "stroke-width='1.6' points='%s'/>",
-                          color, points);
-    absl::StrAppendFormat(&svg,
-                          "<rect x='%.1f' y='%.1f' width='12' height='3' "
-                          "fill='%s'/><text x='%.1f' y='%.1f'>%s</text>",
-                          left + pw + 12, top + 14 + 18.0 * p, color,
-                          left + pw + 30, top + 18 + 18.0 * p, Escape(policy));
+    chart.series.push_back(std::move(series));
   }
-  svg += "</svg>";
+  const std::string svg = LineChartSvg(chart);
 
   std::string rows;
   for (const PlacementSummary& s : exp.summary) {
@@ -179,7 +118,7 @@ std::string PlacementReportHtml(const PlacementExperiment& exp,
       }
     }
     absl::StrAppendFormat(&rows, "<tr><td>%s</td>%s%s<td>%.1f</td></tr>",
-                          Escape(s.policy), cell(100), cell(130),
+                          HtmlEscape(s.policy), cell(100), cell(130),
                           runs ? static_cast<double>(failed) / runs : 0.0);
   }
   return absl::StrCat(
@@ -188,7 +127,7 @@ std::string PlacementReportHtml(const PlacementExperiment& exp,
       "margin:2em;color:#222}table{border-collapse:collapse}td,th{border:1px "
       "solid #ccc;padding:4px 10px;text-align:right}td:first-child{text-"
       "align:left}</style></head><body><h1>Placement experiment</h1><p>",
-      Escape(inputs.nodes_path), " &middot; ", Escape(inputs.pods_path),
+      HtmlEscape(inputs.nodes_path), " &middot; ", HtmlEscape(inputs.pods_path),
       " &middot; ", exp.nodes_total, " nodes, ", exp.gpus_total,
       " GPUs, inflated to ", exp.inflate, "x capacity, ", exp.results.size(),
       " runs in ", absl::StrFormat("%.1f", exp.wall_seconds),
