@@ -1,0 +1,212 @@
+#include "serving/dispatcher.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpusched::serving {
+namespace {
+
+DeploymentSpec Spec(const std::string& name, QueueOrder order = QueueOrder::kFair) {
+  DeploymentSpec s;
+  s.name = name;
+  s.queue.classes = {{"critical", order, kNever}, {"standard", order, kNever}};
+  return s;
+}
+
+Request Req(RequestId id, TenantId t, ModelId m, ClassId c = 1) {
+  Request r;
+  r.id = id;
+  r.tenant = t;
+  r.model = m;
+  r.priority = c;
+  r.input_tokens = 100;
+  r.max_output_tokens = 50;
+  return r;
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(d_.AddDeployment(Spec("chat")).ok());
+    ASSERT_TRUE(d_.AddTenant({"a", 1, {}}).ok());
+    ASSERT_TRUE(d_.AddTenant({"b", 1, {}}).ok());
+  }
+  std::vector<Assignment> Dispatch(Micros now) {
+    std::vector<Assignment> out;
+    d_.Dispatch(now, &out);
+    return out;
+  }
+  Dispatcher d_{1};
+};
+
+TEST_F(DispatcherTest, HoldsUntilReplicaThenFillsCaps) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  EXPECT_TRUE(Dispatch(0).empty());  // no replica yet: held
+  d_.AddReplica(0, 10, 2);
+  d_.AddReplica(0, 11, 1);
+  const auto out = Dispatch(1);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(d_.outstanding(0), 3);
+  EXPECT_EQ(d_.queue(0).size(), 2);
+  // One finishes: exactly one more goes, to the replica that freed.
+  d_.OnFinished(out[0].request, out[0].replica, 10, 2);
+  const auto more = Dispatch(2);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].replica, out[0].replica);
+  EXPECT_EQ(d_.queue(0).size(), 1);
+}
+
+TEST_F(DispatcherTest, ClassesAndFairnessDecideWhoGoesNext) {
+  d_.AddReplica(0, 1, 1);
+  // Fill the only slot, then queue: a's standard x3, b's standard x1, a's
+  // critical x1.
+  ASSERT_TRUE(d_.Submit(Req(0, 0, 0), 0).admitted());
+  auto first = Dispatch(0);
+  ASSERT_EQ(first.size(), 1u);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  ASSERT_TRUE(d_.Submit(Req(4, 1, 0), 0).admitted());
+  ASSERT_TRUE(d_.Submit(Req(5, 0, 0, /*critical*/ 0), 0).admitted());
+  std::vector<RequestId> order;
+  Assignment cur = first[0];
+  for (int i = 0; i < 5; ++i) {
+    d_.OnFinished(cur.request, cur.replica, 50, i + 1);
+    auto next = Dispatch(i + 1);
+    ASSERT_EQ(next.size(), 1u);
+    cur = next[0];
+    order.push_back(cur.request.id);
+  }
+  // Critical first; then b (its counter is behind a's, which was charged for
+  // request 0), then a's remaining in order.
+  EXPECT_EQ(order, (std::vector<RequestId>{5, 4, 1, 2, 3}));
+}
+
+TEST_F(DispatcherTest, QueueBoundRejectsWithReason) {
+  DeploymentSpec s = Spec("bounded");
+  s.max_queue_size = 2;
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(d_.Submit(Req(0, 0, *m), 0).admitted());
+  EXPECT_TRUE(d_.Submit(Req(1, 0, *m), 0).admitted());
+  EXPECT_EQ(d_.Submit(Req(2, 0, *m), 0).reason, RejectReason::kModelQueueFull);
+}
+
+TEST_F(DispatcherTest, DeadlineFeasibilityUsesMeasuredRate) {
+  DeploymentSpec s = Spec("slo");
+  LatencyModel lm;
+  lm.p1 = 1e-3;  // 100 input tokens: 0.1 s prefill
+  s.latency = lm;
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  d_.AddReplica(*m, 1, 1);
+  // Serve one request per second for 12 s so the rate is known (1/s).
+  Micros now = 0;
+  RequestId id = 0;
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(d_.Submit(Req(id++, 0, *m), now).admitted());
+    auto out = Dispatch(now);
+    ASSERT_EQ(out.size(), 1u);
+    now += kMicrosPerSecond;
+    d_.OnFinished(out[0].request, out[0].replica, 50, now);
+  }
+  // Occupy the replica and queue 4: a new request waits ~5 s.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(d_.Submit(Req(id++, 0, *m), now).admitted());
+  }
+  Dispatch(now);
+  Request tight = Req(id++, 1, *m);
+  tight.deadline = now + 2 * kMicrosPerSecond;
+  const Verdict v = d_.Submit(tight, now);
+  EXPECT_EQ(v.reason, RejectReason::kDeadlineInfeasible);
+  EXPECT_GT(v.retry_after, 0);
+  Request loose = Req(id++, 1, *m);
+  loose.deadline = now + 60 * kMicrosPerSecond;
+  EXPECT_TRUE(d_.Submit(loose, now).admitted());
+}
+
+TEST_F(DispatcherTest, TimeoutsRefundAndReport) {
+  DeploymentSpec s = Spec("timeouts");
+  s.queue.classes[1].timeout = 10;
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(d_.Submit(Req(0, 0, *m), 0).admitted());
+  EXPECT_EQ(d_.NextTimeout(), 10);
+  std::vector<Request> expired;
+  d_.Expire(10, &expired);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(d_.admission().tenant_queued(0), 0);
+  EXPECT_EQ(d_.NextTimeout(), kNever);
+}
+
+TEST_F(DispatcherTest, RemovedReplicaGetsNothingMore) {
+  d_.AddReplica(0, 1, 4);
+  d_.AddReplica(0, 2, 4);
+  d_.RemoveReplica(0, 1);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (const Assignment& a : Dispatch(0)) EXPECT_EQ(a.replica, 2u);
+}
+
+TEST_F(DispatcherTest, BadSpecsAreRejected) {
+  DeploymentSpec s = Spec("x");
+  s.router.policy = "nope";
+  EXPECT_FALSE(d_.AddDeployment(s).ok());
+  EXPECT_FALSE(d_.AddTenant({"w", 0, {}}).ok());
+}
+
+// Seeded random workload: every admitted request is dispatched exactly once
+// or expires, caps are never exceeded, and outstanding returns to zero.
+TEST(DispatcherRandomTest, ConservationAndCaps) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    Dispatcher d(seed);
+    const int models = 3;
+    for (int m = 0; m < models; ++m) {
+      DeploymentSpec s = Spec("m" + std::to_string(m));
+      s.router.policy = RouterNames()[rng.Uniform(3)];
+      s.queue.classes[1].timeout = 50'000;
+      ASSERT_TRUE(d.AddDeployment(s).ok());
+      for (int r = 0; r < 3; ++r) d.AddReplica(m, m * 10 + r, 1 + rng.Uniform(4));
+    }
+    for (int t = 0; t < 5; ++t) ASSERT_TRUE(d.AddTenant({"t", 1.0 + t, {}}).ok());
+    std::set<RequestId> queued, running_ids, done;
+    std::vector<Assignment> running;
+    Micros now = 0;
+    RequestId next = 0;
+    for (int step = 0; step < 3000; ++step) {
+      now += rng.Uniform(2000);
+      const int op = static_cast<int>(rng.Uniform(10));
+      if (op < 5) {
+        Request r = Req(next++, rng.Uniform(5), rng.Uniform(models),
+                        rng.Uniform(2));
+        if (d.Submit(r, now).admitted()) queued.insert(r.id);
+      } else if (op < 8 && !running.empty()) {
+        const size_t k = rng.Uniform(running.size());
+        d.OnFinished(running[k].request, running[k].replica, 10, now);
+        ASSERT_TRUE(done.insert(running[k].request.id).second);
+        running_ids.erase(running[k].request.id);
+        running.erase(running.begin() + k);
+      }
+      std::vector<Request> expired;
+      d.Expire(now, &expired);
+      for (const Request& r : expired) ASSERT_EQ(queued.erase(r.id), 1u);
+      std::vector<Assignment> out;
+      d.Dispatch(now, &out);
+      for (const Assignment& a : out) {
+        ASSERT_EQ(queued.erase(a.request.id), 1u);
+        ASSERT_TRUE(running_ids.insert(a.request.id).second);
+        running.push_back(a);
+      }
+      int64_t total = 0;
+      for (int m = 0; m < models; ++m) total += d.outstanding(m);
+      ASSERT_EQ(total, static_cast<int64_t>(running.size()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpusched::serving
