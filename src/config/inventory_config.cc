@@ -374,7 +374,6 @@ class Parser : public YamlReader {
     group = std::move(g);
     return true;
   }
-
 };
 
 }  // namespace

@@ -61,9 +61,8 @@ class Parser : public YamlReader {
     }
     if (!IsMap(root, "the config")) return;
     CheckKeys(root, "the config",
-              {"seed", "fairness_window_s", "load_sample_s",
-               "priority_classes", "deployments", "tenants", "tenant_defaults",
-               "workload"});
+              {"seed", "fairness_window_s", "load_sample_s", "priority_classes",
+               "deployments", "tenants", "tenant_defaults", "workload"});
     int64_t seed = static_cast<int64_t>(cfg.seed);
     OptInt(root, "seed", 0, kBigInt, &seed);
     cfg.seed = static_cast<uint64_t>(seed);
@@ -92,8 +91,8 @@ class Parser : public YamlReader {
         SimDeploymentSpec spec;
         if (!ParseDeployment(d, spec)) continue;
         if (!names.insert(spec.name).second) {
-          Error(d, absl::StrCat("deployment '", spec.name,
-                                "' is declared twice"));
+          Error(d,
+                absl::StrCat("deployment '", spec.name, "' is declared twice"));
         }
         cfg.deployments.push_back(std::move(spec));
       }
@@ -116,7 +115,8 @@ class Parser : public YamlReader {
           if (!IsMap(t, "a tenant")) continue;
           ParseTenant(t, /*named=*/true, class_names, spec);
           if (!names.insert(spec.name).second) {
-            Error(t, absl::StrCat("tenant '", spec.name, "' is declared twice"));
+            Error(t,
+                  absl::StrCat("tenant '", spec.name, "' is declared twice"));
           }
           cfg.tenants.push_back(std::move(spec));
         }
@@ -163,10 +163,10 @@ class Parser : public YamlReader {
   bool ParseDeployment(const YAML::Node& d, SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(d, "a deployment",
-              {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
-               "max_ongoing_requests", "router", "queue", "engine",
-               "batching"});
+    CheckKeys(
+        d, "a deployment",
+        {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
+         "max_ongoing_requests", "router", "queue", "engine", "batching"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -179,8 +179,9 @@ class Parser : public YamlReader {
     const std::string where = absl::StrCat("deployment '", spec.name, "'");
     OptString(d, "kind", &spec.kind);
     if (spec.kind != "llm" && spec.kind != "tensor") {
-      Error(d["kind"], absl::StrCat(where, ": kind must be llm or tensor, got '",
-                                    spec.kind, "'"));
+      Error(d["kind"],
+            absl::StrCat(where, ": kind must be llm or tensor, got '",
+                         spec.kind, "'"));
     }
     OptString(d, "model", &spec.model);
     OptString(d, "gpu", &spec.gpu);
@@ -271,9 +272,13 @@ class Parser : public YamlReader {
   void ParseTenant(const YAML::Node& t, bool named,
                    const std::set<std::string>& classes, SimTenantSpec& spec) {
     spec.line = t.Mark().line + 1;
-    std::vector<absl::string_view> keys = {
-        "weight",     "priority",      "requests_per_minute",
-        "tokens_per_minute", "burst_minutes", "max_queued", "slo"};
+    std::vector<absl::string_view> keys = {"weight",
+                                           "priority",
+                                           "requests_per_minute",
+                                           "tokens_per_minute",
+                                           "burst_minutes",
+                                           "max_queued",
+                                           "slo"};
     if (named) keys.push_back("name");
     CheckKeys(t, named ? "a tenant" : "tenant_defaults", keys);
     if (named) {
@@ -342,10 +347,9 @@ class Parser : public YamlReader {
         for (const YAML::Node& t : ts) {
           if (!IsMap(t, "a synthetic tenant")) continue;
           CheckKeys(t, "a synthetic tenant",
-                    {"name", "model", "arrival", "rate", "cv",
-                     "servegen_trace", "servegen_offset_s", "servegen_dataset",
-                     "input_tokens", "input_max", "output_tokens",
-                     "output_max"});
+                    {"name", "model", "arrival", "rate", "cv", "servegen_trace",
+                     "servegen_offset_s", "servegen_dataset", "input_tokens",
+                     "input_max", "output_tokens", "output_max"});
           SyntheticTenantSpec st;
           if (!t["name"]) Error(t, "a synthetic tenant needs a name");
           OptString(t, "name", &st.name);
@@ -353,9 +357,8 @@ class Parser : public YamlReader {
           OptString(t, "arrival", &st.arrival);
           if (st.arrival != "poisson" && st.arrival != "gamma" &&
               st.arrival != "servegen") {
-            Error(t["arrival"],
-                  absl::StrCat("unknown arrival '", st.arrival,
-                               "' (poisson, gamma, servegen)"));
+            Error(t["arrival"], absl::StrCat("unknown arrival '", st.arrival,
+                                             "' (poisson, gamma, servegen)"));
           }
           OptDouble(t, "rate", 0, kBig, &st.rate);
           OptDouble(t, "cv", 1e-6, kBig, &st.cv);
@@ -409,8 +412,8 @@ absl::StatusOr<ServeSimConfig> LoadServeSimFile(const std::string& path) {
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::stringstream ss;
   ss << f.rdbuf();
-  return ParseServeSimYaml(
-      ss.str(), path, std::filesystem::path(path).parent_path().string());
+  return ParseServeSimYaml(ss.str(), path,
+                           std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace gpusched::config

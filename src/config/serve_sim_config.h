@@ -14,8 +14,8 @@
 //   deployments:                   # required, at least one
 //     - name: chat                 # required, unique
 //       kind: llm                  # llm (continuous batching) | tensor
-//       model: llama-2-7b          # llm: latency profile (gpusched profiles list)
-//       gpu: A100-80GB             # llm: GPU of the profile; GPU-seconds
+//       model: llama-2-7b          # llm: latency profile (gpusched profiles
+//       list) gpu: A100-80GB             # llm: GPU of the profile; GPU-seconds
 //       tensor_parallel: 1         # GPUs per replica
 //       replicas: 1                # fixed replica count, >= 1
 //       max_ongoing_requests: 64   # per-replica concurrency cap

@@ -76,8 +76,8 @@ void YamlReader::CheckKeys(const YAML::Node& map, absl::string_view where,
     const std::string key = it->first.Scalar();
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       Error(it->first,
-            absl::StrCat("unknown field '", key, "' in ", where, " (known: ",
-                         absl::StrJoin(known, ", "), ")"));
+            absl::StrCat("unknown field '", key, "' in ", where,
+                         " (known: ", absl::StrJoin(known, ", "), ")"));
     }
   }
 }
@@ -109,8 +109,8 @@ bool YamlReader::Int(const YAML::Node& n, absl::string_view field, int64_t lo,
   return true;
 }
 
-bool YamlReader::Double(const YAML::Node& n, absl::string_view field,
-                        double lo, double hi, double* out) {
+bool YamlReader::Double(const YAML::Node& n, absl::string_view field, double lo,
+                        double hi, double* out) {
   std::string s;
   if (!Scalar(n, field, &s)) return false;
   double v = 0;
@@ -126,8 +126,7 @@ bool YamlReader::Double(const YAML::Node& n, absl::string_view field,
   return true;
 }
 
-bool YamlReader::Bool(const YAML::Node& n, absl::string_view field,
-                      bool* out) {
+bool YamlReader::Bool(const YAML::Node& n, absl::string_view field, bool* out) {
   std::string s;
   if (!Scalar(n, field, &s)) return false;
   const std::string v = absl::AsciiStrToLower(s);

@@ -39,8 +39,8 @@ class YamlReader {
   void CheckKeys(const YAML::Node& map, absl::string_view where,
                  const std::vector<absl::string_view>& known);
   bool Scalar(const YAML::Node& n, absl::string_view field, std::string* out);
-  bool Int(const YAML::Node& n, absl::string_view field, int64_t lo,
-           int64_t hi, int64_t* out);
+  bool Int(const YAML::Node& n, absl::string_view field, int64_t lo, int64_t hi,
+           int64_t* out);
   bool Double(const YAML::Node& n, absl::string_view field, double lo,
               double hi, double* out);
   bool Bool(const YAML::Node& n, absl::string_view field, bool* out);
@@ -49,8 +49,7 @@ class YamlReader {
   void OptString(const YAML::Node& map, const char* key, std::string* out);
   void OptInt(const YAML::Node& map, const char* key, int64_t lo, int64_t hi,
               int64_t* out);
-  void OptInt(const YAML::Node& map, const char* key, int lo, int hi,
-              int* out);
+  void OptInt(const YAML::Node& map, const char* key, int lo, int hi, int* out);
   void OptDouble(const YAML::Node& map, const char* key, double lo, double hi,
                  double* out);
   void OptBool(const YAML::Node& map, const char* key, bool* out);

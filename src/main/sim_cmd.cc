@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "config/serve_sim_config.h"
 #include "inventory/alibaba_nodes.h"
 #include "placement/registry.h"
 #include "sim/placement_report.h"
 #include "sim/placement_sim.h"
 #include "sim/serve_report.h"
 #include "sim/serve_sim.h"
-#include "config/serve_sim_config.h"
 
 namespace gpusched {
 namespace {

@@ -64,7 +64,7 @@ class TokenBucket {
 
  private:
   void Refill(Micros now);
-  double rate_ = 0;   // per second; <= 0 means unlimited
+  double rate_ = 0;  // per second; <= 0 means unlimited
   double burst_ = 0;
   double level_ = 0;
   Micros last_ = 0;
@@ -94,8 +94,7 @@ struct QueueOutlook {
 class Admission {
  public:
   // `limits` must be valid (ValidateTenantLimits).
-  void SetTenantLimits(TenantId tenant, const TenantLimits& limits,
-                       Micros now);
+  void SetTenantLimits(TenantId tenant, const TenantLimits& limits, Micros now);
 
   Verdict Admit(const Request& r, const QueueOutlook& outlook, Micros now);
 

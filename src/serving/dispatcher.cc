@@ -29,8 +29,9 @@ absl::StatusOr<ModelId> Dispatcher::AddDeployment(const DeploymentSpec& spec) {
     m.queue->SetTenantWeight(t, tenant_weights_[t]);
   }
   const LatencyModel* latency = m.spec.latency ? &*m.spec.latency : nullptr;
-  auto router = MakeRouter(spec.router, latency,
-                           seed_ ^ (0x9e3779b97f4a7c15ULL * (models_.size() + 1)));
+  auto router =
+      MakeRouter(spec.router, latency,
+                 seed_ ^ (0x9e3779b97f4a7c15ULL * (models_.size() + 1)));
   if (!router.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "deployment \"", spec.name, "\": ", router.status().message()));
@@ -119,13 +120,12 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
     // measured completion rate once a slot is free.
     const double ahead = static_cast<double>(m.queue->AheadOf(r.priority));
     const bool slot_free = m.free_slots > 0 && ahead == 0;
-    const Micros wait =
-        slot_free ? 0 : FromSeconds((ahead + 1) / m.rate);
+    const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) / m.rate);
     o.predicted_drain = FromSeconds(1.0 / m.rate);
     const Micros prefill =
-        m.spec.latency ? FromSeconds(m.spec.latency->PrefillSeconds(
-                             r.input_tokens))
-                       : 0;
+        m.spec.latency
+            ? FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens))
+            : 0;
     o.predicted_first_token = now + wait + prefill;
   }
   return o;
@@ -154,11 +154,10 @@ void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
       // Candidates: replicas below their cap. The common case (all of them)
       // is passed without copying.
       std::span<const ReplicaLoad> span;
-      const bool all_free =
-          std::all_of(m.replicas.begin(), m.replicas.end(),
-                      [](const ReplicaLoad& l) {
-                        return l.outstanding < l.max_outstanding;
-                      });
+      const bool all_free = std::all_of(
+          m.replicas.begin(), m.replicas.end(), [](const ReplicaLoad& l) {
+            return l.outstanding < l.max_outstanding;
+          });
       if (all_free) {
         span = m.replicas;
       } else {
@@ -203,9 +202,9 @@ void Dispatcher::NoteCompletion(Model& m, Micros now) {
   const Micros elapsed = now - m.window_start;
   if (elapsed >= kRateWindow) {
     const double measured = m.window_done / ToSeconds(elapsed);
-    m.rate = m.rate == 0 ? measured
-                         : kRateSmoothing * measured +
-                               (1 - kRateSmoothing) * m.rate;
+    m.rate = m.rate == 0
+                 ? measured
+                 : kRateSmoothing * measured + (1 - kRateSmoothing) * m.rate;
     m.window_start = now;
     m.window_done = 0;
   }

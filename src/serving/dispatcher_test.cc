@@ -11,7 +11,8 @@
 namespace gpusched::serving {
 namespace {
 
-DeploymentSpec Spec(const std::string& name, QueueOrder order = QueueOrder::kFair) {
+DeploymentSpec Spec(const std::string& name,
+                    QueueOrder order = QueueOrder::kFair) {
   DeploymentSpec s;
   s.name = name;
   s.queue.classes = {{"critical", order, kNever}, {"standard", order, kNever}};
@@ -45,7 +46,8 @@ class DispatcherTest : public ::testing::Test {
 };
 
 TEST_F(DispatcherTest, HoldsUntilReplicaThenFillsCaps) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   EXPECT_TRUE(Dispatch(0).empty());  // no replica yet: held
   d_.AddReplica(0, 10, 2);
   d_.AddReplica(0, 11, 1);
@@ -68,7 +70,8 @@ TEST_F(DispatcherTest, ClassesAndFairnessDecideWhoGoesNext) {
   ASSERT_TRUE(d_.Submit(Req(0, 0, 0), 0).admitted());
   auto first = Dispatch(0);
   ASSERT_EQ(first.size(), 1u);
-  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (int i = 1; i <= 3; ++i)
+    ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   ASSERT_TRUE(d_.Submit(Req(4, 1, 0), 0).admitted());
   ASSERT_TRUE(d_.Submit(Req(5, 0, 0, /*critical*/ 0), 0).admitted());
   std::vector<RequestId> order;
@@ -147,7 +150,8 @@ TEST_F(DispatcherTest, RemovedReplicaGetsNothingMore) {
   d_.AddReplica(0, 1, 4);
   d_.AddReplica(0, 2, 4);
   d_.RemoveReplica(0, 1);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   for (const Assignment& a : Dispatch(0)) EXPECT_EQ(a.replica, 2u);
 }
 
@@ -171,9 +175,11 @@ TEST(DispatcherRandomTest, ConservationAndCaps) {
       s.router.policy = RouterNames()[rng.Uniform(3)];
       s.queue.classes[1].timeout = 50'000;
       ASSERT_TRUE(d.AddDeployment(s).ok());
-      for (int r = 0; r < 3; ++r) d.AddReplica(m, m * 10 + r, 1 + rng.Uniform(4));
+      for (int r = 0; r < 3; ++r)
+        d.AddReplica(m, m * 10 + r, 1 + rng.Uniform(4));
     }
-    for (int t = 0; t < 5; ++t) ASSERT_TRUE(d.AddTenant({"t", 1.0 + t, {}}).ok());
+    for (int t = 0; t < 5; ++t)
+      ASSERT_TRUE(d.AddTenant({"t", 1.0 + t, {}}).ok());
     std::set<RequestId> queued, running_ids, done;
     std::vector<Assignment> running;
     Micros now = 0;
@@ -182,8 +188,8 @@ TEST(DispatcherRandomTest, ConservationAndCaps) {
       now += rng.Uniform(2000);
       const int op = static_cast<int>(rng.Uniform(10));
       if (op < 5) {
-        Request r = Req(next++, rng.Uniform(5), rng.Uniform(models),
-                        rng.Uniform(2));
+        Request r =
+            Req(next++, rng.Uniform(5), rng.Uniform(models), rng.Uniform(2));
         if (d.Submit(r, now).admitted()) queued.insert(r.id);
       } else if (op < 8 && !running.empty()) {
         const size_t k = rng.Uniform(running.size());

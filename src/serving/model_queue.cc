@@ -75,14 +75,13 @@ const char* QueueOrderName(QueueOrder order) {
 
 absl::Status ValidateModelQueueConfig(const ModelQueueConfig& c) {
   if (c.classes.empty() || c.classes.size() > 255) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a queue needs 1 to 255 priority classes, got ",
-                     c.classes.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a queue needs 1 to 255 priority classes, got ", c.classes.size()));
   }
   for (const QueueClassConfig& k : c.classes) {
     if (k.timeout <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "class \"", k.name, "\": timeout must be positive"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("class \"", k.name, "\": timeout must be positive"));
     }
   }
   if (c.aging <= 0) {

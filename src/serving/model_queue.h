@@ -121,8 +121,8 @@ class ModelQueue {
     std::vector<TenantQueue> by_tenant;  // fair: indexed by TenantId
     std::vector<TenantId> tenants;  // fair: min-heap of backlogged by counter
     double last_served_counter = 0;
-    std::vector<Entry> heap;   // edf/fcfs: (deadline or 0, seq) min-heap
-    std::deque<Entry> late;    // edf + demote_late: arrival order
+    std::vector<Entry> heap;     // edf/fcfs: (deadline or 0, seq) min-heap
+    std::deque<Entry> late;      // edf + demote_late: arrival order
     std::deque<Entry> arrivals;  // (enqueued, seq, slot), lazily cleaned
     int64_t live = 0;
   };

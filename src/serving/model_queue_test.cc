@@ -21,8 +21,8 @@ ModelQueueConfig Config(std::vector<QueueOrder> orders) {
   return c;
 }
 
-Request Req(RequestId id, TenantId tenant, ClassId cls, Micros deadline = kNever,
-            int32_t in = 100, int32_t out = 100) {
+Request Req(RequestId id, TenantId tenant, ClassId cls,
+            Micros deadline = kNever, int32_t in = 100, int32_t out = 100) {
   Request r;
   r.id = id;
   r.tenant = tenant;
@@ -111,15 +111,16 @@ INSTANTIATE_TEST_SUITE_P(
                   {Req(1, 0, 0), Req(2, 0, 0, 30), Req(3, 0, 0, 20)},
                   0,
                   {3, 2, 1}},
-        OrderCase{"FairCountsTokensNotRequests",
-                  // Tenant 0 sends one 900-token request, tenant 1 three
-                  // 300-token ones: one big request buys as much as three.
-                  Config({QueueOrder::kFair}),
-                  {Req(1, 0, 0, kNever, 300, 300), Req(2, 0, 0, kNever, 300, 300),
-                   Req(3, 1, 0, kNever, 100, 100), Req(4, 1, 0, kNever, 100, 100),
-                   Req(5, 1, 0, kNever, 100, 100), Req(6, 1, 0, kNever, 100, 100)},
-                  0,
-                  {1, 3, 4, 5, 2, 6}},
+        OrderCase{
+            "FairCountsTokensNotRequests",
+            // Tenant 0 sends one 900-token request, tenant 1 three
+            // 300-token ones: one big request buys as much as three.
+            Config({QueueOrder::kFair}),
+            {Req(1, 0, 0, kNever, 300, 300), Req(2, 0, 0, kNever, 300, 300),
+             Req(3, 1, 0, kNever, 100, 100), Req(4, 1, 0, kNever, 100, 100),
+             Req(5, 1, 0, kNever, 100, 100), Req(6, 1, 0, kNever, 100, 100)},
+            0,
+            {1, 3, 4, 5, 2, 6}},
         OrderCase{"AgingPromotesStarvedRequest",
                   // At t=25 the class-1 request (pushed at t=0) has waited
                   // two aging periods: it outranks class 0.
@@ -262,12 +263,13 @@ TEST(ModelQueueTest, RandomizedFairnessInvariants) {
     for (int step = 0; step < 5000; ++step) {
       now += static_cast<Micros>(rng.Uniform(5));
       if (rng.Uniform(100) < 55) {
-        Request r = Req(next++, static_cast<TenantId>(rng.Uniform(tenants)),
-                        static_cast<ClassId>(rng.Uniform(3)),
-                        rng.Uniform(2) ? now + static_cast<Micros>(rng.Uniform(400))
-                                       : kNever,
-                        1 + static_cast<int32_t>(rng.Uniform(1000)),
-                        static_cast<int32_t>(rng.Uniform(501)));
+        Request r =
+            Req(next++, static_cast<TenantId>(rng.Uniform(tenants)),
+                static_cast<ClassId>(rng.Uniform(3)),
+                rng.Uniform(2) ? now + static_cast<Micros>(rng.Uniform(400))
+                               : kNever,
+                1 + static_cast<int32_t>(rng.Uniform(1000)),
+                static_cast<int32_t>(rng.Uniform(501)));
         q.Push(r, now);
         inside.insert(r.id);
       } else {

@@ -19,7 +19,7 @@ namespace gpusched::serving {
 using RequestId = uint64_t;
 // Dense indices, assigned by whoever builds the core (config order).
 using TenantId = uint32_t;
-using ModelId = uint32_t;  // one per deployment
+using ModelId = uint32_t;    // one per deployment
 using ReplicaId = uint32_t;  // stable for the replica's lifetime, never reused
 // Priority class index: 0 is the most important (e.g. critical=0, standard=1,
 // batch=2, sheddable=3).

@@ -28,8 +28,8 @@ struct ReplicaLoad {
   int outstanding = 0;      // dispatched by the gateway, not yet completed
   int max_outstanding = 0;  // the concurrency cap (max_ongoing_requests)
   // Engine-reported (or simulated) state; -1 where unknown.
-  int waiting = -1;             // requests queued inside the engine
-  int running = -1;             // sequences in the running batch
+  int waiting = -1;              // requests queued inside the engine
+  int running = -1;              // sequences in the running batch
   double kv_used_fraction = -1;  // 0..1
   int64_t kv_tokens = -1;        // context tokens held by running sequences
   // Prompt tokens accepted but not yet prefilled (gateway-tracked).
@@ -67,8 +67,9 @@ class Router {
 
 // Makes the configured router. `latency` (may be null) is required by
 // latency-predictive. Unknown policy -> InvalidArgument listing the names.
-absl::StatusOr<std::unique_ptr<Router>> MakeRouter(
-    const RouterConfig& config, const LatencyModel* latency, uint64_t seed);
+absl::StatusOr<std::unique_ptr<Router>> MakeRouter(const RouterConfig& config,
+                                                   const LatencyModel* latency,
+                                                   uint64_t seed);
 
 std::vector<std::string> RouterNames();
 

@@ -375,9 +375,9 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
       "2em;color:#222}table{border-collapse:collapse}td,th{border:1px solid "
       "#ccc;padding:4px 10px;text-align:right}td:first-child{text-align:"
       "left}</style></head><body><h1>Serving simulation</h1><p>",
-      HtmlEscape(run.config.source), " &middot; ",
-      HtmlEscape(run.trace_source), " (", HtmlEscape(run.trace_format), ", ",
-      run.trace_requests, " requests, time scale ",
+      HtmlEscape(run.config.source), " &middot; ", HtmlEscape(run.trace_source),
+      " (", HtmlEscape(run.trace_format), ", ", run.trace_requests,
+      " requests, time scale ",
       absl::StrFormat("%g", run.config.workload.time_scale), ") &middot; ",
       absl::StrFormat("%.0f", ToSeconds(run.simulated_end)),
       " s simulated</p><table><tr><th></th><th>requests</th><th>completed"

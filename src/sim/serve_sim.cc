@@ -155,9 +155,8 @@ class Simulation : public ReplicaSimListener {
       spec.queue.late_margin = FromSeconds(d.queue.late_margin_s);
       serving::LatencyModel latency;
       if (d.kind == "llm") {
-        auto found = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
-                                               d.model, d.gpu,
-                                               d.tensor_parallel);
+        auto found = serving::FindLatencyModel(
+            serving::BuiltinLatencyModels(), d.model, d.gpu, d.tensor_parallel);
         if (!found.ok()) {
           return absl::InvalidArgumentError(
               absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
@@ -168,10 +167,10 @@ class Simulation : public ReplicaSimListener {
           latency.kv_capacity_tokens = d.engine.kv_capacity_tokens;
         }
         if (latency.kv_capacity_tokens <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              cfg_.source, ":", d.line, ": deployment '", d.name,
-              "': no KV capacity is known for ", d.model, " on ", d.gpu,
-              "; set engine.kv_capacity_tokens"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
+                           "': no KV capacity is known for ", d.model, " on ",
+                           d.gpu, "; set engine.kv_capacity_tokens"));
         }
         spec.latency = latency;
         run_.latency_sources.push_back(latency.source);
@@ -207,8 +206,8 @@ class Simulation : public ReplicaSimListener {
           auto sim = TensorReplicaSim::Create(tc);
           if (!sim.ok()) {
             return absl::InvalidArgumentError(
-                absl::StrCat(cfg_.source, ":", d.line, ": deployment '",
-                             d.name, "': ", sim.status().message()));
+                absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
+                             "': ", sim.status().message()));
           }
           rep.tensor = *std::move(sim);
         }
@@ -255,9 +254,9 @@ class Simulation : public ReplicaSimListener {
           tr.model.empty() ? cfg_.workload.deployment : tr.model;
       auto dep = deployment_ids_.find(model);
       if (dep == deployment_ids_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            trace.source, ": request ", i + 1, " is for model '", model,
-            "', which no deployment serves"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(trace.source, ": request ", i + 1, " is for model '",
+                         model, "', which no deployment serves"));
       }
       const TenantId t = tenant_ids_.at(tenant);
       SimRequest& s = sim_requests_[i];
@@ -287,7 +286,8 @@ class Simulation : public ReplicaSimListener {
       o.output_tokens = tr.output_tokens;
     }
     // Spans into blocks_ are taken once it stops growing.
-    for (size_t i = 0; i < n; ++i) sim_requests_[i].req.prefix_blocks = blocks_[i];
+    for (size_t i = 0; i < n; ++i)
+      sim_requests_[i].req.prefix_blocks = blocks_[i];
     return absl::OkStatus();
   }
 
@@ -344,9 +344,8 @@ class Simulation : public ReplicaSimListener {
         events_.pop();  // stale
       }
       const Micros t_event = events_.empty() ? kNever : events_.top().first;
-      const Micros t_arrival = next_arrival < n
-                                   ? sim_requests_[next_arrival].req.arrival
-                                   : kNever;
+      const Micros t_arrival =
+          next_arrival < n ? sim_requests_[next_arrival].req.arrival : kNever;
       const Micros t_timeout = dispatcher_.NextTimeout();
       now = std::min({t_event, t_arrival, t_timeout});
       if (now == kNever) break;
@@ -443,8 +442,7 @@ class Simulation : public ReplicaSimListener {
   // (time, replica) min-heap; entries go stale when a replica's next event
   // moves, and are skipped.
   std::priority_queue<std::pair<Micros, size_t>,
-                      std::vector<std::pair<Micros, size_t>>,
-                      std::greater<>>
+                      std::vector<std::pair<Micros, size_t>>, std::greater<>>
       events_;
 };
 

@@ -35,7 +35,9 @@ struct RequestOutcome {
   int64_t cached_tokens = 0;
   // kNone when completed; otherwise why it was not served.
   serving::RejectReason reason = serving::RejectReason::kNone;
-  bool completed() const { return finished >= 0 && reason == serving::RejectReason::kNone; }
+  bool completed() const {
+    return finished >= 0 && reason == serving::RejectReason::kNone;
+  }
 };
 
 // One sample of the load over time.

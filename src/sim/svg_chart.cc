@@ -49,9 +49,7 @@ std::string LineChartSvg(const ChartSpec& spec) {
     }
     return (v - spec.x_min) / std::max(1e-12, spec.x_max - spec.x_min);
   };
-  auto x = [&](double v) {
-    return left + pw * std::clamp(tx(v), 0.0, 1.0);
-  };
+  auto x = [&](double v) { return left + pw * std::clamp(tx(v), 0.0, 1.0); };
   auto y = [&](double v) {
     const double f =
         (v - spec.y_min) / std::max(1e-12, spec.y_max - spec.y_min);
@@ -73,8 +71,8 @@ std::string LineChartSvg(const ChartSpec& spec) {
   }
   std::vector<double> xt;
   if (spec.log_x) {
-    for (double v = std::pow(10, std::floor(std::log10(
-                                     std::max(spec.x_min, 1e-12))));
+    for (double v =
+             std::pow(10, std::floor(std::log10(std::max(spec.x_min, 1e-12))));
          v <= spec.x_max * 1.0001; v *= 10) {
       if (v >= spec.x_min * 0.9999) xt.push_back(v);
     }

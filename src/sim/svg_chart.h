@@ -21,7 +21,7 @@ struct ChartSpec {
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   int x_ticks = 10, y_ticks = 5;
   std::string x_tick_suffix, y_tick_suffix;  // e.g. "%"
-  bool log_x = false;  // ticks at powers of ten
+  bool log_x = false;                        // ticks at powers of ten
   std::vector<ChartSeries> series;
 };
 
