@@ -4,8 +4,12 @@
 // ready and below their concurrency cap, so a router never has to say "none";
 // requests that find no such replica wait in the ModelQueue. Routers read the
 // load the gateway tracks itself (outstanding) and what engines report (KV
-// use, waiting and running counts, as vLLM's metrics do). Owned by one
-// deployment; not thread-safe (the core runs on one strand).
+// use, waiting and running counts, as vLLM's metrics do). Routers that learn
+// (prefix-affinity, session-affinity) learn from OnDispatched, not from Pick,
+// so a Pick whose request is not dispatched leaves them unchanged;
+// round-robin's cursor and power-of-two's draws do move in Pick. Policies and
+// formulas: docs/routing.md. Owned by one deployment; not thread-safe (the
+// core runs on one strand).
 #ifndef GPUSCHED_SERVING_ROUTER_H_
 #define GPUSCHED_SERVING_ROUTER_H_
 
@@ -36,6 +40,20 @@ struct ReplicaLoad {
   int64_t pending_prefill_tokens = 0;
 };
 
+// Knobs of the TTFT predictor (PredictTtftSeconds); see docs/routing.md.
+struct TtftPredictorOptions {
+  // Prompt tokens one engine iteration prefills (vLLM's
+  // max_num_batched_tokens with chunked prefill): each chunk shares its
+  // iteration with one decode step of the running batch.
+  int32_t prefill_chunk_tokens = 2048;
+  // A replica whose KV cache is at least this full admits nothing new until
+  // running sequences finish (vLLM preempts/queues at ~95-100%).
+  double kv_full_fraction = 0.95;
+  // Output length assumed for running sequences when the request's
+  // max_output_tokens is 0 (used only for the KV-full wait).
+  int32_t default_output_tokens = 256;
+};
+
 struct RouterConfig {
   // round-robin | least-outstanding | power-of-two | prefix-affinity |
   // kv-aware | latency-predictive | session-affinity
@@ -48,8 +66,19 @@ struct RouterConfig {
   int affinity_blocks = 4;
   // prefix-affinity: how many block hashes the router remembers (LRU).
   int64_t prefix_index_capacity = 1 << 20;
+  // prefix-affinity: points per replica on the consistent-hash ring.
+  int virtual_nodes = 100;
   // session-affinity: what to do for requests without a session key.
   std::string session_fallback = "least-outstanding";
+  // session-affinity: how many session -> replica pins the router remembers
+  // (LRU).
+  int64_t session_capacity = 1 << 20;
+  // kv-aware: cost = kv_weight * kv_term + queue_weight * queue_term, both
+  // terms in [0, 1] (docs/routing.md). At least one weight must be > 0.
+  double kv_weight = 1.0;
+  double queue_weight = 1.0;
+  // latency-predictive: the TTFT predictor's knobs.
+  TtftPredictorOptions ttft;
 };
 
 class Router {
@@ -66,12 +95,40 @@ class Router {
 };
 
 // Makes the configured router. `latency` (may be null) is required by
-// latency-predictive. Unknown policy -> InvalidArgument listing the names.
+// latency-predictive (also as the session fallback); the router keeps a copy.
+// `seed` drives power-of-two's draws. Invalid knobs or an unknown policy ->
+// InvalidArgument (the latter listing the names).
 absl::StatusOr<std::unique_ptr<Router>> MakeRouter(const RouterConfig& config,
                                                    const LatencyModel* latency,
                                                    uint64_t seed);
 
 std::vector<std::string> RouterNames();
+
+// Predicted time to first token (seconds) if `request` went to `replica` now,
+// from the replica's latency model. The engine serves prompts first come,
+// first served in chunks of `prefill_chunk_tokens`, each chunk sharing an
+// iteration with one decode step of the running batch:
+//
+//   ahead    = max(0, pending_prefill_tokens) + input_tokens
+//   chunks   = ceil(ahead / prefill_chunk_tokens)
+//   ttft     = prefill_s(ahead) + chunks * decode_s(running, kv_tokens)
+//            + kv_wait
+//   kv_wait  = 0 unless the KV cache is full (kv used >= kv_full_fraction,
+//              or kv_tokens + ahead > kv_capacity_tokens), then
+//              (waiting + 1) * L / (running + 1)
+//                * decode_s(max(1, running), kv_tokens)
+//              -- the time until waiting + 1 running sequences finish, their
+//              remaining outputs spread evenly over [0, L], L the request's
+//              max_output_tokens (default_output_tokens when 0).
+//
+// Unknown engine fields (-1) fall back to gateway-tracked ones: running ->
+// outstanding; waiting -> outstanding - running (0 when running is unknown
+// too); kv_tokens -> kv_used_fraction * kv_capacity_tokens, else 0; kv used
+// -> kv_tokens / kv_capacity_tokens, else only the fit test applies. Pure;
+// no allocation.
+double PredictTtftSeconds(const LatencyModel& model, const Request& request,
+                          const ReplicaLoad& replica,
+                          const TtftPredictorOptions& options = {});
 
 }  // namespace gpusched::serving
 

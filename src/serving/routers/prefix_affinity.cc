@@ -1,0 +1,177 @@
+// prefix-affinity: send a prompt where its leading KV blocks were sent
+// before, unless that replica is over a load bound; then bounded-load
+// consistent hashing (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing
+// with Bounded Loads", SODA 2018). Formulas in docs/routing.md.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "serving/router.h"
+#include "serving/routers/lru_map.h"
+#include "serving/routers/routers.h"
+
+namespace gpusched::serving::internal {
+namespace {
+
+// SplitMix64's finalizer: a fixed, seed-independent 64-bit mix, so every
+// gateway (whatever its seed) puts a replica's ring points in the same place.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class PrefixAffinityRouter : public Router {
+ public:
+  explicit PrefixAffinityRouter(const RouterConfig& config)
+      : epsilon_(config.load_bound_epsilon),
+        affinity_blocks_(config.affinity_blocks),
+        virtual_nodes_(config.virtual_nodes),
+        index_(config.prefix_index_capacity) {}
+
+  const char* name() const override { return "prefix-affinity"; }
+
+  int Pick(const Request& request, std::span<const ReplicaLoad> replicas,
+           Micros now) override {
+    const std::span<const uint64_t> blocks = request.prefix_blocks;
+    if (blocks.empty()) return LeastOutstandingIndex(replicas);
+
+    // Stamp this call's candidates (no per-call clear: the map only grows
+    // when a replica is seen for the first time).
+    ++generation_;
+    int64_t total = 1;  // the new request counts toward the mean
+    for (int i = 0; i < static_cast<int>(replicas.size()); ++i) {
+      const ReplicaId id = replicas[i].id;
+      Slot& slot = slots_[id];
+      slot.generation = generation_;
+      slot.index = i;
+      if (!slot.on_ring) AddToRing(id, slot);
+      total += std::max(0, replicas[i].outstanding);
+    }
+    const int64_t bound =
+        LoadBound(total, static_cast<int64_t>(replicas.size()));
+    // The bound applies to the load before this request (so a replica ends
+    // at most at bound + 1): at light load a second request for a prefix may
+    // join the first instead of missing the cache.
+    auto fits = [&](int i) {
+      return int64_t{std::max(0, replicas[i].outstanding)} <= bound;
+    };
+
+    // Longest match: with chained hashes a hit at position b means the
+    // replica was sent blocks 0..b, so the deepest hit on a candidate wins.
+    // OnDispatched writes a prompt's blocks back to front, so a block is
+    // always more recent than the deeper blocks of its chain and the LRU
+    // evicts those first: the recorded blocks of a chain are always a prefix
+    // of it. A head that is not recorded means nothing deeper is (a new
+    // prefix costs one lookup); a hit costs one lookup per block past it.
+    const int deepest = index_.Get(blocks[0]).has_value()
+                            ? static_cast<int>(blocks.size()) - 1
+                            : -1;
+    for (int b = deepest; b >= 0; --b) {
+      const std::optional<ReplicaId> owner = index_.Get(blocks[b]);
+      if (!owner.has_value()) continue;
+      const int i = CandidateIndex(*owner);
+      if (i < 0) continue;  // removed, not ready, or at its cap right now
+      if (fits(i)) return i;
+      break;  // the best match is over the bound: consistent hashing decides
+    }
+
+    // Bounded-load consistent hashing on the first affinity_blocks blocks
+    // (the chained hash at that position identifies all of them): walk the
+    // ring clockwise to the first candidate within the bound. The least
+    // loaded candidate always fits, so the walk ends within one turn.
+    const size_t k = std::min<size_t>(blocks.size(), affinity_blocks_);
+    const uint64_t key = Mix(blocks[k - 1]);
+    const size_t start =
+        std::lower_bound(ring_.begin(), ring_.end(), RingPoint{key, 0}) -
+        ring_.begin();
+    for (size_t step = 0; step < ring_.size(); ++step) {
+      const RingPoint& point = ring_[(start + step) % ring_.size()];
+      const int i = CandidateIndex(point.replica);
+      if (i >= 0 && fits(i)) return i;
+    }
+    return LeastOutstandingIndex(replicas);  // not reached
+  }
+
+  void OnDispatched(const Request& request, ReplicaId replica) override {
+    if (removed_.contains(replica)) return;
+    // Back to front, so the leading blocks (shared by the most prompts) are
+    // the most recent and the last to be evicted.
+    const std::span<const uint64_t> blocks = request.prefix_blocks;
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      index_.Put(*it, replica);
+    }
+  }
+
+  // The ring points go now. The index entries go lazily: they match no
+  // candidate any more, and no dispatch refreshes them, so they are the
+  // first the LRU evicts.
+  void OnReplicaRemoved(ReplicaId replica) override {
+    removed_.insert(replica);
+    slots_.erase(replica);
+    std::erase_if(ring_,
+                  [&](const RingPoint& p) { return p.replica == replica; });
+  }
+
+ private:
+  struct RingPoint {
+    uint64_t point;
+    ReplicaId replica;
+    bool operator<(const RingPoint& o) const {
+      return point != o.point ? point < o.point : replica < o.replica;
+    }
+  };
+  struct Slot {
+    uint64_t generation = 0;
+    int index = -1;
+    bool on_ring = false;
+  };
+
+  // ceil((1 + epsilon) * total / n), tolerant of rounding (1.1 * 10 is
+  // 11.000000000000002 in doubles and must stay 11).
+  int64_t LoadBound(int64_t total, int64_t n) const {
+    const double x =
+        (1 + epsilon_) * static_cast<double>(total) / static_cast<double>(n);
+    return static_cast<int64_t>(std::ceil(x - 1e-9 * std::max(1.0, x)));
+  }
+
+  // Index of `replica` among this Pick's candidates, or -1.
+  int CandidateIndex(ReplicaId replica) const {
+    auto it = slots_.find(replica);
+    if (it == slots_.end() || it->second.generation != generation_) return -1;
+    return it->second.index;
+  }
+
+  void AddToRing(ReplicaId id, Slot& slot) {
+    removed_.erase(id);  // ids are never reused; tolerate a caller that does
+    for (int v = 0; v < virtual_nodes_; ++v) {
+      ring_.push_back({Mix(Mix(id) ^ static_cast<uint64_t>(v)), id});
+    }
+    std::sort(ring_.begin(), ring_.end());
+    slot.on_ring = true;
+  }
+
+  const double epsilon_;
+  const int affinity_blocks_;
+  const int virtual_nodes_;
+  LruMap index_;  // block hash -> replica it was last dispatched to
+  std::vector<RingPoint> ring_;  // sorted by (point, replica)
+  absl::flat_hash_map<ReplicaId, Slot> slots_;
+  absl::flat_hash_set<ReplicaId> removed_;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Router> NewPrefixAffinityRouter(const RouterConfig& config) {
+  return std::make_unique<PrefixAffinityRouter>(config);
+}
+
+}  // namespace gpusched::serving::internal
