@@ -7,7 +7,7 @@
 // plain per-model FIFO with a least-outstanding pick and no admission: the
 // ratio shows what admission, classes and fair queuing cost.
 //
-//   build/bench/serving_bench --benchmark_repetitions=5 \
+//   build/bench/serving_bench --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 #include <deque>
 #include <string>
@@ -40,8 +40,9 @@ std::vector<Request> MakeRequests(size_t n, uint64_t seed) {
     r.priority = static_cast<ClassId>(rng.Uniform(kClasses));
     r.input_tokens = 1 + static_cast<int32_t>(rng.Uniform(4096));
     r.max_output_tokens = 1 + static_cast<int32_t>(rng.Uniform(512));
-    // Half the requests carry a deadline (EDF within a tenant).
-    if (rng.Uniform(2)) r.deadline = 1'000'000 + rng.Uniform(10'000'000);
+    // Half the requests carry a deadline (EDF within a tenant), 10 to 60 s
+    // after submission (added at submit time).
+    if (rng.Uniform(2)) r.deadline = 10'000'000 + rng.Uniform(50'000'000);
   }
   return v;
 }
@@ -77,7 +78,8 @@ void BM_Dispatcher(benchmark::State& state, const char* router) {
   std::deque<Assignment> running;
   auto submit = [&](int n) {
     for (int i = 0; i < n; ++i) {
-      const Request& r = reqs[next++ & ((1 << 20) - 1)];
+      Request r = reqs[next++ & ((1 << 20) - 1)];
+      if (r.deadline != kNever) r.deadline += now;
       CHECK(d.Submit(r, now).admitted());
     }
   };

@@ -94,6 +94,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "serving/admission.h"
+#include "serving/model_queue.h"
 #include "serving/router.h"
 
 namespace gpusched::config {

@@ -101,16 +101,16 @@ absl::Status ValidateModelQueueConfig(const ModelQueueConfig& c) {
 ModelQueue::ModelQueue(ModelQueueConfig config) : config_(std::move(config)) {
   CHECK(ValidateModelQueueConfig(config_).ok());
   classes_.resize(config_.classes.size());
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    classes_[c].track_arrivals =
+        config_.classes[c].timeout != kNever || config_.aging != kNever;
+  }
 }
 
 void ModelQueue::SetTenantWeight(TenantId tenant, double weight) {
   CHECK(weight > 0);
-  if (weights_.size() <= tenant) weights_.resize(tenant + 1, 1.0);
-  weights_[tenant] = weight;
-}
-
-double ModelQueue::Weight(TenantId t) const {
-  return t < weights_.size() ? weights_[t] : 1.0;
+  if (inv_weights_.size() <= tenant) inv_weights_.resize(tenant + 1, 1.0);
+  inv_weights_[tenant] = 1 / weight;
 }
 
 uint32_t ModelQueue::AllocSlot(const Request& r, Micros now) {
@@ -141,76 +141,53 @@ bool ModelQueue::SlotIsLive(const Entry& e) const {
 }
 
 ModelQueue::TenantQueue& ModelQueue::Tenant(ClassQueue& q, TenantId t) {
-  if (q.by_tenant.size() <= t) q.by_tenant.resize(t + 1);
+  if (q.by_tenant.size() <= t) {
+    q.by_tenant.resize(std::max<size_t>(t + 1, inv_weights_.size()));
+  }
   return q.by_tenant[t];
 }
 
-void ModelQueue::TenantHeapUp(ClassQueue& q, int32_t pos) {
-  auto& h = q.tenants;
-  while (pos > 0) {
-    const int32_t p = (pos - 1) / 2;
-    TenantQueue& a = q.by_tenant[h[pos]];
-    TenantQueue& b = q.by_tenant[h[p]];
-    // Ties: lower tenant id first, so the order is deterministic.
-    if (a.counter > b.counter || (a.counter == b.counter && h[pos] > h[p])) {
-      break;
+double ModelQueue::InvWeight(TenantId t) const {
+  return t < inv_weights_.size() ? inv_weights_[t] : 1.0;
+}
+
+namespace {
+// std heap functions build max-heaps; this order makes the smallest
+// (counter, tenant) the top.
+struct TenantItemAfter {
+  template <typename T>
+  bool operator()(const T& a, const T& b) const {
+    return a.counter != b.counter ? a.counter > b.counter : a.tenant > b.tenant;
+  }
+};
+}  // namespace
+
+bool ModelQueue::Current(const ClassQueue& q, const TenantItem& item) const {
+  const TenantQueue& tq = q.by_tenant[item.tenant];
+  return tq.in_heap && tq.version == item.version;
+
+}
+
+void ModelQueue::DropStaleTop(ClassQueue& q) {
+  while (!q.tenants.empty() && !Current(q, q.tenants.front())) {
+    std::pop_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
+    q.tenants.pop_back();
+  }
+}
+
+void ModelQueue::PushTenant(ClassQueue& q, TenantId t) {
+  TenantQueue& tq = q.by_tenant[t];
+  ++tq.version;
+  q.tenants.push_back(TenantItem{tq.counter, t, tq.version});
+  std::push_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
+  // Stale items are dropped lazily from the top; rebuild when they pile up.
+  if (q.tenants.size() > 2 * static_cast<size_t>(q.backlogged) + 64) {
+    size_t keep = 0;
+    for (const TenantItem& item : q.tenants) {
+      if (Current(q, item)) q.tenants[keep++] = item;
     }
-    std::swap(h[pos], h[p]);
-    a.heap_pos = p;
-    b.heap_pos = pos;
-    pos = p;
-  }
-}
-
-void ModelQueue::TenantHeapDown(ClassQueue& q, int32_t pos) {
-  auto& h = q.tenants;
-  const int32_t n = static_cast<int32_t>(h.size());
-  for (;;) {
-    const int32_t l = 2 * pos + 1;
-    if (l >= n) break;
-    int32_t m = l;
-    auto less = [&](int32_t i, int32_t j) {
-      const double ci = q.by_tenant[h[i]].counter;
-      const double cj = q.by_tenant[h[j]].counter;
-      return ci < cj || (ci == cj && h[i] < h[j]);
-    };
-    if (l + 1 < n && less(l + 1, l)) m = l + 1;
-    if (!less(m, pos)) break;
-    std::swap(h[pos], h[m]);
-    q.by_tenant[h[pos]].heap_pos = pos;
-    q.by_tenant[h[m]].heap_pos = m;
-    pos = m;
-  }
-}
-
-void ModelQueue::TenantHeapInsert(ClassQueue& q, TenantId t) {
-  TenantQueue& tq = q.by_tenant[t];
-  // VTC lift: a tenant returning from idle starts at the smallest backlogged
-  // counter (or the last served one when nobody waits), never below its own.
-  const double floor = q.tenants.empty()
-                           ? q.last_served_counter
-                           : q.by_tenant[q.tenants.front()].counter;
-  tq.counter = std::max(tq.counter, floor);
-  tq.heap_pos = static_cast<int32_t>(q.tenants.size());
-  q.tenants.push_back(t);
-  TenantHeapUp(q, tq.heap_pos);
-}
-
-void ModelQueue::TenantHeapRemove(ClassQueue& q, TenantId t) {
-  TenantQueue& tq = q.by_tenant[t];
-  const int32_t pos = tq.heap_pos;
-  CHECK(pos >= 0);
-  const int32_t last = static_cast<int32_t>(q.tenants.size()) - 1;
-  tq.heap_pos = -1;
-  if (pos != last) {
-    const TenantId moved = q.tenants[last];
-    q.tenants[pos] = moved;
-    q.by_tenant[moved].heap_pos = pos;
-    q.tenants.pop_back();
-    TenantHeapUp(q, pos);
-    TenantHeapDown(q, q.by_tenant[moved].heap_pos);
-  } else {
-    q.tenants.pop_back();
+    q.tenants.resize(keep);
+    std::make_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
   }
 }
 
@@ -220,7 +197,7 @@ void ModelQueue::Push(const Request& r, Micros now) {
   const Slot& s = slots_[slot];
   ClassQueue& q = classes_[r.priority];
   const QueueClassConfig& k = config_.classes[r.priority];
-  q.arrivals.push_back(Entry{now, s.seq, slot});
+  if (q.track_arrivals) q.arrivals.push_back(Entry{now, s.seq, slot});
   ++q.live;
   ++size_;
   if (tenant_live_.size() <= r.tenant) tenant_live_.resize(r.tenant + 1, 0);
@@ -228,8 +205,29 @@ void ModelQueue::Push(const Request& r, Micros now) {
   switch (k.order) {
     case QueueOrder::kFair: {
       TenantQueue& tq = Tenant(q, r.tenant);
-      HeapPush(tq.heap, Entry{r.deadline, s.seq, slot});
-      if (tq.live++ == 0) TenantHeapInsert(q, r.tenant);
+      const Entry e{r.deadline, s.seq, slot};
+      if (tq.live == 0) {
+        tq.first = e;
+        tq.has_first = true;
+      } else {
+        if (tq.has_first) {
+          tq.heap.push_back(tq.first);
+          tq.has_first = false;
+        }
+        HeapPush(tq.heap, e);
+      }
+      if (tq.live++ == 0) {
+        // VTC lift: a tenant returning from idle starts at the smallest
+        // backlogged counter (or the last served one when nobody waits),
+        // never below its own.
+        DropStaleTop(q);
+        const double floor = q.tenants.empty() ? q.last_served_counter
+                                               : q.tenants.front().counter;
+        tq.counter = std::max(tq.counter, floor);
+        tq.in_heap = true;
+        ++q.backlogged;
+        PushTenant(q, r.tenant);
+      }
       break;
     }
     case QueueOrder::kEdf:
@@ -243,11 +241,8 @@ void ModelQueue::Push(const Request& r, Micros now) {
 
 void ModelQueue::Charge(ClassQueue& q, TenantId t, double weighted_tokens) {
   TenantQueue& tq = Tenant(q, t);
-  tq.counter += weighted_tokens / Weight(t);
-  if (tq.heap_pos >= 0) {
-    TenantHeapUp(q, tq.heap_pos);
-    TenantHeapDown(q, tq.heap_pos);
-  }
+  tq.counter += weighted_tokens * InvWeight(t);
+  if (tq.in_heap) PushTenant(q, t);
 }
 
 void ModelQueue::CorrectOutput(TenantId tenant, ClassId cls,
@@ -274,15 +269,18 @@ void ModelQueue::Take(ClassId cls, uint32_t slot, bool served, Request* out) {
       const double cost = config_.input_weight * s.request.input_tokens +
                           config_.output_weight *
                               std::max<int32_t>(0, s.request.max_output_tokens);
-      tq.counter += cost / Weight(t);
+      tq.counter += cost * InvWeight(t);
       q.last_served_counter = tq.counter;
     }
     if (tq.live == 0) {
-      TenantHeapRemove(q, t);
-      // Dead entries of an idle tenant are dropped with it.
+      // Idle: its item goes stale; dead entries are dropped with it.
+      tq.in_heap = false;
+      ++tq.version;
+      --q.backlogged;
       tq.heap.clear();
-    } else {
-      TenantHeapDown(q, tq.heap_pos);
+      tq.has_first = false;
+    } else if (served) {
+      PushTenant(q, t);
     }
   }
   FreeSlot(slot);
@@ -309,11 +307,25 @@ bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
   if (q.live == 0) return false;
   switch (config_.classes[cls].order) {
     case QueueOrder::kFair: {
+      DropStaleTop(q);
       CHECK(!q.tenants.empty());
-      TenantQueue& tq = q.by_tenant[q.tenants.front()];
-      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
-      const uint32_t slot = tq.heap.front().slot;
-      HeapPop(tq.heap);
+      const TenantId t = q.tenants.front().tenant;
+      // The top item is consumed here; Take publishes the new counter.
+      std::pop_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
+      q.tenants.pop_back();
+      TenantQueue& tq = q.by_tenant[t];
+      ++tq.version;
+      uint32_t slot;
+      if (tq.has_first) {
+        // Inline mode: the one entry since the tenant last went idle, so
+        // live (the tenant has live requests).
+        slot = tq.first.slot;
+        tq.has_first = false;
+      } else {
+        while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
+        slot = tq.heap.front().slot;
+        HeapPop(tq.heap);
+      }
       Take(cls, slot, /*served=*/true, out);
       return true;
     }

@@ -105,25 +105,45 @@ class ModelQueue {
     uint64_t seq;
     uint32_t slot;
   };
+  static_assert(sizeof(Entry) == 24);
   struct Slot {
     Request request;
     uint64_t seq = 0;
     Micros enqueued = 0;
     bool live = false;
   };
-  struct TenantQueue {
-    std::vector<Entry> heap;  // (deadline, seq) min-heap; may hold dead slots
-    int64_t live = 0;
+  // One tenant's requests in one fair class. Most tenants have one request
+  // waiting at a time, so the first is kept inline (no second cache line);
+  // a second moves both into `heap`. 64 bytes, one cache line.
+  struct alignas(64) TenantQueue {
+    Entry first{};             // valid when has_first (and heap is empty)
+    std::vector<Entry> heap;   // (deadline, seq) min-heap; may hold dead slots
     double counter = 0;
-    int32_t heap_pos = -1;  // position in ClassQueue::tenants, -1 if absent
+    uint32_t version = 0;      // bumped whenever the tenant's heap item changes
+    int32_t live = 0;
+    bool in_heap = false;      // backlogged: has a current item in `tenants`
+    bool has_first = false;
+  };
+  // An item of the lazy tenant heap; current iff its version matches.
+  struct TenantItem {
+    double counter;
+    TenantId tenant;
+    uint32_t version;
   };
   struct ClassQueue {
     std::vector<TenantQueue> by_tenant;  // fair: indexed by TenantId
-    std::vector<TenantId> tenants;  // fair: min-heap of backlogged by counter
+    // fair: min-heap of backlogged tenants on (counter, id). Lazy: a changed
+    // counter pushes a new item and leaves the old one stale, so sifting
+    // touches only this array (the hot path's cache lines).
+    std::vector<TenantItem> tenants;
+    int64_t backlogged = 0;
     double last_served_counter = 0;
-    std::vector<Entry> heap;     // edf/fcfs: (deadline or 0, seq) min-heap
-    std::deque<Entry> late;      // edf + demote_late: arrival order
-    std::deque<Entry> arrivals;  // (enqueued, seq, slot), lazily cleaned
+    std::vector<Entry> heap;   // edf/fcfs: (deadline or 0, seq) min-heap
+    std::deque<Entry> late;    // edf + demote_late: arrival order
+    // (enqueued, seq, slot) in push order, lazily cleaned; kept only when
+    // the class has a timeout or the queue ages.
+    std::deque<Entry> arrivals;
+    bool track_arrivals = false;
     int64_t live = 0;
   };
 
@@ -136,19 +156,18 @@ class ModelQueue {
   bool PopOldest(ClassId cls, Micros now, Request* out);
   void CleanArrivals(ClassQueue& q);
   TenantQueue& Tenant(ClassQueue& q, TenantId t);
-  double Weight(TenantId t) const;
+  double InvWeight(TenantId t) const;
+  bool Current(const ClassQueue& q, const TenantItem& item) const;
+  void DropStaleTop(ClassQueue& q);
+  // (Re)publishes tenant t's counter in the lazy heap.
+  void PushTenant(ClassQueue& q, TenantId t);
   void Charge(ClassQueue& q, TenantId t, double weighted_tokens);
-  // Indexed min-heap of tenants keyed by counter.
-  void TenantHeapUp(ClassQueue& q, int32_t pos);
-  void TenantHeapDown(ClassQueue& q, int32_t pos);
-  void TenantHeapRemove(ClassQueue& q, TenantId t);
-  void TenantHeapInsert(ClassQueue& q, TenantId t);
 
   ModelQueueConfig config_;
   std::vector<ClassQueue> classes_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<double> weights_;
+  std::vector<double> inv_weights_;  // 1 / tenant weight
   std::vector<int64_t> tenant_live_;
   uint64_t next_seq_ = 0;
   int64_t size_ = 0;
