@@ -193,7 +193,13 @@ class Simulation : public ReplicaSimListener {
           rc.block_tokens = trace.block_tokens > 0 ? trace.block_tokens
                                                    : d.engine.block_tokens;
           rc.prefix_caching = d.engine.prefix_caching;
-          rep.llm = std::make_unique<LlmReplicaSim>(rc);
+          auto sim = LlmReplicaSim::Create(rc);
+          if (!sim.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(cfg_.source, ":", d.line, ": deployment '",
+                             d.name, "': ", sim.status().message()));
+          }
+          rep.llm = *std::move(sim);
         } else {
           TensorReplicaConfig tc;
           tc.batcher.max_batch_size = d.batching.max_batch_size;
@@ -398,8 +404,10 @@ class Simulation : public ReplicaSimListener {
         Replica& rep = replicas_[a.replica];
         if (rep.llm) {
           rep.llm->Enqueue(&s, now);
-        } else {
-          rep.tensor->Enqueue(&s, now);
+        } else if (!rep.tensor->Enqueue(&s, now)) {
+          // The batcher's own queue bound (max_queue_size) is full.
+          run_.requests[a.request.id].reason = RejectReason::kModelQueueFull;
+          dispatcher_.OnFinished(a.request, a.replica, -1, now);
         }
         PublishLoad(a.replica);
         Schedule(a.replica);
@@ -415,16 +423,22 @@ class Simulation : public ReplicaSimListener {
     for (size_t r = 0; r < replicas_.size(); ++r) {
       ReplicaStats& st = run_.replicas[r];
       if (replicas_[r].llm) {
-        const LlmReplicaSim& l = *replicas_[r].llm;
-        st.iterations = l.stats().iterations;
-        st.preemptions = l.stats().preemptions;
-        st.busy_seconds = ToSeconds(l.stats().busy);
+        const LlmReplicaCounters& c = replicas_[r].llm->counters();
+        st.iterations = c.iterations;
+        st.preemptions = c.preemptions;
+        st.busy_seconds = ToSeconds(c.busy_time);
       } else {
-        st.iterations = replicas_[r].tensor->stats().batches;
-        st.busy_seconds = ToSeconds(replicas_[r].tensor->stats().busy);
+        const TensorReplicaCounters& c = replicas_[r].tensor->counters();
+        st.iterations = c.batches;
+        // busy_time sums over instances: one replica holds them all.
+        st.busy_seconds =
+            ToSeconds(c.busy_time) / cfg_.deployments[rep_deployment(r)]
+                                         .batching.instances;
       }
     }
   }
+
+  size_t rep_deployment(size_t r) const { return replicas_[r].deployment; }
 
   const config::ServeSimConfig& cfg_;
   serving::Dispatcher dispatcher_;
