@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -260,12 +261,21 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
   json overall_j = Finish(overall, seconds);
   overall_j["gpu_seconds"] = R6(gpu_seconds);
   overall_j["busy_gpu_seconds"] = R6(busy_gpu_seconds);
+  // Paths as the config names them (file name; trace relative to it), so a
+  // report does not depend on where the repository is checked out.
+  const std::filesystem::path config_path(cfg.source);
+  std::string trace_source = run.trace_source;
+  if (!cfg.workload.synthetic && !config_path.parent_path().empty()) {
+    trace_source = std::filesystem::path(run.trace_source)
+                       .lexically_relative(config_path.parent_path())
+                       .string();
+  }
   json report{
-      {"config", cfg.source},
+      {"config", config_path.filename().string()},
       {"seed", cfg.seed},
       {"workload",
        {{"format", run.trace_format},
-        {"source", run.trace_source},
+        {"source", trace_source},
         {"requests", run.trace_requests},
         {"time_scale", cfg.workload.time_scale}}},
       {"simulated_seconds", R6(seconds)},
