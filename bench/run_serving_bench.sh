@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Request-layer figures for docs/request-layer.md and the issue notes. Every
+# number there comes from this script:
+#   1. core speed: admission + enqueue + dispatch (Google Benchmark, 1,000
+#      tenants, 4 classes, 100 models) next to a plain FIFO peer;
+#   2. simulator speed: the full Mooncake conversation trace on 16 replicas;
+#   3. prefix affinity vs least-outstanding on Mooncake, 8 replicas;
+#   4. fairness on the VTC multi-tenant trace (FCFS vs fair queuing), and a
+#      flooding tenant next to a light one (alone / FCFS / fair);
+#   5. SLO attainment on the Azure code trace: round-robin + FCFS against
+#      latency-predictive + deadline ordering at the same replica count,
+#      time-scaled until the former falls below 80%.
+# Parts 2-5 need ../shared/data and are skipped without it.
+# Usage: bench/run_serving_bench.sh [BUILD_DIR] [REPETITIONS]
+set -euo pipefail
+build=$(realpath "${1:-build}")
+reps=${2:-3}
+cd "$(dirname "$0")/.."
+data=$(realpath -m ../shared/data)
+out=out/serving
+mkdir -p "$out"
+bin="$build/gpusched"
+
+echo "== 1. Core speed (median of $reps repetitions)"
+"$build/bench/serving_bench" --benchmark_repetitions="$reps" \
+  --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/serving_bench.json" --benchmark_out_format=json \
+  2>/dev/null | grep -E "_median|^Benchmark"
+python3 - "$out/serving_bench.json" <<'PY'
+import json, sys
+b = {x["name"]: x for x in json.load(open(sys.argv[1]))["benchmarks"] if x.get("aggregate_name") == "median"}
+peer = b["BM_FifoPeer_median"]["items_per_second"]
+for name, x in b.items():
+    r = x["items_per_second"]
+    print(f"{name:40s} {r/1e6:6.2f} M requests/s  ({r/peer:.2f}x the FIFO peer)")
+print("target: >= 2.00 M requests/s")
+PY
+
+if [ ! -d "$data" ]; then
+  echo "skipped parts 2-5: $data absent"
+  exit 0
+fi
+
+# run NAME: runs out/serving/NAME.yaml, prints nothing, leaves NAME.json.
+run() {
+  "$bin" sim serve --config "$out/$1.yaml" --out "$out/$1.json" 2>"$out/$1.err" ||
+    { cat "$out/$1.err"; exit 1; }
+}
+# mooncake NAME REPLICAS ROUTER
+mooncake() {
+  cat >"$out/$1.yaml" <<YAML
+seed: 42
+deployments:
+  - name: chat
+    model: llama-3-8b
+    gpu: A100-80GB
+    replicas: $2
+    max_ongoing_requests: 32
+    router: {policy: $3}
+tenant_defaults:
+  slo: {ttft_s: 5, tpot_s: 0.1}
+workload:
+  trace: {format: mooncake, path: $data/mooncake-fast25/conversation_trace.jsonl}
+YAML
+  run "$1"
+}
+
+echo "== 2. Simulator speed: Mooncake conversation (12,031 requests), 16 replicas"
+mooncake speed 16 least-outstanding
+for i in $(seq 2 "$reps"); do run speed; cp "$out/speed.json" "$out/speed-$i.json"; done
+python3 - "$out"/speed*.json <<'PY'
+import json, sys, statistics
+runs = [json.load(open(p)) for p in sys.argv[1:]]
+walls = sorted(r["wall_seconds"] for r in runs)
+r = runs[0]
+print(f"{r['overall']['requests']} requests, {r['simulated_seconds']:.0f} s simulated, "
+      f"wall median {statistics.median(walls):.2f} s (runs: {', '.join(f'{w:.2f}' for w in walls)}); target <= 10 s")
+PY
+
+echo "== 3. Prefix affinity vs least-outstanding: Mooncake, 8 replicas"
+mooncake prefix-lo 8 least-outstanding
+mooncake prefix-pa 8 prefix-affinity
+python3 - "$out/prefix-lo.json" "$out/prefix-pa.json" <<'PY'
+import json, sys
+lo, pa = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+for name, o in (("least-outstanding", lo), ("prefix-affinity", pa)):
+    print(f"{name:18s} hit rate {100*o['prefix_cache_hit_rate']:5.1f}%  mean TTFT {o['ttft_s']['mean']:7.3f} s  "
+          f"p99 TTFT {o['ttft_s']['p99']:7.3f} s  SLO {100*o['slo_attainment']:5.1f}%")
+print(f"hit-rate ratio {pa['prefix_cache_hit_rate']/max(lo['prefix_cache_hit_rate'],1e-9):.2f}x (target >= 1.5x); "
+      f"mean TTFT {'lower' if pa['ttft_s']['mean'] < lo['ttft_s']['mean'] else 'NOT lower'} with prefix affinity")
+PY
+
+echo "== 4a. Fairness: VTC multi-tenant trace, one llama-2-7b replica on an A10"
+for order in fcfs fair; do
+  cat >"$out/vtc-$order.yaml" <<YAML
+seed: 42
+fairness_window_s: 30
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A10-24GB
+    replicas: 1
+    max_ongoing_requests: 16
+    queue: {order: $order}
+workload:
+  trace: {format: vtc, path: $data/vtc-lmsys-multitenant/requests.csv}
+YAML
+  run "vtc-$order"
+done
+python3 - "$out/vtc-fcfs.json" "$out/vtc-fair.json" <<'PY'
+import json, sys
+f, v = (json.load(open(p)) for p in sys.argv[1:3])
+for name, r in (("FCFS", f), ("fair (VTC)", v)):
+    fa = r["fairness"]
+    print(f"{name:11s} max service difference {fa['max_service_difference']:9.0f}  mean {fa['mean_service_difference']:8.0f}  "
+          f"({fa['windows_with_two_or_more_backlogged']} windows of {fa['window_s']} s)  throughput "
+          f"{r['overall']['completed']/r['simulated_seconds']:.2f} req/s")
+print("fair < FCFS:", v["fairness"]["max_service_difference"] < f["fairness"]["max_service_difference"])
+PY
+
+echo "== 4b. A flooding tenant next to a light one (same replica)"
+flood() {  # NAME ORDER FLOOD_RATE
+  cat >"$out/$1.yaml" <<YAML
+seed: 42
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A10-24GB
+    replicas: 1
+    max_ongoing_requests: 16
+    queue: {order: $2}
+workload:
+  synthetic:
+    duration_s: 600
+    tenants:
+      - {name: light, arrival: poisson, rate: 0.5, input_tokens: 64, input_max: 256, output_tokens: 64, output_max: 256}
+YAML
+  if [ "$3" != 0 ]; then
+    echo "      - {name: flood, arrival: poisson, rate: $3, input_tokens: 64, input_max: 512, output_tokens: 128, output_max: 512}" >>"$out/$1.yaml"
+  fi
+  run "$1"
+}
+flood flood-alone fair 0
+flood flood-fcfs fcfs 8
+flood flood-fair fair 8
+python3 - "$out/flood-alone.json" "$out/flood-fcfs.json" "$out/flood-fair.json" <<'PY'
+import json, sys
+runs = [json.load(open(p)) for p in sys.argv[1:4]]
+alone = runs[0]["tenants"]["light"]["ttft_s"]["p99"]
+for name, r in zip(("light alone", "with flood, FCFS", "with flood, fair"), runs):
+    l = r["tenants"]["light"]["ttft_s"]["p99"]
+    fl = r["tenants"].get("flood")
+    extra = f"  flood p99 TTFT {fl['ttft_s']['p99']:7.2f} s" if fl else ""
+    print(f"{name:18s} light p99 TTFT {l:7.3f} s ({l/alone:5.2f}x alone){extra}")
+print("target: fair <= 2x alone")
+PY
+
+echo "== 5. SLO attainment: Azure code trace, 2 llama-2-7b replicas on A100"
+slo() {  # NAME SCALE ROUTER ORDER DEMOTE
+  cat >"$out/$1.yaml" <<YAML
+seed: 42
+deployments:
+  - name: code
+    model: llama-2-7b
+    gpu: A100-80GB
+    replicas: 2
+    max_ongoing_requests: 16
+    router: {policy: $3}
+    queue: {order: $4, demote_late: $5}
+tenant_defaults:
+  slo: {ttft_s: 1.0, tpot_s: 0.1}
+workload:
+  trace: {format: azure, path: $data/azure-llm-inference-2023/AzureLLMInferenceTrace_code.csv}
+  time_scale: $2
+YAML
+  run "$1"
+}
+attain() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['overall']['slo_attainment'])" "$1"; }
+scale=""
+for s in 1 1.5 2 2.5 3 3.5 4 5 6 8; do
+  slo "slo-base-$s" "$s" round-robin fcfs false
+  a=$(attain "$out/slo-base-$s.json")
+  echo "time scale $s: round-robin + FCFS attains $a"
+  if python3 -c "import sys; sys.exit(0 if float('$a') < 0.8 else 1)"; then scale=$s; break; fi
+done
+slo "slo-ours-$scale" "$scale" latency-predictive edf true
+python3 - "$out/slo-base-$scale.json" "$out/slo-ours-$scale.json" "$scale" <<'PY'
+import json, sys
+b, o = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+print(f"time scale {sys.argv[3]}: round-robin + FCFS {100*b['slo_attainment']:.1f}%, "
+      f"latency-predictive + EDF (late demoted) {100*o['slo_attainment']:.1f}% "
+      f"(+{100*(o['slo_attainment']-b['slo_attainment']):.1f} points; target >= +10)")
+PY
