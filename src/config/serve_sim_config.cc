@@ -368,6 +368,8 @@ class Parser : public YamlReader {
             Error(t, "arrival servegen needs servegen_trace");
           }
           OptDouble(t, "servegen_offset_s", 0, kBig, &st.servegen_offset_s);
+          OptDouble(t, "servegen_rate_scale", 0, kBig,
+                    &st.servegen_rate_scale);
           OptString(t, "servegen_dataset", &st.servegen_dataset);
           st.servegen_dataset = Resolve(st.servegen_dataset);
           OptInt(t, "input_tokens", 1, 1 << 24, &st.input_tokens);

@@ -71,6 +71,7 @@
 //           cv: 1                  # gamma
 //           servegen_trace: ""     # servegen: chunk-<i>-trace.csv
 //           servegen_offset_s: 0
+//           servegen_rate_scale: 1 # multiplies every window's rate
 //           servegen_dataset: ""   # optional length PMFs
 //           input_tokens: 512      # fixed, or uniform up to input_max
 //           input_max: 0
@@ -168,6 +169,7 @@ struct SyntheticTenantSpec {
   double cv = 1;
   std::string servegen_trace;
   double servegen_offset_s = 0;
+  double servegen_rate_scale = 1;
   std::string servegen_dataset;
   int input_tokens = 512, input_max = 0;
   int output_tokens = 128, output_max = 0;

@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "main/inventory_cmd.h"
+#include "main/profiles_cmd.h"
 #include "main/sim_cmd.h"
 
 namespace {
@@ -16,6 +17,7 @@ int Run(int argc, char** argv) {
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
   gpusched::AddInventoryCommand(app);
+  gpusched::AddProfilesCommand(app);
   gpusched::AddSimCommand(app);
 
   try {

@@ -30,9 +30,15 @@ struct LatencyModel {
   // KV-cache capacity of one replica in tokens (GPU memory left after weights
   // and the runtime reserve, divided by the model's KV bytes per token).
   int64_t kv_capacity_tokens = 0;
-  // Where the coefficients came from and how well they fit (for reports).
+  // Where the coefficients came from and how well they fit (for reports):
+  // mean absolute percentage error (in percent) of the fitted formulas
+  // against the points they were fitted to, and how many points there were
+  // (prefill plus decode). For sources that are themselves formulas
+  // (DistServe) or operator sums (Vidur) the points are sampled from those,
+  // so the MAPE measures only the reshaping into this form.
   std::string source;
   double prefill_mape = 0, decode_mape = 0;
+  int points = 0;
 
   double PrefillSeconds(int64_t tokens) const {
     if (tokens <= 0) return 0;
@@ -46,10 +52,30 @@ struct LatencyModel {
   }
 };
 
-// The fitted table shipped with gpusched (embedded at build time).
+// The fitted table shipped with gpusched: data/latency_models.csv, embedded
+// at build time and parsed once on first use.
 const std::vector<LatencyModel>& BuiltinLatencyModels();
 
-// Finds (model, gpu, tp) in `models`; NotFound names what exists for `model`.
+// The CSV columns, in the order FormatLatencyModelsCsv writes them. `source`,
+// `prefill_mape`, `decode_mape` and `points` are optional when reading.
+const std::vector<std::string>& LatencyModelColumns();
+
+// Reads a user-supplied table in the shipped CSV format. Errors name the file,
+// the line and the column: unknown number, negative or non-finite
+// coefficient, tensor_parallel < 1, a (model, gpu, tp) given twice.
+absl::StatusOr<std::vector<LatencyModel>> LoadLatencyModels(
+    const std::string& path);
+// The same for `text` read from a file called `name`.
+absl::StatusOr<std::vector<LatencyModel>> ParseLatencyModels(
+    const std::string& text, const std::string& name);
+
+// The CSV text of `models` (header first). Numbers are written in the
+// shortest form that reads back to the same double.
+std::string FormatLatencyModelsCsv(const std::vector<LatencyModel>& models);
+
+// Finds (model, gpu, tp) in `models`, names compared case-insensitively.
+// NotFound names the (gpu, tp) pairs that exist for `model`, or the models
+// there are when `model` has none.
 absl::StatusOr<LatencyModel> FindLatencyModel(
     const std::vector<LatencyModel>& models, const std::string& model,
     const std::string& gpu, int tensor_parallel);

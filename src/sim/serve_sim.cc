@@ -41,6 +41,7 @@ absl::StatusOr<Trace> LoadWorkload(const config::ServeSimConfig& cfg) {
       st.cv = t.cv;
       st.servegen_trace = t.servegen_trace;
       st.servegen_offset_s = t.servegen_offset_s;
+      st.servegen_rate_scale = t.servegen_rate_scale;
       st.servegen_dataset = t.servegen_dataset;
       st.input_tokens = t.input_tokens;
       st.input_max = t.input_max;
