@@ -118,7 +118,7 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
   if (m.rate > 0) {
     // Requests of this class or better wait ahead; each frees at the
     // measured completion rate once a slot is free.
-    const double ahead = static_cast<double>(m.queue->AheadOf(r.priority));
+    const double ahead = static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
     const bool slot_free = m.free_slots > 0 && ahead == 0;
     const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) / m.rate);
     o.predicted_drain = FromSeconds(1.0 / m.rate);

@@ -117,17 +117,21 @@ TEST_F(DispatcherTest, DeadlineFeasibilityUsesMeasuredRate) {
     now += kMicrosPerSecond;
     d_.OnFinished(out[0].request, out[0].replica, 50, now);
   }
-  // Occupy the replica and queue 4: a new request waits ~5 s.
+  // Occupy the replica and queue 4 of tenant 0: its next request waits ~5 s
+  // (another tenant's would go after about one of them).
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(d_.Submit(Req(id++, 0, *m), now).admitted());
   }
   Dispatch(now);
-  Request tight = Req(id++, 1, *m);
+  Request tight = Req(id++, 0, *m);
   tight.deadline = now + 2 * kMicrosPerSecond;
   const Verdict v = d_.Submit(tight, now);
   EXPECT_EQ(v.reason, RejectReason::kDeadlineInfeasible);
   EXPECT_GT(v.retry_after, 0);
-  Request loose = Req(id++, 1, *m);
+  Request other = Req(id++, 1, *m);
+  other.deadline = now + 3 * kMicrosPerSecond;
+  EXPECT_TRUE(d_.Submit(other, now).admitted());
+  Request loose = Req(id++, 0, *m);
   loose.deadline = now + 60 * kMicrosPerSecond;
   EXPECT_TRUE(d_.Submit(loose, now).admitted());
 }

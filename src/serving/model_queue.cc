@@ -443,12 +443,17 @@ int64_t ModelQueue::class_size(ClassId cls) const {
   return cls < classes_.size() ? classes_[cls].live : 0;
 }
 
-int64_t ModelQueue::AheadOf(ClassId cls) const {
+int64_t ModelQueue::AheadOf(ClassId cls, TenantId tenant) const {
   int64_t n = 0;
-  for (size_t c = 0; c <= cls && c < classes_.size(); ++c) {
+  for (size_t c = 0; c < cls && c < classes_.size(); ++c) {
     n += classes_[c].live;
   }
-  return n;
+  if (cls >= classes_.size()) return n;
+  const ClassQueue& q = classes_[cls];
+  if (config_.classes[cls].order != QueueOrder::kFair) return n + q.live;
+  const int64_t own = tenant_class_size(cls, tenant);
+  const int64_t others = q.backlogged - (own > 0 ? 1 : 0);
+  return n + std::min(q.live, own + (own + 1) * others);
 }
 
 double ModelQueue::counter(ClassId cls, TenantId tenant) const {

@@ -93,9 +93,12 @@ class ModelQueue {
   // Requests of `tenant` waiting in class `cls` (fair classes only; else 0).
   int64_t tenant_class_size(ClassId cls, TenantId tenant) const;
   int64_t class_size(ClassId cls) const;
-  // Number of waiting requests that would be dispatched before a new request
-  // of class `cls` (all of classes <= cls; an upper bound for fair order).
-  int64_t AheadOf(ClassId cls) const;
+  // About how many waiting requests would be dispatched before a new request
+  // of `tenant` in class `cls`: all of the more important classes, and in its
+  // own class all (fcfs, edf) or, for fair order, its own queued requests
+  // plus about as many turns for each other backlogged tenant (VTC serves
+  // backlogged tenants in turn). Used for wait predictions.
+  int64_t AheadOf(ClassId cls, TenantId tenant) const;
   // The tenant's virtual token counter in a class (for tests and metrics).
   double counter(ClassId cls, TenantId tenant) const;
 
