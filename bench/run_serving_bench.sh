@@ -57,8 +57,6 @@ deployments:
     replicas: $2
     max_ongoing_requests: 32
     router: {policy: $3}
-tenant_defaults:
-  slo: {ttft_s: 5, tpot_s: 0.1}
 workload:
   trace: {format: mooncake, path: $data/mooncake-fast25/conversation_trace.jsonl}
 YAML

@@ -53,6 +53,7 @@ class PrefixAffinityRouter : public Router {
       slot.generation = generation_;
       slot.index = i;
       if (!slot.on_ring) AddToRing(id, slot);
+      if (seen_.size() < replicas.size()) seen_.resize(replicas.size(), 0);
       total += std::max(0, replicas[i].outstanding);
     }
     const int64_t bound =
@@ -64,40 +65,55 @@ class PrefixAffinityRouter : public Router {
       return int64_t{std::max(0, replicas[i].outstanding)} <= bound;
     };
 
-    // Longest match: with chained hashes a hit at position b means the
-    // replica was sent blocks 0..b, so the deepest hit on a candidate wins.
-    // OnDispatched writes a prompt's blocks back to front, so a block is
-    // always more recent than the deeper blocks of its chain and the LRU
-    // evicts those first: the recorded blocks of a chain are always a prefix
-    // of it. A head that is not recorded means nothing deeper is (a new
-    // prefix costs one lookup); a hit costs one lookup per block past it.
-    const int deepest = index_.Get(blocks[0]).has_value()
-                            ? static_cast<int>(blocks.size()) - 1
-                            : -1;
-    for (int b = deepest; b >= 0; --b) {
+    // Prefix credit per candidate: with chained hashes a recorded block at
+    // position b means its replica was sent blocks 0..b, so each
+    // candidate's deepest recorded block is its cached prefix. OnDispatched
+    // writes a prompt's blocks back to front, so a chain's recorded blocks
+    // are always a prefix of it: the walk stops at the first unknown block.
+    matched_.assign(replicas.size(), 0);
+    bool any_match = false;
+    for (size_t b = 0; b < blocks.size(); ++b) {
       const std::optional<ReplicaId> owner = index_.Get(blocks[b]);
-      if (!owner.has_value()) continue;
+      if (!owner.has_value()) break;
       const int i = CandidateIndex(*owner);
       if (i < 0) continue;  // removed, not ready, or at its cap right now
-      if (fits(i)) return i;
-      break;  // the best match is over the bound: consistent hashing decides
+      matched_[i] = static_cast<int64_t>(b + 1);
+      any_match = true;
     }
-
-    // Bounded-load consistent hashing on the first affinity_blocks blocks
-    // (the chained hash at that position identifies all of them): walk the
-    // ring clockwise to the first candidate within the bound. The least
-    // loaded candidate always fits, so the walk ends within one turn.
+    // Work ahead of the request's first token on each candidate, in prompt
+    // tokens: what the replica still has to prefill plus the part of this
+    // prompt it does not hold. The candidate with the least work within the
+    // load bound wins; equal work (e.g. all idle) goes to the first in ring
+    // order of the prefix key, so a prefix keeps a home (bounded-load
+    // consistent hashing, Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
+    const int64_t input = std::max<int32_t>(1, request.input_tokens);
+    const int64_t per_block =
+        (input + static_cast<int64_t>(blocks.size()) - 1) /
+        static_cast<int64_t>(blocks.size());
     const size_t k = std::min<size_t>(blocks.size(), affinity_blocks_);
     const uint64_t key = Mix(blocks[k - 1]);
     const size_t start =
         std::lower_bound(ring_.begin(), ring_.end(), RingPoint{key, 0}) -
         ring_.begin();
+    int best = -1;
+    int64_t best_work = 0;
     for (size_t step = 0; step < ring_.size(); ++step) {
       const RingPoint& point = ring_[(start + step) % ring_.size()];
       const int i = CandidateIndex(point.replica);
-      if (i >= 0 && fits(i)) return i;
+      if (i < 0 || !fits(i) || seen_[i] == generation_) continue;
+      seen_[i] = generation_;
+      const int64_t uncached =
+          std::max<int64_t>(0, input - matched_[i] * per_block);
+      const int64_t work =
+          std::max<int64_t>(0, replicas[i].pending_prefill_tokens) +
+          (any_match ? uncached : 0);
+      if (best < 0 || work < best_work) {
+        best = i;
+        best_work = work;
+      }
     }
-    return LeastOutstandingIndex(replicas);  // not reached
+    // The least loaded candidate always fits, so best is set.
+    return best >= 0 ? best : LeastOutstandingIndex(replicas);
   }
 
   void OnDispatched(const Request& request, ReplicaId replica) override {
@@ -166,6 +182,8 @@ class PrefixAffinityRouter : public Router {
   absl::flat_hash_map<ReplicaId, Slot> slots_;
   absl::flat_hash_set<ReplicaId> removed_;
   uint64_t generation_ = 0;
+  std::vector<int64_t> matched_;  // scratch: prefix blocks per candidate
+  std::vector<uint64_t> seen_;    // scratch: candidate visited this Pick
 };
 
 }  // namespace
