@@ -14,7 +14,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
@@ -172,8 +171,6 @@ struct Group {
   int tp = 1;
   std::string source;
   int priority = 0;
-  // Measured end to end: drop physically impossible points before fitting.
-  bool measured = false;
   std::vector<PrefillSample> prefill;
   std::vector<DecodePoint> decode;
 };
@@ -269,6 +266,48 @@ int64_t DecodeKvLimit(const std::string& model, const std::string& gpu,
   return cap > 0 ? std::min(cap, kDefault) : kDefault;
 }
 
+// Flags the points a measured iteration cannot have: taking less than half
+// the time of another point of the same measurements with no more work
+// (fewer or equal tokens; fewer or equal sequences and context). Aegaeon runs
+// whose prompt filled the model's context report 0.2-0.5 ms "decode
+// iterations" (none ran); one Splitwise configuration (llama2-70b tp 2,
+// 64 x 512 prompts) reports a prefill 8x shorter than that of 32 x 512.
+// Apply it within one campaign only: two campaigns of one model and GPU may
+// really differ (Aegaeon's A10 Qwen-7B runs decode 3x apart at one load).
+template <typename Point, typename NoMoreWork>
+std::vector<bool> Impossible(const std::vector<Point>& points,
+                             NoMoreWork no_more_work) {
+  std::vector<bool> bad(points.size(), false);
+  for (size_t i = 0; i < points.size(); ++i) {
+    for (const Point& p : points) {
+      if (no_more_work(p, points[i]) && points[i].seconds < 0.5 * p.seconds) {
+        bad[i] = true;
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+std::vector<bool> ImpossiblePrefill(const std::vector<PrefillPoint>& points) {
+  return Impossible(points, [](const PrefillPoint& p, const PrefillPoint& q) {
+    return p.tokens <= q.tokens;
+  });
+}
+
+std::vector<bool> ImpossibleDecode(const std::vector<DecodePoint>& points) {
+  return Impossible(points, [](const DecodePoint& p, const DecodePoint& q) {
+    return p.batch <= q.batch && p.kv_tokens <= q.kv_tokens;
+  });
+}
+
+std::string DroppedNote(const fs::path& path, int prefill, int decode) {
+  return absl::StrCat(path.string(), ": dropped ", prefill, " prefill and ",
+                      decode,
+                      " decode points faster than half a point with no more "
+                      "work");
+}
+
 // ---------------------------------------------------------------------------
 // Aegaeon: measured vLLM iterations, seconds.
 
@@ -347,7 +386,7 @@ absl::Status ReadAegaeon(const fs::path& path, Groups& groups,
   std::map<std::tuple<std::string, std::string, int>,
            std::set<std::tuple<int64_t, int64_t, double, double>>>
       seen;
-  int duplicates = 0, used = 0;
+  int duplicates = 0, used = 0, bad_prefill = 0, bad_decode = 0;
   for (const auto& [campaign, runs] : campaigns) {
     const auto& [source, raw_model, raw_gpu, tp] = campaign;
     int64_t best_cap = 0;
@@ -372,28 +411,48 @@ absl::Status ReadAegaeon(const fs::path& path, Groups& groups,
     const std::string model = NormalizeModelName(raw_model);
     const std::string gpu = AegaeonGpu(raw_gpu);
     Group& g = GetGroup(groups, model, gpu, tp, "aegaeon", kMeasured);
-    g.measured = true;
+    std::vector<PrefillSample> prefill;
+    std::vector<PrefillPoint> prefill_points;
+    std::vector<DecodePoint> decode;
     for (const Run& r : runs) {
+      prefill.push_back(
+          {FirstIterationPrompts(r.batch, r.len, best_cap), r.len, r.prefill});
+      prefill_points.push_back(
+          {static_cast<double>(prefill.back().n * r.len), r.prefill});
+      decode.push_back(
+          {static_cast<double>(r.batch),
+           static_cast<double>(r.batch) *
+               (static_cast<double>(r.len) + kAegaeonMeanDecodedTokens),
+           r.decode});
+    }
+    const std::vector<bool> no_prefill = ImpossiblePrefill(prefill_points);
+    const std::vector<bool> no_decode = ImpossibleDecode(decode);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
       if (!seen[{model, gpu, tp}]
                .insert({r.len, r.batch, r.prefill, r.decode})
                .second) {
         ++duplicates;
         continue;
       }
-      g.prefill.push_back(
-          {FirstIterationPrompts(r.batch, r.len, best_cap), r.len, r.prefill});
-      g.decode.push_back(
-          {static_cast<double>(r.batch),
-           static_cast<double>(r.batch) *
-               (static_cast<double>(r.len) + kAegaeonMeanDecodedTokens),
-           r.decode});
       ++used;
+      if (no_prefill[i]) {
+        ++bad_prefill;
+      } else {
+        g.prefill.push_back(prefill[i]);
+      }
+      if (no_decode[i]) {
+        ++bad_decode;
+      } else {
+        g.decode.push_back(decode[i]);
+      }
     }
   }
   notes.push_back(absl::StrCat(
       path.string(), ": ", used, " runs used; skipped ", v100,
       " V100 rows (tp guessed from file names, 16 or 32 GB unknown) and ",
       duplicates, " repeated runs"));
+  notes.push_back(DroppedNote(path, bad_prefill, bad_decode));
   for (const auto& [cap, names] : by_cap) {
     notes.push_back(absl::StrCat(
         path.string(), ": ", names.size(), " campaigns with ",
@@ -466,7 +525,6 @@ absl::Status ReadSplitwise(const fs::path& path, Groups& groups,
   for (const auto& [config, times] : runs) {
     const auto& [model, gpu, tp, prompt, batch, tokens] = config;
     Group& g = GetGroup(groups, model, gpu, tp, "splitwise", kMeasured);
-    g.measured = true;
     // Decode iterations see prompt .. prompt + tokens of context: on
     // average prompt + tokens / 2 per sequence.
     g.decode.push_back(
@@ -482,11 +540,41 @@ absl::Status ReadSplitwise(const fs::path& path, Groups& groups,
     Group& g = GetGroup(groups, model, gpu, tp, "splitwise", kMeasured);
     g.prefill.push_back({batch, prompt, median(times) / 1000});
   }
+  // Each (model, gpu, tp) is one campaign here.
+  int bad_prefill = 0, bad_decode = 0;
+  for (auto& [key, g] : groups) {
+    if (g.source != "splitwise") continue;
+    std::vector<PrefillPoint> points;
+    for (const PrefillSample& p : g.prefill) {
+      points.push_back({static_cast<double>(p.n * p.len), p.seconds});
+    }
+    const std::vector<bool> no_prefill = ImpossiblePrefill(points);
+    const std::vector<bool> no_decode = ImpossibleDecode(g.decode);
+    std::vector<PrefillSample> prefill;
+    for (size_t i = 0; i < g.prefill.size(); ++i) {
+      if (no_prefill[i]) {
+        ++bad_prefill;
+      } else {
+        prefill.push_back(g.prefill[i]);
+      }
+    }
+    std::vector<DecodePoint> decode;
+    for (size_t i = 0; i < g.decode.size(); ++i) {
+      if (no_decode[i]) {
+        ++bad_decode;
+      } else {
+        decode.push_back(g.decode[i]);
+      }
+    }
+    g.prefill = std::move(prefill);
+    g.decode = std::move(decode);
+  }
   notes.push_back(absl::StrCat(path.string(), ": ", rows, " runs in ",
                                runs.size(),
                                " configurations (median of repeats); "
                                "skipped ",
                                capped, " power-capped H100 rows"));
+  notes.push_back(DroppedNote(path, bad_prefill, bad_decode));
   return absl::OkStatus();
 }
 
@@ -846,72 +934,24 @@ absl::Status ReadVidur(const fs::path& root, Groups& groups,
   return absl::OkStatus();
 }
 
-// Points a measured iteration cannot have: taking less than half the time
-// of an iteration with no more work (fewer or equal tokens; fewer or equal
-// sequences and context). Aegaeon runs whose prompt filled the model's
-// context report 0.2-0.5 ms "decode iterations" (none ran); one Splitwise
-// configuration (llama2-70b tp 2, 64 x 512 prompts) reports a prefill 8x
-// faster than half its size.
-template <typename Point, typename NoMoreWork>
-int DropImpossible(std::vector<Point>& points, NoMoreWork no_more_work) {
-  std::vector<Point> kept;
-  for (const Point& q : points) {
-    bool impossible = false;
-    for (const Point& p : points) {
-      if (no_more_work(p, q) && q.seconds < 0.5 * p.seconds) {
-        impossible = true;
-        break;
-      }
-    }
-    if (!impossible) kept.push_back(q);
-  }
-  const int dropped = static_cast<int>(points.size() - kept.size());
-  points = std::move(kept);
-  return dropped;
-}
-
-int DropImpossiblePrefill(std::vector<PrefillPoint>& points) {
-  return DropImpossible(points,
-                        [](const PrefillPoint& p, const PrefillPoint& q) {
-                          return p.tokens <= q.tokens;
-                        });
-}
-
-int DropImpossibleDecode(std::vector<DecodePoint>& points) {
-  return DropImpossible(points, [](const DecodePoint& p, const DecodePoint& q) {
-    return p.batch <= q.batch && p.kv_tokens <= q.kv_tokens;
-  });
-}
-
-struct GroupFit {
-  LatencyModel model;
-  int prefill_dropped = 0, decode_dropped = 0;
-};
-
-absl::StatusOr<GroupFit> FitGroup(const Group& g) {
+absl::StatusOr<LatencyModel> FitGroup(const Group& g) {
   const std::string what =
       absl::StrCat(g.source, " ", g.model, " on ", g.gpu, " tp ", g.tp);
-  GroupFit out;
   std::vector<PrefillPoint> prefill;
   for (const PrefillSample& p : g.prefill) {
     prefill.push_back({static_cast<double>(p.n * p.len), p.seconds});
   }
-  const int prefill_dropped = g.measured ? DropImpossiblePrefill(prefill) : 0;
   absl::StatusOr<LinearFit> pf = FitPrefill(prefill);
   if (!pf.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", pf.status().message()));
   }
-  std::vector<DecodePoint> decode = g.decode;
-  const int decode_dropped = g.measured ? DropImpossibleDecode(decode) : 0;
-  out.prefill_dropped = prefill_dropped;
-  out.decode_dropped = decode_dropped;
-  absl::StatusOr<LinearFit> df = FitDecode(decode);
+  absl::StatusOr<LinearFit> df = FitDecode(g.decode);
   if (!df.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", df.status().message()));
   }
-  LatencyModel& m = out.model;
+  LatencyModel m;
   m.model = g.model;
   m.gpu = g.gpu;
   m.tensor_parallel = g.tp;
@@ -930,7 +970,7 @@ absl::StatusOr<GroupFit> FitGroup(const Group& g) {
   if (shape != nullptr && gpu != nullptr) {
     m.kv_capacity_tokens = KvCapacityTokens(*shape, gpu->memory_mib, g.tp);
   }
-  return out;
+  return m;
 }
 
 }  // namespace
@@ -1023,48 +1063,34 @@ absl::StatusOr<FitResult> FitProfiles(const std::string& profiles_dir,
   // Best source per (model, gpu, tp); ties (two measured sources) go to the
   // one with more points.
   using Key = std::tuple<std::string, std::string, int>;
-  std::map<Key, std::vector<std::pair<const Group*, GroupFit>>> by_key;
+  std::map<Key, std::vector<std::pair<const Group*, LatencyModel>>> by_key;
   for (const auto& [unused, g] : groups) {
-    ASSIGN_OR_RETURN(GroupFit fit, FitGroup(g));
+    ASSIGN_OR_RETURN(LatencyModel fit, FitGroup(g));
     by_key[Key(g.model, g.gpu, g.tp)].emplace_back(&g, std::move(fit));
   }
   std::set<std::string> no_capacity;
-  // source -> (fits with drops, prefill points dropped, decode ones)
-  std::map<std::string, std::array<int, 3>> dropped;
   for (auto& [key, candidates] : by_key) {
     size_t best = 0;
     for (size_t i = 1; i < candidates.size(); ++i) {
       const int p = candidates[i].first->priority;
       const int q = candidates[best].first->priority;
-      if (p > q || (p == q && candidates[i].second.model.points >
-                                  candidates[best].second.model.points)) {
+      if (p > q || (p == q && candidates[i].second.points >
+                                  candidates[best].second.points)) {
         best = i;
       }
     }
-    const GroupFit& fit = candidates[best].second;
-    if (fit.model.kv_capacity_tokens == 0) {
-      no_capacity.insert(absl::StrCat(fit.model.model, " on ", fit.model.gpu));
+    const LatencyModel& fit = candidates[best].second;
+    if (fit.kv_capacity_tokens == 0) {
+      no_capacity.insert(absl::StrCat(fit.model, " on ", fit.gpu));
     }
-    if (fit.prefill_dropped + fit.decode_dropped > 0) {
-      std::array<int, 3>& d = dropped[fit.model.source];
-      ++d[0];
-      d[1] += fit.prefill_dropped;
-      d[2] += fit.decode_dropped;
-    }
-    result.models.push_back(fit.model);
+    result.models.push_back(fit);
     if (!options.keep_shadowed) continue;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (i == best) continue;
-      LatencyModel m = candidates[i].second.model;
+      LatencyModel m = candidates[i].second;
       m.source += " (shadowed)";
       result.models.push_back(std::move(m));
     }
-  }
-  for (const auto& [source, d] : dropped) {
-    result.notes.push_back(absl::StrCat(
-        source, ": dropped ", d[1], " prefill and ", d[2],
-        " decode points faster than half an iteration with no more work, in ",
-        d[0], " fits"));
   }
   if (!no_capacity.empty()) {
     result.notes.push_back(absl::StrCat(

@@ -22,8 +22,9 @@
 //     file's source, model, gpu, tp) gets the budget among none, 2048, 4096,
 //     8192 and 16384 tokens under which its prefill times fit best, and its
 //     points count only the prompts that budget admits.
-//   * Measured points faster than half an iteration with no more work are
-//     dropped (Aegaeon "decode iterations" of 0.3 ms where no decode ran).
+//   * Measured points faster than half a point of the same campaign with no
+//     more work are dropped (Aegaeon "decode iterations" of 0.3 ms where no
+//     decode ran).
 //   * Aegaeon's V100 rows are skipped (tensor parallelism guessed upstream),
 //     as are Splitwise's power-capped H100 rows.
 //

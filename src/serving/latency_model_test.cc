@@ -300,7 +300,7 @@ TEST_F(FitProfilesTest, RecoversAegaeonCoefficientsAndNormalizesNames) {
   EXPECT_LT(m.decode_mape, 0.01);
   EXPECT_GT(m.kv_capacity_tokens, 100000);
   EXPECT_THAT(absl::StrJoin(result->notes, "\n"),
-              HasSubstr("aegaeon: dropped 0 prefill and 1 decode points"));
+              HasSubstr("dropped 0 prefill and 1 decode points"));
 }
 
 TEST_F(FitProfilesTest, RecoversExactAegaeonFit) {
@@ -380,6 +380,12 @@ TEST_F(FitProfilesTest, SplitwiseInMillisecondsWithRepeats) {
       }
     }
   }
+  // A batch reported 8x faster than half its size: dropped.
+  const double kv = 128.0 * (512 + 64);
+  absl::StrAppendFormat(&csv,
+                        "llama2-70b,a100-80gb,512,128,128,1,0.7,1000,%.17g,0,"
+                        "4\n",
+                        (t.d0 + t.d1 * 128 + t.d2 * kv) * 1000);
   WriteFile(dir_ / "splitwise-sim" / "perf_model.csv", csv);
   absl::StatusOr<FitResult> result = FitProfiles(dir_.string());
   ASSERT_TRUE(result.ok()) << result.status();
@@ -389,6 +395,8 @@ TEST_F(FitProfilesTest, SplitwiseInMillisecondsWithRepeats) {
   EXPECT_EQ(m.gpu, "A100-80GB");
   EXPECT_EQ(m.tensor_parallel, 4);
   EXPECT_EQ(m.source, "splitwise");
+  EXPECT_THAT(absl::StrJoin(result->notes, "\n"),
+              HasSubstr("dropped 1 prefill and 0 decode points"));
   ExpectNear(m.p0, t.p0, "p0");
   ExpectNear(m.p1, t.p1, "p1");
   ExpectNear(m.p2, t.p2, "p2");
