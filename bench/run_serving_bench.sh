@@ -133,7 +133,7 @@ workload:
   synthetic:
     duration_s: 600
     tenants:
-      - {name: light, arrival: poisson, rate: 0.5, input_tokens: 64, input_max: 256, output_tokens: 64, output_max: 256}
+      - {name: light, arrival: poisson, rate: 0.2, input_tokens: 64, input_max: 256, output_tokens: 16, output_max: 128}
 YAML
   if [ "$3" != 0 ]; then
     echo "      - {name: flood, arrival: poisson, rate: $3, input_tokens: 64, input_max: 512, output_tokens: 128, output_max: 512}" >>"$out/$1.yaml"

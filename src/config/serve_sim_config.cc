@@ -221,7 +221,8 @@ class Parser : public YamlReader {
     if (const YAML::Node q = d["queue"]; q && IsMap(q, "queue")) {
       CheckKeys(q, "queue",
                 {"order", "max_queue_size", "aging_s", "demote_late",
-                 "late_margin_s", "input_weight", "output_weight"});
+                 "late_margin_s", "input_weight", "output_weight",
+                 "fair_share_headroom"});
       SimQueueSpec& qs = spec.queue;
       OptString(q, "order", &qs.order);
       CheckOrder(q["order"] ? q["order"] : q, qs.order, false);
@@ -231,17 +232,20 @@ class Parser : public YamlReader {
       OptDouble(q, "late_margin_s", 0, kBig, &qs.late_margin_s);
       OptDouble(q, "input_weight", 0, kBig, &qs.input_weight);
       OptDouble(q, "output_weight", 0, kBig, &qs.output_weight);
+      OptDouble(q, "fair_share_headroom", 0, 0.99, &qs.fair_share_headroom);
     }
     if (const YAML::Node e = d["engine"]; e && IsMap(e, "engine")) {
       CheckKeys(e, "engine",
                 {"max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens",
-                 "block_tokens", "prefix_caching"});
+                 "kv_budget_tokens", "block_tokens", "prefix_caching"});
       SimEngineSpec& es = spec.engine;
       OptInt(e, "max_num_seqs", 1, 1 << 20, &es.max_num_seqs);
       OptInt(e, "max_num_batched_tokens", int64_t{1}, kBigInt,
              &es.max_num_batched_tokens);
       OptInt(e, "kv_capacity_tokens", int64_t{0}, kBigInt,
              &es.kv_capacity_tokens);
+      OptInt(e, "kv_budget_tokens", int64_t{-1}, kBigInt,
+             &es.kv_budget_tokens);
       OptInt(e, "block_tokens", 1, 1 << 20, &es.block_tokens);
       OptBool(e, "prefix_caching", &es.prefix_caching);
     }

@@ -33,10 +33,14 @@
 //         late_margin_s: 0
 //         input_weight: 1          # VTC token weights
 //         output_weight: 2
+//         fair_share_headroom: 0.125 # slots kept for tenants below their
+//                                  #   equal share (serving/dispatcher.h)
 //       engine:                    # llm replicas
 //         max_num_seqs: 256
 //         max_num_batched_tokens: 8192
 //         kv_capacity_tokens: 0    # 0: the latency profile's capacity
+//         kv_budget_tokens: -1     # gateway KV budget per replica; -1: the
+//                                  #   KV capacity, 0: none
 //         block_tokens: 16         # KV/prefix block size (a trace with block
 //                                  #   hashes sets its own, e.g. 512)
 //         prefix_caching: true
@@ -114,12 +118,14 @@ struct SimQueueSpec {
   double late_margin_s = 0;
   double input_weight = 1;
   double output_weight = 2;
+  double fair_share_headroom = 0.125;
 };
 
 struct SimEngineSpec {
   int max_num_seqs = 256;
   int64_t max_num_batched_tokens = 8192;
   int64_t kv_capacity_tokens = 0;
+  int64_t kv_budget_tokens = -1;
   int block_tokens = 16;
   bool prefix_caching = true;
 };

@@ -101,6 +101,7 @@ struct ServeFlags {
   std::string config;
   std::string out;
   std::string html;
+  std::string requests;
   bool omit_wall_time = false;
 };
 
@@ -126,6 +127,10 @@ int RunServe(const ServeFlags& flags) {
   if (!flags.html.empty() &&
       !WriteFile(flags.html, sim::ServeReportHtml(*run, report))) {
     return fail("cannot write " + flags.html);
+  }
+  if (!flags.requests.empty() &&
+      !WriteFile(flags.requests, sim::ServeRequestsCsv(*run))) {
+    return fail("cannot write " + flags.requests);
   }
   const nlohmann::json& o = report["overall"];
   std::fprintf(stderr,
@@ -196,6 +201,8 @@ void AddSimCommand(CLI::App& app) {
   serve->add_option("--out", serve_flags->out,
                     "report JSON path (default stdout)");
   serve->add_option("--html", serve_flags->html, "HTML report path");
+  serve->add_option("--requests", serve_flags->requests,
+                    "per-request outcomes CSV path");
   serve->add_flag("--omit-wall-time", serve_flags->omit_wall_time,
                   "leave wall_seconds out, so equal runs give equal files");
   serve->callback([serve_flags] {

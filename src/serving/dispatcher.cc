@@ -1,6 +1,7 @@
 #include "serving/dispatcher.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,10 @@ constexpr double kRateSmoothing = 0.5;
 
 absl::StatusOr<ModelId> Dispatcher::AddDeployment(const DeploymentSpec& spec) {
   RETURN_IF_ERROR(ValidateModelQueueConfig(spec.queue));
+  if (!(spec.fair_share_headroom >= 0 && spec.fair_share_headroom < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "deployment \"", spec.name, "\": fair_share_headroom must be in [0, 1)"));
+  }
   if (spec.max_queue_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "deployment \"", spec.name, "\": max_queue_size must be >= 0"));
@@ -75,7 +80,7 @@ void Dispatcher::MarkDirty(ModelId model) {
 }
 
 void Dispatcher::AddReplica(ModelId model, ReplicaId replica,
-                            int max_outstanding) {
+                            int max_outstanding, int64_t kv_budget_tokens) {
   CHECK(model < models_.size());
   CHECK(max_outstanding >= 1);
   Model& m = models_[model];
@@ -83,8 +88,10 @@ void Dispatcher::AddReplica(ModelId model, ReplicaId replica,
   ReplicaLoad load;
   load.id = replica;
   load.max_outstanding = max_outstanding;
+  load.kv_budget_tokens = std::max<int64_t>(0, kv_budget_tokens);
   m.replicas.push_back(load);
   m.free_slots += max_outstanding;
+  m.total_slots += max_outstanding;
   MarkDirty(model);
 }
 
@@ -94,6 +101,7 @@ void Dispatcher::RemoveReplica(ModelId model, ReplicaId replica) {
   if (i < 0) return;
   const ReplicaLoad& r = m.replicas[i];
   m.free_slots -= std::max(0, r.max_outstanding - r.outstanding);
+  m.total_slots -= r.max_outstanding;
   m.replicas.erase(m.replicas.begin() + i);
   m.router->OnReplicaRemoved(replica);
 }
@@ -138,46 +146,119 @@ Verdict Dispatcher::Submit(const Request& r, Micros now) {
   const Verdict v = admission_.Admit(r, Outlook(m, r, now), now);
   if (!v.admitted()) return v;
   m.queue->Push(r, now);
+  AddWork(m, r.tenant, +1);
   MarkDirty(r.model);
   return v;
 }
 
+void Dispatcher::SizeTenants(Model& m) {
+  if (m.tenant_work.size() < static_cast<size_t>(num_tenants_)) {
+    m.tenant_work.resize(num_tenants_, 0);
+    m.tenant_outstanding.resize(num_tenants_, 0);
+    m.tenant_seen.resize(num_tenants_, false);
+  }
+}
+
+void Dispatcher::DeclareTenant(ModelId model, TenantId tenant) {
+  Model& m = models_[model];
+  SizeTenants(m);
+  if (!m.tenant_seen[tenant]) {
+    m.tenant_seen[tenant] = true;
+    ++m.tenants_seen;
+  }
+}
+
+void Dispatcher::AddWork(Model& m, TenantId t, int delta) {
+  SizeTenants(m);
+  int32_t& w = m.tenant_work[t];
+  if (w == 0 && delta > 0) {
+    ++m.active_tenants;
+    if (!m.tenant_seen[t]) {
+      m.tenant_seen[t] = true;
+      ++m.tenants_seen;
+    }
+  }
+  w += delta;
+  if (w == 0 && delta < 0) --m.active_tenants;
+}
+
+bool Dispatcher::MayUseHeadroom(const Model& m, TenantId t) const {
+  // Below its equal share of slots: total / sharing tenants, where the
+  // sharing tenants are the active ones plus one more when some tenant that
+  // used the deployment before is idle now (it may come back, and should
+  // find room). A deployment only one tenant has ever used keeps nothing
+  // back.
+  const int64_t sharing = std::max<int64_t>(1, m.active_tenants) +
+                          (m.tenants_seen > m.active_tenants ? 1 : 0);
+  return static_cast<int64_t>(m.tenant_outstanding[t]) * sharing <
+         m.total_slots;
+}
+
+bool Dispatcher::FindCandidates(const Model& m, const Request& r,
+                                bool restricted) {
+  // A restricted request (its tenant is above its share of the deployment)
+  // sees each replica's cap and KV budget less the fair-share headroom.
+  const double keep = restricted ? 1 - m.spec.fair_share_headroom : 1;
+  const int64_t tokens =
+      static_cast<int64_t>(r.input_tokens) + std::max(0, r.max_output_tokens);
+  candidates_.clear();
+  candidate_index_.clear();
+  for (size_t i = 0; i < m.replicas.size(); ++i) {
+    const ReplicaLoad& l = m.replicas[i];
+    const int cap =
+        restricted ? std::max(1, static_cast<int>(l.max_outstanding * keep))
+                   : l.max_outstanding;
+    if (l.outstanding >= cap) continue;
+    if (l.kv_budget_tokens > 0 && l.outstanding > 0 &&
+        l.reserved_tokens + tokens >
+            static_cast<int64_t>(static_cast<double>(l.kv_budget_tokens) *
+                                 keep)) {
+      continue;
+    }
+    candidates_.push_back(l);
+    candidate_index_.push_back(static_cast<int>(i));
+  }
+  return !candidates_.empty();
+}
+
 void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
-  // Dispatching only consumes slots, so no model re-enters dirty_ here.
+  // Dispatching only consumes capacity, so no model re-enters dirty_ here.
   for (size_t k = 0; k < dirty_.size(); ++k) {
     const ModelId id = dirty_[k];
     Model& m = models_[id];
     m.dirty = false;
-    Request r;
-    while (m.free_slots > 0 && m.queue->Pop(now, &r)) {
-      admission_.OnDequeued(r);
-      // Candidates: replicas below their cap. The common case (all of them)
-      // is passed without copying.
-      std::span<const ReplicaLoad> span;
-      const bool all_free = std::all_of(
-          m.replicas.begin(), m.replicas.end(), [](const ReplicaLoad& l) {
-            return l.outstanding < l.max_outstanding;
-          });
-      if (all_free) {
-        span = m.replicas;
+    const bool headroom = m.spec.fair_share_headroom > 0;
+    while (m.free_slots > 0) {
+      const Request* head = m.queue->Peek(now);
+      if (head == nullptr) break;
+      Request r;
+      if (FindCandidates(m, *head, headroom && !MayUseHeadroom(m, head->tenant))) {
+        CHECK(m.queue->Pop(now, &r));
       } else {
-        candidates_.clear();
-        candidate_index_.clear();
-        for (size_t i = 0; i < m.replicas.size(); ++i) {
-          if (m.replicas[i].outstanding < m.replicas[i].max_outstanding) {
-            candidates_.push_back(m.replicas[i]);
-            candidate_index_.push_back(static_cast<int>(i));
-          }
+        // The head must wait for capacity; a request of a tenant below its
+        // share may still use the headroom (fair classes).
+        if (!headroom ||
+            !m.queue->PopEligible(
+                now,
+                [&](const Request& x) {
+                  return MayUseHeadroom(m, x.tenant) &&
+                         FindCandidates(m, x, /*restricted=*/false);
+                },
+                &r)) {
+          break;
         }
-        span = candidates_;
+        CHECK(FindCandidates(m, r, /*restricted=*/false));
       }
-      const int pick = m.router->Pick(r, span, now);
-      CHECK(pick >= 0 && static_cast<size_t>(pick) < span.size());
-      const int idx = all_free ? pick : candidate_index_[pick];
-      ReplicaLoad& rep = m.replicas[idx];
+      admission_.OnDequeued(r);
+      const int pick = m.router->Pick(r, candidates_, now);
+      CHECK(pick >= 0 && static_cast<size_t>(pick) < candidates_.size());
+      ReplicaLoad& rep = m.replicas[candidate_index_[pick]];
       ++rep.outstanding;
       rep.pending_prefill_tokens += r.input_tokens;
+      rep.reserved_tokens += static_cast<int64_t>(r.input_tokens) +
+                             std::max(0, r.max_output_tokens);
       --m.free_slots;
+      ++m.tenant_outstanding[r.tenant];
       m.router->OnDispatched(r, rep.id);
       out->push_back(Assignment{r, rep.id});
     }
@@ -219,8 +300,13 @@ void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
     if (rep.outstanding > 0) {
       if (rep.outstanding <= rep.max_outstanding) ++m.free_slots;
       --rep.outstanding;
+      rep.reserved_tokens = std::max<int64_t>(
+          0, rep.reserved_tokens - r.input_tokens -
+                 std::max(0, r.max_output_tokens));
     }
   }
+  if (m.tenant_outstanding[r.tenant] > 0) --m.tenant_outstanding[r.tenant];
+  AddWork(m, r.tenant, -1);
   if (output_tokens >= 0) {
     admission_.OnCompleted(r, output_tokens, now);
     m.queue->CorrectOutput(
@@ -237,8 +323,10 @@ void Dispatcher::Expire(Micros now, std::vector<Request>* timed_out) {
   const size_t first = timed_out->size();
   for (Model& m : models_) m.queue->ExpireTimedOut(now, timed_out);
   for (size_t i = first; i < timed_out->size(); ++i) {
-    admission_.OnDequeued((*timed_out)[i]);
-    admission_.OnNotServed((*timed_out)[i], now);
+    const Request& r = (*timed_out)[i];
+    admission_.OnDequeued(r);
+    admission_.OnNotServed(r, now);
+    AddWork(models_[r.model], r.tenant, -1);
   }
 }
 

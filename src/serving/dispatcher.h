@@ -40,6 +40,16 @@ struct DeploymentSpec {
   RouterConfig router;
   // Used for deadline feasibility and the latency-predictive router.
   std::optional<LatencyModel> latency;
+  // Share of each replica's capacity (concurrency cap and KV budget) kept
+  // for tenants holding fewer than their equal share of the deployment's
+  // slots (summed caps / tenants with work on the deployment): a flooding
+  // tenant cannot fill it, so a light tenant's request starts at once
+  // instead of waiting for a flood request to finish. While other tenants
+  // that used the deployment are idle, one more tenant is counted in the
+  // share, so the headroom stays free for them; a deployment only one tenant
+  // has used keeps nothing back. The price is that a lone flood on a shared
+  // deployment runs with that much less concurrency. 0 disables.
+  double fair_share_headroom = 0.125;
 };
 
 struct TenantSpec {
@@ -70,8 +80,18 @@ class Dispatcher {
   int num_deployments() const { return static_cast<int>(models_.size()); }
   int num_tenants() const { return num_tenants_; }
 
-  // Replicas join ready to serve; `max_outstanding` >= 1.
-  void AddReplica(ModelId model, ReplicaId replica, int max_outstanding);
+  // Declares that `tenant` may use the deployment, so the fair-share
+  // headroom is kept for it from the start (tenants are otherwise known once
+  // they first send work).
+  void DeclareTenant(ModelId model, TenantId tenant);
+
+  // Replicas join ready to serve; `max_outstanding` >= 1. A replica with a
+  // KV budget (tokens, 0: none) takes a request only while the requests on
+  // it could all grow to full length (input + max_output_tokens) within the
+  // budget, or when it is empty; the others wait in the queue rather than
+  // be preempted inside the engine.
+  void AddReplica(ModelId model, ReplicaId replica, int max_outstanding,
+                  int64_t kv_budget_tokens = 0);
   // The replica leaves; requests still on it are the caller's to retry.
   void RemoveReplica(ModelId model, ReplicaId replica);
   void UpdateEngineLoad(ModelId model, ReplicaId replica,
@@ -109,6 +129,14 @@ class Dispatcher {
     std::unique_ptr<Router> router;
     std::vector<ReplicaLoad> replicas;
     int64_t free_slots = 0;  // sum over replicas of cap - outstanding (>=0)
+    int64_t total_slots = 0;  // sum of caps
+    // Per tenant on this deployment: requests dispatched and not finished,
+    // and queued + dispatched (work); tenants with work count as active.
+    std::vector<int32_t> tenant_outstanding;
+    std::vector<int32_t> tenant_work;
+    std::vector<bool> tenant_seen;  // ever had work here
+    int64_t active_tenants = 0;
+    int64_t tenants_seen = 0;
     bool dirty = false;      // in dirty_ (queue and free slots may match)
     // Service-rate estimate (completions per second), for wait prediction.
     double rate = 0;
@@ -119,6 +147,12 @@ class Dispatcher {
   void MarkDirty(ModelId model);
   QueueOutlook Outlook(const Model& m, const Request& r, Micros now) const;
   void NoteCompletion(Model& m, Micros now);
+  void AddWork(Model& m, TenantId t, int delta);
+  void SizeTenants(Model& m);
+  // Whether `t` may use the capacity held back for light tenants.
+  bool MayUseHeadroom(const Model& m, TenantId t) const;
+  // Fills candidates_ with the replicas that can take `r` now; false if none.
+  bool FindCandidates(const Model& m, const Request& r, bool restricted);
 
   uint64_t seed_;
   std::vector<Model> models_;

@@ -84,9 +84,9 @@ TEST_F(DispatcherTest, ClassesAndFairnessDecideWhoGoesNext) {
     order.push_back(cur.request.id);
   }
   // Critical first. b joined while a was backlogged, so it starts at a's
-  // counter (no credit for its idle past): a and b then alternate, a first
-  // on the tie.
-  EXPECT_EQ(order, (std::vector<RequestId>{5, 1, 4, 2, 3}));
+  // counter (no credit for its idle past) and, back from idle, goes first
+  // among equals; then a's in order.
+  EXPECT_EQ(order, (std::vector<RequestId>{5, 4, 1, 2, 3}));
 }
 
 TEST_F(DispatcherTest, QueueBoundRejectsWithReason) {
@@ -157,6 +157,86 @@ TEST_F(DispatcherTest, RemovedReplicaGetsNothingMore) {
   for (int i = 0; i < 4; ++i)
     ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   for (const Assignment& a : Dispatch(0)) EXPECT_EQ(a.replica, 2u);
+}
+
+TEST_F(DispatcherTest, KvBudgetHoldsRequestsInTheQueue) {
+  // Budget 1000 tokens; each request may grow to 150 (100 in + 50 out).
+  d_.AddReplica(0, 1, 100, 1000);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  auto out = Dispatch(0);
+  EXPECT_EQ(out.size(), 6u);  // 6 x 150 = 900 <= 1000 < 7 x 150
+  d_.OnFinished(out[0].request, out[0].replica, 50, 1);
+  EXPECT_EQ(Dispatch(1).size(), 1u);
+  // A request larger than the whole budget still runs on an empty replica.
+  DeploymentSpec s = Spec("big");
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  d_.AddReplica(*m, 2, 4, 100);
+  Request big = Req(100, 0, *m);
+  big.input_tokens = 5000;
+  ASSERT_TRUE(d_.Submit(big, 2).admitted());
+  ASSERT_TRUE(d_.Submit(Req(101, 0, *m), 2).admitted());
+  EXPECT_EQ(Dispatch(2).size(), 1u);  // the second waits: no room left
+}
+
+TEST_F(DispatcherTest, FairShareHeadroomLetsALightTenantStartAtOnce) {
+  DeploymentSpec s = Spec("shared");
+  s.fair_share_headroom = 0.25;  // 2 of 8 slots on the replica
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  d_.AddReplica(*m, 1, 8);
+  // Alone, the flooding tenant may use every slot (work-conserving).
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(d_.Submit(Req(i, 0, *m), 0).admitted());
+  }
+  auto out = Dispatch(0);
+  EXPECT_EQ(out.size(), 8u);
+  // Two finish; with a second tenant active the flood may refill only up to
+  // 6 of 8: the light tenant's request goes at once.
+  d_.OnFinished(out[0].request, out[0].replica, 50, 1);
+  d_.OnFinished(out[1].request, out[1].replica, 50, 1);
+  ASSERT_TRUE(d_.Submit(Req(100, 1, *m), 1).admitted());
+  auto next = Dispatch(1);
+  // The light request goes; the flood (6 of 8 slots, above its share of 4)
+  // may not take the last free slot, which stays for light tenants.
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].request.id, 100u);
+  ASSERT_TRUE(d_.Submit(Req(101, 1, *m), 2).admitted());
+  auto light = Dispatch(2);
+  ASSERT_EQ(light.size(), 1u);
+  EXPECT_EQ(light[0].request.id, 101u);
+  // Once the light tenant is idle, the flood still leaves the headroom free
+  // for its return: 6 of 8.
+  d_.OnFinished(next[0].request, next[0].replica, 50, 3);
+  d_.OnFinished(light[0].request, light[0].replica, 50, 3);
+  EXPECT_EQ(Dispatch(3).size(), 0u);
+  ASSERT_TRUE(d_.Submit(Req(102, 1, *m), 4).admitted());
+  auto back = Dispatch(4);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].request.id, 102u);
+}
+
+TEST_F(DispatcherTest, DeclaredTenantsGetHeadroomFromTheStart) {
+  DeploymentSpec s = Spec("declared");
+  s.fair_share_headroom = 0.25;
+  auto m = d_.AddDeployment(s);
+  ASSERT_TRUE(m.ok());
+  d_.AddReplica(*m, 1, 8);
+  d_.DeclareTenant(*m, 1);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(d_.Submit(Req(i, 0, *m), 0).admitted());
+  }
+  EXPECT_EQ(Dispatch(0).size(), 6u);
+  ASSERT_TRUE(d_.Submit(Req(100, 1, *m), 1).admitted());
+  auto light = Dispatch(1);
+  ASSERT_EQ(light.size(), 1u);
+  EXPECT_EQ(light[0].request.id, 100u);
+}
+
+TEST_F(DispatcherTest, SingleTenantDeploymentKeepsNothingBack) {
+  d_.AddReplica(0, 1, 8);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  EXPECT_EQ(Dispatch(0).size(), 8u);
 }
 
 TEST_F(DispatcherTest, BadSpecsAreRejected) {

@@ -1,6 +1,7 @@
 #include "serving/model_queue.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -223,7 +224,9 @@ void ModelQueue::Push(const Request& r, Micros now) {
         DropStaleTop(q);
         const double floor = q.tenants.empty() ? q.last_served_counter
                                                : q.tenants.front().counter;
-        tq.counter = std::max(tq.counter, floor);
+        // Lifted to just below the floor: among equals, the tenant back
+        // from idle goes first (one ulp of credit, no banked service).
+        if (tq.counter < floor) tq.counter = std::nextafter(floor, -1e300);
         tq.in_heap = true;
         ++q.backlogged;
         PushTenant(q, r.tenant);
@@ -302,32 +305,17 @@ bool ModelQueue::PopOldest(ClassId cls, Micros now, Request* out) {
   return true;
 }
 
-bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
+uint32_t ModelQueue::SettleHead(ClassId cls, Micros now) {
   ClassQueue& q = classes_[cls];
-  if (q.live == 0) return false;
   switch (config_.classes[cls].order) {
     case QueueOrder::kFair: {
       DropStaleTop(q);
       CHECK(!q.tenants.empty());
-      const TenantId t = q.tenants.front().tenant;
-      // The top item is consumed here; Take publishes the new counter.
-      std::pop_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
-      q.tenants.pop_back();
-      TenantQueue& tq = q.by_tenant[t];
-      ++tq.version;
-      uint32_t slot;
-      if (tq.has_first) {
-        // Inline mode: the one entry since the tenant last went idle, so
-        // live (the tenant has live requests).
-        slot = tq.first.slot;
-        tq.has_first = false;
-      } else {
-        while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
-        slot = tq.heap.front().slot;
-        HeapPop(tq.heap);
-      }
-      Take(cls, slot, /*served=*/true, out);
-      return true;
+      TenantQueue& tq = q.by_tenant[q.tenants.front().tenant];
+      // Inline mode: the one entry since the tenant last went idle, so live.
+      if (tq.has_first) return tq.first.slot;
+      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
+      return tq.heap.front().slot;
     }
     case QueueOrder::kEdf:
       if (config_.demote_late) {
@@ -345,30 +333,60 @@ bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
         }
         if (q.heap.empty()) {
           while (!SlotIsLive(q.late.front())) q.late.pop_front();
-          const uint32_t slot = q.late.front().slot;
-          q.late.pop_front();
-          Take(cls, slot, /*served=*/true, out);
-          return true;
+          return q.late.front().slot;
         }
       }
       [[fallthrough]];
-    case QueueOrder::kFcfs: {
+    case QueueOrder::kFcfs:
       while (!SlotIsLive(q.heap.front())) HeapPop(q.heap);
-      const uint32_t slot = q.heap.front().slot;
-      HeapPop(q.heap);
-      Take(cls, slot, /*served=*/true, out);
-      return true;
-    }
+      return q.heap.front().slot;
   }
-  return false;
+  return 0;
 }
 
-bool ModelQueue::Pop(Micros now, Request* out) {
+bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
+  ClassQueue& q = classes_[cls];
+  if (q.live == 0) return false;
+  const uint32_t slot = SettleHead(cls, now);
+  switch (config_.classes[cls].order) {
+    case QueueOrder::kFair: {
+      // The top item is consumed here; Take publishes the new counter.
+      const TenantId t = q.tenants.front().tenant;
+      std::pop_heap(q.tenants.begin(), q.tenants.end(), TenantItemAfter());
+      q.tenants.pop_back();
+      TenantQueue& tq = q.by_tenant[t];
+      ++tq.version;
+      if (tq.has_first) {
+        tq.has_first = false;
+      } else {
+        HeapPop(tq.heap);
+      }
+      break;
+    }
+    case QueueOrder::kEdf:
+    case QueueOrder::kFcfs:
+      if (!q.heap.empty() && q.heap.front().slot == slot &&
+          SlotIsLive(q.heap.front())) {
+        HeapPop(q.heap);
+      } else {
+        q.late.pop_front();
+      }
+      break;
+  }
+  Take(cls, slot, /*served=*/true, out);
+  return true;
+}
+
+bool ModelQueue::Select(Micros now, ClassId* cls, bool* oldest) {
   if (size_ == 0) return false;
   const int n = static_cast<int>(classes_.size());
+  *oldest = false;
   if (config_.aging == kNever) {
     for (int c = 0; c < n; ++c) {
-      if (PopFromClass(static_cast<ClassId>(c), now, out)) return true;
+      if (classes_[c].live > 0) {
+        *cls = static_cast<ClassId>(c);
+        return true;
+      }
     }
     return false;
   }
@@ -383,18 +401,78 @@ bool ModelQueue::Pop(Micros now, Request* out) {
     ClassQueue& q = classes_[c];
     if (q.live == 0) continue;
     CleanArrivals(q);
-    const Micros oldest = q.arrivals.front().key;
-    const Micros eff = std::max<Micros>(0, c - (now - oldest) / config_.aging);
+    const Micros first = q.arrivals.front().key;
+    const Micros eff = std::max<Micros>(0, c - (now - first) / config_.aging);
     if (best < 0 || eff < best_eff ||
-        (eff == best_eff && oldest < best_oldest)) {
+        (eff == best_eff && first < best_oldest)) {
       best = c;
       best_eff = eff;
-      best_oldest = oldest;
+      best_oldest = first;
     }
   }
-  const ClassId cls = static_cast<ClassId>(best);
-  return best_eff < best ? PopOldest(cls, now, out)
-                         : PopFromClass(cls, now, out);
+  *cls = static_cast<ClassId>(best);
+  *oldest = best_eff < best;
+  return true;
+}
+
+bool ModelQueue::Pop(Micros now, Request* out) {
+  ClassId cls;
+  bool oldest;
+  if (!Select(now, &cls, &oldest)) return false;
+  return oldest ? PopOldest(cls, now, out) : PopFromClass(cls, now, out);
+}
+
+bool ModelQueue::PopEligible(
+    Micros now, absl::FunctionRef<bool(const Request&)> eligible,
+    Request* out) {
+  ClassId cls;
+  bool oldest;
+  if (!Select(now, &cls, &oldest)) return false;
+  if (eligible(*Peek(now))) return Pop(now, out);
+  if (oldest || config_.classes[cls].order != QueueOrder::kFair) return false;
+  ClassQueue& q = classes_[cls];
+  // Each backlogged tenant's next request, best (counter, tenant) first.
+  const TenantItem* best = nullptr;
+  uint32_t best_slot = 0;
+  for (const TenantItem& item : q.tenants) {
+    if (!Current(q, item)) continue;
+    if (best != nullptr && !TenantItemAfter()(*best, item)) continue;
+    TenantQueue& tq = q.by_tenant[item.tenant];
+    uint32_t slot;
+    if (tq.has_first) {
+      slot = tq.first.slot;
+    } else {
+      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
+      slot = tq.heap.front().slot;
+    }
+    if (!eligible(slots_[slot].request)) continue;
+    best = &item;
+    best_slot = slot;
+  }
+  if (best == nullptr) return false;
+  TenantQueue& tq = q.by_tenant[best->tenant];
+  ++tq.version;  // its item is consumed (left stale in the heap)
+  if (tq.has_first) {
+    tq.has_first = false;
+  } else {
+    HeapPop(tq.heap);
+  }
+  Take(cls, best_slot, /*served=*/true, out);
+  return true;
+}
+
+const Request* ModelQueue::Peek(Micros now) {
+  ClassId cls;
+  bool oldest;
+  if (!Select(now, &cls, &oldest)) return nullptr;
+  uint32_t slot;
+  if (oldest) {
+    CleanArrivals(classes_[cls]);
+    slot = classes_[cls].arrivals.front().slot;
+  } else {
+    slot = SettleHead(cls, now);
+  }
+  return &slots_[slot].request;
 }
 
 void ModelQueue::ExpireTimedOut(Micros now, std::vector<Request>* expired) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "serving/request.h"
@@ -77,6 +78,18 @@ class ModelQueue {
 
   // Removes and returns the next request to dispatch; false when empty.
   bool Pop(Micros now, Request* out);
+  // Pops the first request, in queue order, for which `eligible` holds,
+  // looking past others only within the first non-empty class when it is
+  // fair-ordered: there each backlogged tenant's next request is a candidate
+  // (the head of an edf or fcfs class is never bypassed). Used when the head
+  // cannot take the free capacity (fair-share headroom). Costs O(backlogged
+  // tenants).
+  bool PopEligible(Micros now,
+                   absl::FunctionRef<bool(const Request&)> eligible,
+                   Request* out);
+  // The request Pop(now) would return, left in place (nullptr when empty).
+  // Valid until the next non-const call.
+  const Request* Peek(Micros now);
 
   // Removes every request whose class timeout has passed; appends them.
   void ExpireTimedOut(Micros now, std::vector<Request>* expired);
@@ -155,6 +168,10 @@ class ModelQueue {
   bool SlotIsLive(const Entry& e) const;
   // `served`: dispatched (charged to the tenant) rather than expired.
   void Take(ClassId cls, uint32_t slot, bool served, Request* out);
+  // The class (and whether its oldest request, by aging) Pop serves next.
+  bool Select(Micros now, ClassId* cls, bool* oldest);
+  // Brings the head of a non-empty class to a live entry; returns its slot.
+  uint32_t SettleHead(ClassId cls, Micros now);
   bool PopFromClass(ClassId cls, Micros now, Request* out);
   bool PopOldest(ClassId cls, Micros now, Request* out);
   void CleanArrivals(ClassQueue& q);

@@ -294,10 +294,14 @@ TEST(ModelQueueTest, RandomizedFairnessInvariants) {
         Request r;
         const int64_t best_class_size[3] = {q.class_size(0), q.class_size(1),
                                             q.class_size(2)};
+        const Request* peek = q.Peek(now);
+        const RequestId peeked = peek ? peek->id : ~RequestId{0};
         if (!q.Pop(now, &r)) {
+          ASSERT_EQ(peek, nullptr);
           ASSERT_EQ(q.size(), 0);
           continue;
         }
+        ASSERT_EQ(r.id, peeked);  // Peek shows what Pop takes
         for (int k = 0; k < r.priority; ++k) ASSERT_EQ(best_class_size[k], 0);
         ASSERT_EQ(inside.erase(r.id), 1u);
         ASSERT_TRUE(done.insert(r.id).second);

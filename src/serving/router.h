@@ -38,6 +38,11 @@ struct ReplicaLoad {
   int64_t kv_tokens = -1;        // context tokens held by running sequences
   // Prompt tokens accepted but not yet prefilled (gateway-tracked).
   int64_t pending_prefill_tokens = 0;
+  // The replica's KV budget in tokens (0: none) and the tokens its
+  // outstanding requests may grow to (input + max_output_tokens), both
+  // gateway-tracked.
+  int64_t kv_budget_tokens = 0;
+  int64_t reserved_tokens = 0;
 };
 
 // Knobs of the TTFT predictor (PredictTtftSeconds); see docs/routing.md.

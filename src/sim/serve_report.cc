@@ -186,6 +186,27 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+std::string ServeRequestsCsv(const ServeSimRun& run) {
+  std::string csv =
+      "id,tenant,deployment,class,arrival_s,dispatched_s,first_token_s,"
+      "finished_s,input_tokens,output_tokens,cached_tokens,outcome\n";
+  auto t = [](Micros v) {
+    return v < 0 ? std::string() : absl::StrFormat("%.6f", ToSeconds(v));
+  };
+  for (size_t i = 0; i < run.requests.size(); ++i) {
+    const RequestOutcome& o = run.requests[i];
+    absl::StrAppend(
+        &csv, i, ",", run.tenant_names[o.tenant], ",",
+        run.deployment_names[o.deployment], ",", run.class_names[o.cls], ",",
+        t(o.arrival), ",", t(o.dispatched), ",", t(o.first_token), ",",
+        t(o.finished), ",", o.input_tokens, ",", o.output_tokens, ",",
+        o.cached_tokens, ",",
+        o.completed() ? "completed" : serving::RejectReasonName(o.reason),
+        "\n");
+  }
+  return csv;
+}
+
 json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
   const auto& cfg = run.config;
   const double seconds = ToSeconds(run.simulated_end);

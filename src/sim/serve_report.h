@@ -17,6 +17,12 @@ nlohmann::json ServeReportJson(const ServeSimRun& run, bool with_wall_time);
 std::string ServeReportHtml(const ServeSimRun& run,
                             const nlohmann::json& report);
 
+// One CSV row per request: id, tenant, deployment, class, arrival_s,
+// dispatched_s, first_token_s, finished_s (empty when not reached),
+// input_tokens, output_tokens, cached_tokens, outcome (completed or the
+// rejection reason).
+std::string ServeRequestsCsv(const ServeSimRun& run);
+
 // Nearest-rank percentile of `v` (sorted ascending); 0 when empty.
 double Percentile(const std::vector<double>& sorted, double p);
 

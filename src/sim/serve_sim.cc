@@ -154,6 +154,7 @@ class Simulation : public ReplicaSimListener {
       spec.queue.output_weight = d.queue.output_weight;
       spec.queue.demote_late = d.queue.demote_late;
       spec.queue.late_margin = FromSeconds(d.queue.late_margin_s);
+      spec.fair_share_headroom = d.queue.fair_share_headroom;
       serving::LatencyModel latency;
       if (d.kind == "llm") {
         auto found = serving::FindLatencyModel(
@@ -218,7 +219,13 @@ class Simulation : public ReplicaSimListener {
           }
           rep.tensor = *std::move(sim);
         }
-        dispatcher_.AddReplica(model, next_replica, d.max_ongoing_requests);
+        int64_t kv_budget = 0;
+        if (d.kind == "llm") {
+          kv_budget = d.engine.kv_budget_tokens < 0 ? latency.kv_capacity_tokens
+                                                    : d.engine.kv_budget_tokens;
+        }
+        dispatcher_.AddReplica(model, next_replica, d.max_ongoing_requests,
+                               kv_budget);
         replicas_.push_back(std::move(rep));
         run_.replicas.push_back({d.name, 0, 0, 0});
         ++next_replica;
@@ -266,6 +273,8 @@ class Simulation : public ReplicaSimListener {
                          model, "', which no deployment serves"));
       }
       const TenantId t = tenant_ids_.at(tenant);
+      // Every tenant in the workload may use the deployments it sends to.
+      dispatcher_.DeclareTenant(dep->second, t);
       SimRequest& s = sim_requests_[i];
       serving::Request& r = s.req;
       r.id = i;
