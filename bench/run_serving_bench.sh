@@ -119,7 +119,7 @@ print("fair < FCFS:", v["fairness"]["max_service_difference"] < f["fairness"]["m
 PY
 
 echo "== 4b. A flooding tenant next to a light one (same replica)"
-flood() {  # NAME ORDER FLOOD_RATE
+flood() {  # NAME ORDER FLOOD_RATE HEADROOM
   cat >"$out/$1.yaml" <<YAML
 seed: 42
 deployments:
@@ -128,7 +128,7 @@ deployments:
     gpu: A10-24GB
     replicas: 1
     max_ongoing_requests: 16
-    queue: {order: $2}
+    queue: {order: $2, fair_share_headroom: $4}
 workload:
   synthetic:
     duration_s: 600
@@ -140,18 +140,20 @@ YAML
   fi
   run "$1"
 }
-flood flood-alone fair 0
-flood flood-fcfs fcfs 8
-flood flood-fair fair 8
-python3 - "$out/flood-alone.json" "$out/flood-fcfs.json" "$out/flood-fair.json" <<'PY'
+flood flood-alone fair 0 0.125
+flood flood-fcfs fcfs 8 0
+flood flood-fair-default fair 8 0.125
+flood flood-fair fair 8 0.25
+python3 - "$out"/flood-alone.json "$out"/flood-fcfs.json "$out"/flood-fair-default.json "$out"/flood-fair.json <<'PY'
 import json, sys
-runs = [json.load(open(p)) for p in sys.argv[1:4]]
+runs = [json.load(open(p)) for p in sys.argv[1:5]]
 alone = runs[0]["tenants"]["light"]["ttft_s"]["p99"]
-for name, r in zip(("light alone", "with flood, FCFS", "with flood, fair"), runs):
+names = ("light alone", "with flood, FCFS", "flood, fair, headroom 0.125", "flood, fair, headroom 0.25")
+for name, r in zip(names, runs):
     l = r["tenants"]["light"]["ttft_s"]["p99"]
     fl = r["tenants"].get("flood")
-    extra = f"  flood p99 TTFT {fl['ttft_s']['p99']:7.2f} s" if fl else ""
-    print(f"{name:18s} light p99 TTFT {l:7.3f} s ({l/alone:5.2f}x alone){extra}")
+    extra = f"  flood: {fl['completed']} done in {r['simulated_seconds']:.0f} s" if fl else ""
+    print(f"{name:28s} light p99 TTFT {l:7.3f} s ({l/alone:5.2f}x alone){extra}")
 print("target: fair <= 2x alone")
 PY
 
