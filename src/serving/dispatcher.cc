@@ -11,9 +11,8 @@
 namespace gpusched::serving {
 namespace {
 
-// The service-rate estimate is refreshed once per window and smoothed.
-constexpr Micros kRateWindow = 5 * kMicrosPerSecond;
-constexpr double kRateSmoothing = 0.5;
+// Weight of the newest sample in the service-time average.
+constexpr double kServiceSmoothing = 0.05;
 
 }  // namespace
 
@@ -123,13 +122,16 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
   QueueOutlook o;
   o.model_queued = m.queue->size();
   o.model_queue_limit = m.spec.max_queue_size;
-  if (m.rate > 0) {
-    // Requests of this class or better wait ahead; each frees at the
-    // measured completion rate once a slot is free.
-    const double ahead = static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
+  if (m.service_s > 0 && m.total_slots > 0) {
+    // Requests of this class or better wait ahead. Once every slot is
+    // taken, one frees every (mean service time / slots) (Little's law), so
+    // the estimate follows the deployment's capacity, not its arrival rate.
+    const double ahead =
+        static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
+    const double per_slot = m.service_s / static_cast<double>(m.total_slots);
     const bool slot_free = m.free_slots > 0 && ahead == 0;
-    const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) / m.rate);
-    o.predicted_drain = FromSeconds(1.0 / m.rate);
+    const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) * per_slot);
+    o.predicted_drain = FromSeconds(per_slot);
     const Micros prefill =
         m.spec.latency
             ? FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens))
@@ -145,7 +147,14 @@ Verdict Dispatcher::Submit(const Request& r, Micros now) {
   Model& m = models_[r.model];
   const Verdict v = admission_.Admit(r, Outlook(m, r, now), now);
   if (!v.admitted()) return v;
-  m.queue->Push(r, now);
+  if (m.spec.latency && r.prefill_estimate == 0 && r.deadline != kNever) {
+    Request copy = r;
+    copy.prefill_estimate =
+        FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens));
+    m.queue->Push(copy, now);
+  } else {
+    m.queue->Push(r, now);
+  }
   AddWork(m, r.tenant, +1);
   MarkDirty(r.model);
   return v;
@@ -259,6 +268,7 @@ void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
                              std::max(0, r.max_output_tokens);
       --m.free_slots;
       ++m.tenant_outstanding[r.tenant];
+      r.dispatched = now;
       m.router->OnDispatched(r, rep.id);
       out->push_back(Assignment{r, rep.id});
     }
@@ -275,20 +285,12 @@ void Dispatcher::OnFirstToken(const Request& r, ReplicaId replica, Micros now) {
       std::max<int64_t>(0, rep.pending_prefill_tokens - r.input_tokens);
 }
 
-void Dispatcher::NoteCompletion(Model& m, Micros now) {
-  if (m.window_done == 0 && m.rate == 0 && m.window_start == 0) {
-    m.window_start = now;
-  }
-  ++m.window_done;
-  const Micros elapsed = now - m.window_start;
-  if (elapsed >= kRateWindow) {
-    const double measured = m.window_done / ToSeconds(elapsed);
-    m.rate = m.rate == 0
-                 ? measured
-                 : kRateSmoothing * measured + (1 - kRateSmoothing) * m.rate;
-    m.window_start = now;
-    m.window_done = 0;
-  }
+void Dispatcher::NoteCompletion(Model& m, const Request& r, Micros now) {
+  if (r.dispatched == kNever || now < r.dispatched) return;
+  const double sample = ToSeconds(now - r.dispatched);
+  m.service_s = m.service_s == 0 ? sample
+                                 : kServiceSmoothing * sample +
+                                       (1 - kServiceSmoothing) * m.service_s;
 }
 
 void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
@@ -312,7 +314,7 @@ void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
     m.queue->CorrectOutput(
         r.tenant, r.priority,
         static_cast<int64_t>(output_tokens) - std::max(0, r.max_output_tokens));
-    NoteCompletion(m, now);
+    NoteCompletion(m, r, now);
   } else {
     admission_.OnNotServed(r, now);
   }

@@ -103,6 +103,8 @@ class Dispatcher {
   // Routes queued requests to replicas with free slots; appends them.
   void Dispatch(Micros now, std::vector<Assignment>* out);
 
+  // The following take the request as dispatched (Assignment::request,
+  // which carries its dispatch time).
   // The replica produced the request's first token (its prompt is prefilled).
   void OnFirstToken(const Request& r, ReplicaId replica, Micros now);
   // The request left the replica: finished (output_tokens generated) or
@@ -138,15 +140,14 @@ class Dispatcher {
     int64_t active_tenants = 0;
     int64_t tenants_seen = 0;
     bool dirty = false;      // in dirty_ (queue and free slots may match)
-    // Service-rate estimate (completions per second), for wait prediction.
-    double rate = 0;
-    Micros window_start = 0;
-    int64_t window_done = 0;
+    // Mean time from dispatch to completion (seconds, smoothed), for wait
+    // predictions; 0 until a request has completed.
+    double service_s = 0;
   };
   int FindReplica(const Model& m, ReplicaId id) const;
   void MarkDirty(ModelId model);
   QueueOutlook Outlook(const Model& m, const Request& r, Micros now) const;
-  void NoteCompletion(Model& m, Micros now);
+  void NoteCompletion(Model& m, const Request& r, Micros now);
   void AddWork(Model& m, TenantId t, int delta);
   void SizeTenants(Model& m);
   // Whether `t` may use the capacity held back for light tenants.

@@ -234,7 +234,12 @@ void ModelQueue::Push(const Request& r, Micros now) {
       break;
     }
     case QueueOrder::kEdf:
-      HeapPush(q.heap, Entry{r.deadline, s.seq, slot});
+      // Latest start time: a longer prompt must start earlier for the same
+      // deadline, and is late (demote_late) as soon as it cannot make it.
+      HeapPush(q.heap,
+               Entry{r.deadline == kNever ? kNever
+                                          : r.deadline - r.prefill_estimate,
+                     s.seq, slot});
       break;
     case QueueOrder::kFcfs:
       HeapPush(q.heap, Entry{0, s.seq, slot});

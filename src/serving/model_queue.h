@@ -10,9 +10,10 @@
 //    tenant that returns from idle is lifted to the smallest backlogged counter
 //    (or the last served one), so idle time banks no credit and an idle
 //    tenant's share goes to whoever is backlogged.
-//  - edf: earliest deadline first across tenants, then arrival; with
-//    `demote_late`, requests that can no longer meet their deadline wait behind
-//    those that still can (they are served when nothing feasible waits).
+//  - edf: earliest latest-start-time first (deadline - prefill_estimate)
+//    across tenants, then arrival; with `demote_late`, requests that can no
+//    longer meet their deadline even if started now wait behind those that
+//    still can (they are served when nothing feasible waits).
 //  - fcfs: arrival order.
 // Output tokens are charged at dispatch from the estimate (max_output_tokens)
 // and corrected by Charge() when the real count is known (VTC with length

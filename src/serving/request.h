@@ -39,6 +39,12 @@ struct Request {
   int32_t max_output_tokens = 0;
   // Session-affinity key (a hash of the session header), 0 when absent.
   uint64_t session = 0;
+  // Predicted time to prefill the prompt on an idle replica (0: unknown).
+  // Set by the Dispatcher from the deployment's latency model; deadline
+  // ordering uses deadline - prefill_estimate, the latest start time.
+  Micros prefill_estimate = 0;
+  // Set by the Dispatcher when it hands the request to a replica.
+  Micros dispatched = kNever;
   // Chained hashes of the prompt's fixed-size token blocks: equal hash at
   // position i means equal tokens in blocks 0..i. Empty when unknown.
   std::span<const uint64_t> prefix_blocks;

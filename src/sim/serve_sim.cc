@@ -408,6 +408,7 @@ class Simulation : public ReplicaSimListener {
       dispatcher_.Dispatch(now, &assigned);
       for (const serving::Assignment& a : assigned) {
         SimRequest& s = sim_requests_[a.request.id];
+        s.req = a.request;  // as dispatched (carries its dispatch time)
         replica_of_[a.request.id] = a.replica;
         run_.requests[a.request.id].dispatched = now;
         SetQueued(a.request.tenant, -1, now);
