@@ -222,7 +222,7 @@ class Parser : public YamlReader {
       CheckKeys(q, "queue",
                 {"order", "max_queue_size", "aging_s", "demote_late",
                  "late_margin_s", "input_weight", "output_weight",
-                 "fair_share_headroom"});
+                 "fair_share_headroom", "reject_infeasible"});
       SimQueueSpec& qs = spec.queue;
       OptString(q, "order", &qs.order);
       CheckOrder(q["order"] ? q["order"] : q, qs.order, false);
@@ -233,6 +233,7 @@ class Parser : public YamlReader {
       OptDouble(q, "input_weight", 0, kBig, &qs.input_weight);
       OptDouble(q, "output_weight", 0, kBig, &qs.output_weight);
       OptDouble(q, "fair_share_headroom", 0, 0.99, &qs.fair_share_headroom);
+      OptBool(q, "reject_infeasible", &qs.reject_infeasible);
     }
     if (const YAML::Node e = d["engine"]; e && IsMap(e, "engine")) {
       CheckKeys(e, "engine",

@@ -35,6 +35,8 @@
 //         output_weight: 2
 //         fair_share_headroom: 0.125 # slots kept for tenants below their
 //                                  #   equal share (serving/dispatcher.h)
+//         reject_infeasible: true  # reject at arrival when the predicted
+//                                  #   first token misses the deadline
 //       engine:                    # llm replicas
 //         max_num_seqs: 256
 //         max_num_batched_tokens: 8192
@@ -119,6 +121,7 @@ struct SimQueueSpec {
   double input_weight = 1;
   double output_weight = 2;
   double fair_share_headroom = 0.125;
+  bool reject_infeasible = true;
 };
 
 struct SimEngineSpec {

@@ -136,7 +136,7 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
         m.spec.latency
             ? FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens))
             : 0;
-    o.predicted_first_token = now + wait + prefill;
+    if (m.spec.reject_infeasible) o.predicted_first_token = now + wait + prefill;
   }
   return o;
 }

@@ -155,6 +155,7 @@ class Simulation : public ReplicaSimListener {
       spec.queue.demote_late = d.queue.demote_late;
       spec.queue.late_margin = FromSeconds(d.queue.late_margin_s);
       spec.fair_share_headroom = d.queue.fair_share_headroom;
+      spec.reject_infeasible = d.queue.reject_infeasible;
       serving::LatencyModel latency;
       if (d.kind == "llm") {
         auto found = serving::FindLatencyModel(
