@@ -123,20 +123,23 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
   o.model_queued = m.queue->size();
   o.model_queue_limit = m.spec.max_queue_size;
   if (m.service_s > 0 && m.total_slots > 0) {
-    // Requests of this class or better wait ahead. Once every slot is
-    // taken, one frees every (mean service time / slots) (Little's law), so
-    // the estimate follows the deployment's capacity, not its arrival rate.
-    const double ahead =
-        static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
+    // Once every slot is taken, one frees every (mean service time / slots)
+    // (Little's law), so estimates follow the deployment's capacity, not its
+    // arrival rate.
     const double per_slot = m.service_s / static_cast<double>(m.total_slots);
-    const bool slot_free = m.free_slots > 0 && ahead == 0;
-    const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) * per_slot);
     o.predicted_drain = FromSeconds(per_slot);
-    const Micros prefill =
-        m.spec.latency
-            ? FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens))
-            : 0;
-    if (m.spec.reject_infeasible) o.predicted_first_token = now + wait + prefill;
+    if (r.deadline != kNever && m.spec.reject_infeasible) {
+      // Requests of this class or better (by fair turns) wait ahead.
+      const double ahead =
+          static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
+      const bool slot_free = m.free_slots > 0 && ahead == 0;
+      const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) * per_slot);
+      const Micros prefill =
+          m.spec.latency
+              ? FromSeconds(m.spec.latency->PrefillSeconds(r.input_tokens))
+              : 0;
+      o.predicted_first_token = now + wait + prefill;
+    }
   }
   return o;
 }

@@ -208,11 +208,10 @@ void ModelQueue::Push(const Request& r, Micros now) {
       TenantQueue& tq = Tenant(q, r.tenant);
       const Entry e{r.deadline, s.seq, slot};
       if (tq.live == 0) {
-        tq.first = e;
-        tq.has_first = true;
+        tq.set_first(e);
       } else {
         if (tq.has_first) {
-          tq.heap.push_back(tq.first);
+          tq.heap.push_back(tq.first());
           tq.has_first = false;
         }
         HeapPush(tq.heap, e);
@@ -318,7 +317,7 @@ uint32_t ModelQueue::SettleHead(ClassId cls, Micros now) {
       CHECK(!q.tenants.empty());
       TenantQueue& tq = q.by_tenant[q.tenants.front().tenant];
       // Inline mode: the one entry since the tenant last went idle, so live.
-      if (tq.has_first) return tq.first.slot;
+      if (tq.has_first) return tq.first_slot;
       while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
       return tq.heap.front().slot;
     }
@@ -445,7 +444,7 @@ bool ModelQueue::PopEligible(
     TenantQueue& tq = q.by_tenant[item.tenant];
     uint32_t slot;
     if (tq.has_first) {
-      slot = tq.first.slot;
+      slot = tq.first_slot;
     } else {
       while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
       slot = tq.heap.front().slot;
@@ -534,7 +533,9 @@ int64_t ModelQueue::AheadOf(ClassId cls, TenantId tenant) const {
   if (cls >= classes_.size()) return n;
   const ClassQueue& q = classes_[cls];
   if (config_.classes[cls].order != QueueOrder::kFair) return n + q.live;
-  const int64_t own = tenant_class_size(cls, tenant);
+  // The tenant's queued requests in all classes (a dense per-queue count,
+  // so the estimate touches no per-class tenant state): an upper bound.
+  const int64_t own = tenant_size(tenant);
   const int64_t others = q.backlogged - (own > 0 ? 1 : 0);
   return n + std::min(q.live, own + (own + 1) * others);
 }

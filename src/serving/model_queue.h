@@ -133,14 +133,26 @@ class ModelQueue {
   // waiting at a time, so the first is kept inline (no second cache line);
   // a second moves both into `heap`. 64 bytes, one cache line.
   struct alignas(64) TenantQueue {
-    Entry first{};             // valid when has_first (and heap is empty)
-    std::vector<Entry> heap;   // (deadline, seq) min-heap; may hold dead slots
-    double counter = 0;
+    // The inline entry (valid when has_first and heap is empty), unpacked
+    // so the whole struct fits one cache line.
+    Micros first_key = 0;
+    uint64_t first_seq = 0;
+    uint32_t first_slot = 0;
     uint32_t version = 0;      // bumped whenever the tenant's heap item changes
+    double counter = 0;
     int32_t live = 0;
     bool in_heap = false;      // backlogged: has a current item in `tenants`
     bool has_first = false;
+    std::vector<Entry> heap;   // (deadline, seq) min-heap; may hold dead slots
+    Entry first() const { return Entry{first_key, first_seq, first_slot}; }
+    void set_first(const Entry& e) {
+      first_key = e.key;
+      first_seq = e.seq;
+      first_slot = e.slot;
+      has_first = true;
+    }
   };
+  static_assert(sizeof(TenantQueue) == 64);
   // An item of the lazy tenant heap; current iff its version matches.
   struct TenantItem {
     double counter;
@@ -189,7 +201,7 @@ class ModelQueue {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<double> inv_weights_;  // 1 / tenant weight
-  std::vector<int64_t> tenant_live_;
+  std::vector<int32_t> tenant_live_;  // queued per tenant, all classes
   uint64_t next_seq_ = 0;
   int64_t size_ = 0;
 };
