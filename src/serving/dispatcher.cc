@@ -164,29 +164,28 @@ Verdict Dispatcher::Submit(const Request& r, Micros now) {
 }
 
 void Dispatcher::SizeTenants(Model& m) {
-  if (m.tenant_work.size() < static_cast<size_t>(num_tenants_)) {
-    m.tenant_work.resize(num_tenants_, 0);
-    m.tenant_outstanding.resize(num_tenants_, 0);
-    m.tenant_seen.resize(num_tenants_, false);
+  if (m.tenants.size() < static_cast<size_t>(num_tenants_)) {
+    m.tenants.resize(num_tenants_);
   }
 }
 
 void Dispatcher::DeclareTenant(ModelId model, TenantId tenant) {
   Model& m = models_[model];
   SizeTenants(m);
-  if (!m.tenant_seen[tenant]) {
-    m.tenant_seen[tenant] = true;
+  if (!m.tenants[tenant].seen) {
+    m.tenants[tenant].seen = true;
     ++m.tenants_seen;
   }
 }
 
 void Dispatcher::AddWork(Model& m, TenantId t, int delta) {
   SizeTenants(m);
-  int32_t& w = m.tenant_work[t];
+  TenantUse& u = m.tenants[t];
+  int32_t& w = u.work;
   if (w == 0 && delta > 0) {
     ++m.active_tenants;
-    if (!m.tenant_seen[t]) {
-      m.tenant_seen[t] = true;
+    if (!u.seen) {
+      u.seen = true;
       ++m.tenants_seen;
     }
   }
@@ -202,7 +201,7 @@ bool Dispatcher::MayUseHeadroom(const Model& m, TenantId t) const {
   // back.
   const int64_t sharing = std::max<int64_t>(1, m.active_tenants) +
                           (m.tenants_seen > m.active_tenants ? 1 : 0);
-  return static_cast<int64_t>(m.tenant_outstanding[t]) * sharing <
+  return static_cast<int64_t>(m.tenants[t].outstanding) * sharing <
          m.total_slots;
 }
 
@@ -270,7 +269,7 @@ void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
       rep.reserved_tokens += static_cast<int64_t>(r.input_tokens) +
                              std::max(0, r.max_output_tokens);
       --m.free_slots;
-      ++m.tenant_outstanding[r.tenant];
+      ++m.tenants[r.tenant].outstanding;
       r.dispatched = now;
       m.router->OnDispatched(r, rep.id);
       out->push_back(Assignment{r, rep.id});
@@ -310,7 +309,7 @@ void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
                  std::max(0, r.max_output_tokens));
     }
   }
-  if (m.tenant_outstanding[r.tenant] > 0) --m.tenant_outstanding[r.tenant];
+  if (m.tenants[r.tenant].outstanding > 0) --m.tenants[r.tenant].outstanding;
   AddWork(m, r.tenant, -1);
   if (output_tokens >= 0) {
     admission_.OnCompleted(r, output_tokens, now);

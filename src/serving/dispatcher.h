@@ -128,6 +128,12 @@ class Dispatcher {
   }
 
  private:
+  // One tenant on one deployment (one small record, one cache line touched).
+  struct TenantUse {
+    int32_t outstanding = 0;  // dispatched, not finished
+    int32_t work = 0;         // queued + dispatched
+    bool seen = false;        // ever had work here, or declared
+  };
   struct Model {
     DeploymentSpec spec;
     std::unique_ptr<ModelQueue> queue;
@@ -137,9 +143,7 @@ class Dispatcher {
     int64_t total_slots = 0;  // sum of caps
     // Per tenant on this deployment: requests dispatched and not finished,
     // and queued + dispatched (work); tenants with work count as active.
-    std::vector<int32_t> tenant_outstanding;
-    std::vector<int32_t> tenant_work;
-    std::vector<bool> tenant_seen;  // ever had work here
+    std::vector<TenantUse> tenants;
     int64_t active_tenants = 0;
     int64_t tenants_seen = 0;
     bool dirty = false;      // in dirty_ (queue and free slots may match)
