@@ -245,8 +245,7 @@ class Parser : public YamlReader {
              &es.max_num_batched_tokens);
       OptInt(e, "kv_capacity_tokens", int64_t{0}, kBigInt,
              &es.kv_capacity_tokens);
-      OptInt(e, "kv_budget_tokens", int64_t{-1}, kBigInt,
-             &es.kv_budget_tokens);
+      OptInt(e, "kv_budget_tokens", int64_t{-1}, kBigInt, &es.kv_budget_tokens);
       OptInt(e, "block_tokens", 1, 1 << 20, &es.block_tokens);
       OptBool(e, "prefix_caching", &es.prefix_caching);
     }
@@ -373,8 +372,7 @@ class Parser : public YamlReader {
             Error(t, "arrival servegen needs servegen_trace");
           }
           OptDouble(t, "servegen_offset_s", 0, kBig, &st.servegen_offset_s);
-          OptDouble(t, "servegen_rate_scale", 0, kBig,
-                    &st.servegen_rate_scale);
+          OptDouble(t, "servegen_rate_scale", 0, kBig, &st.servegen_rate_scale);
           OptString(t, "servegen_dataset", &st.servegen_dataset);
           st.servegen_dataset = Resolve(st.servegen_dataset);
           OptInt(t, "input_tokens", 1, 1 << 24, &st.input_tokens);

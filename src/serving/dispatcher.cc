@@ -19,8 +19,9 @@ constexpr double kServiceSmoothing = 0.05;
 absl::StatusOr<ModelId> Dispatcher::AddDeployment(const DeploymentSpec& spec) {
   RETURN_IF_ERROR(ValidateModelQueueConfig(spec.queue));
   if (!(spec.fair_share_headroom >= 0 && spec.fair_share_headroom < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "deployment \"", spec.name, "\": fair_share_headroom must be in [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("deployment \"", spec.name,
+                     "\": fair_share_headroom must be in [0, 1)"));
   }
   if (spec.max_queue_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -243,19 +244,20 @@ void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
       const Request* head = m.queue->Peek(now);
       if (head == nullptr) break;
       Request r;
-      if (FindCandidates(m, *head, headroom && !MayUseHeadroom(m, head->tenant))) {
+      if (FindCandidates(m, *head,
+                         headroom && !MayUseHeadroom(m, head->tenant))) {
         CHECK(m.queue->Pop(now, &r));
       } else {
         // The head must wait for capacity; a request of a tenant below its
         // share may still use the headroom (fair classes).
-        if (!headroom ||
-            !m.queue->PopEligible(
-                now,
-                [&](const Request& x) {
-                  return MayUseHeadroom(m, x.tenant) &&
-                         FindCandidates(m, x, /*restricted=*/false);
-                },
-                &r)) {
+        if (!headroom || !m.queue->PopEligible(
+                             now,
+                             [&](const Request& x) {
+                               return MayUseHeadroom(m, x.tenant) &&
+                                      FindCandidates(m, x,
+                                                     /*restricted=*/false);
+                             },
+                             &r)) {
           break;
         }
         CHECK(FindCandidates(m, r, /*restricted=*/false));
@@ -304,9 +306,9 @@ void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
     if (rep.outstanding > 0) {
       if (rep.outstanding <= rep.max_outstanding) ++m.free_slots;
       --rep.outstanding;
-      rep.reserved_tokens = std::max<int64_t>(
-          0, rep.reserved_tokens - r.input_tokens -
-                 std::max(0, r.max_output_tokens));
+      rep.reserved_tokens =
+          std::max<int64_t>(0, rep.reserved_tokens - r.input_tokens -
+                                   std::max(0, r.max_output_tokens));
     }
   }
   if (m.tenants[r.tenant].outstanding > 0) --m.tenants[r.tenant].outstanding;

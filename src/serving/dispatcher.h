@@ -139,14 +139,14 @@ class Dispatcher {
     std::unique_ptr<ModelQueue> queue;
     std::unique_ptr<Router> router;
     std::vector<ReplicaLoad> replicas;
-    int64_t free_slots = 0;  // sum over replicas of cap - outstanding (>=0)
+    int64_t free_slots = 0;   // sum over replicas of cap - outstanding (>=0)
     int64_t total_slots = 0;  // sum of caps
     // Per tenant on this deployment: requests dispatched and not finished,
     // and queued + dispatched (work); tenants with work count as active.
     std::vector<TenantUse> tenants;
     int64_t active_tenants = 0;
     int64_t tenants_seen = 0;
-    bool dirty = false;      // in dirty_ (queue and free slots may match)
+    bool dirty = false;  // in dirty_ (queue and free slots may match)
     // Mean time from dispatch to completion (seconds, smoothed), for wait
     // predictions; 0 until a request has completed.
     double service_s = 0;

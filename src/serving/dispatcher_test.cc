@@ -162,7 +162,8 @@ TEST_F(DispatcherTest, RemovedReplicaGetsNothingMore) {
 TEST_F(DispatcherTest, KvBudgetHoldsRequestsInTheQueue) {
   // Budget 1000 tokens; each request may grow to 150 (100 in + 50 out).
   d_.AddReplica(0, 1, 100, 1000);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   auto out = Dispatch(0);
   EXPECT_EQ(out.size(), 6u);  // 6 x 150 = 900 <= 1000 < 7 x 150
   d_.OnFinished(out[0].request, out[0].replica, 50, 1);
@@ -235,7 +236,8 @@ TEST_F(DispatcherTest, DeclaredTenantsGetHeadroomFromTheStart) {
 
 TEST_F(DispatcherTest, SingleTenantDeploymentKeepsNothingBack) {
   d_.AddReplica(0, 1, 8);
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(d_.Submit(Req(i, 0, 0), 0).admitted());
   EXPECT_EQ(Dispatch(0).size(), 8u);
 }
 

@@ -166,7 +166,6 @@ struct TenantItemAfter {
 bool ModelQueue::Current(const ClassQueue& q, const TenantItem& item) const {
   const TenantQueue& tq = q.by_tenant[item.tenant];
   return tq.in_heap && tq.version == item.version;
-
 }
 
 void ModelQueue::DropStaleTop(ClassQueue& q) {
@@ -235,10 +234,10 @@ void ModelQueue::Push(const Request& r, Micros now) {
     case QueueOrder::kEdf:
       // Latest start time: a longer prompt must start earlier for the same
       // deadline, and is late (demote_late) as soon as it cannot make it.
-      HeapPush(q.heap,
-               Entry{r.deadline == kNever ? kNever
-                                          : r.deadline - r.prefill_estimate,
-                     s.seq, slot});
+      HeapPush(
+          q.heap,
+          Entry{r.deadline == kNever ? kNever : r.deadline - r.prefill_estimate,
+                s.seq, slot});
       break;
     case QueueOrder::kFcfs:
       HeapPush(q.heap, Entry{0, s.seq, slot});
@@ -426,9 +425,9 @@ bool ModelQueue::Pop(Micros now, Request* out) {
   return oldest ? PopOldest(cls, now, out) : PopFromClass(cls, now, out);
 }
 
-bool ModelQueue::PopEligible(
-    Micros now, absl::FunctionRef<bool(const Request&)> eligible,
-    Request* out) {
+bool ModelQueue::PopEligible(Micros now,
+                             absl::FunctionRef<bool(const Request&)> eligible,
+                             Request* out) {
   ClassId cls;
   bool oldest;
   if (!Select(now, &cls, &oldest)) return false;

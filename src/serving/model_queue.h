@@ -85,8 +85,7 @@ class ModelQueue {
   // (the head of an edf or fcfs class is never bypassed). Used when the head
   // cannot take the free capacity (fair-share headroom). Costs O(backlogged
   // tenants).
-  bool PopEligible(Micros now,
-                   absl::FunctionRef<bool(const Request&)> eligible,
+  bool PopEligible(Micros now, absl::FunctionRef<bool(const Request&)> eligible,
                    Request* out);
   // The request Pop(now) would return, left in place (nullptr when empty).
   // Valid until the next non-const call.
@@ -138,12 +137,12 @@ class ModelQueue {
     Micros first_key = 0;
     uint64_t first_seq = 0;
     uint32_t first_slot = 0;
-    uint32_t version = 0;      // bumped whenever the tenant's heap item changes
+    uint32_t version = 0;  // bumped whenever the tenant's heap item changes
     double counter = 0;
     int32_t live = 0;
-    bool in_heap = false;      // backlogged: has a current item in `tenants`
+    bool in_heap = false;  // backlogged: has a current item in `tenants`
     bool has_first = false;
-    std::vector<Entry> heap;   // (deadline, seq) min-heap; may hold dead slots
+    std::vector<Entry> heap;  // (deadline, seq) min-heap; may hold dead slots
     Entry first() const { return Entry{first_key, first_seq, first_slot}; }
     void set_first(const Entry& e) {
       first_key = e.key;
@@ -167,8 +166,8 @@ class ModelQueue {
     std::vector<TenantItem> tenants;
     int64_t backlogged = 0;
     double last_served_counter = 0;
-    std::vector<Entry> heap;   // edf/fcfs: (deadline or 0, seq) min-heap
-    std::deque<Entry> late;    // edf + demote_late: arrival order
+    std::vector<Entry> heap;  // edf/fcfs: (deadline or 0, seq) min-heap
+    std::deque<Entry> late;   // edf + demote_late: arrival order
     // (enqueued, seq, slot) in push order, lazily cleaned; kept only when
     // the class has a timeout or the queue ages.
     std::deque<Entry> arrivals;
@@ -200,7 +199,7 @@ class ModelQueue {
   std::vector<ClassQueue> classes_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<double> inv_weights_;  // 1 / tenant weight
+  std::vector<double> inv_weights_;   // 1 / tenant weight
   std::vector<int32_t> tenant_live_;  // queued per tenant, all classes
   uint64_t next_seq_ = 0;
   int64_t size_ = 0;

@@ -199,8 +199,8 @@ class Simulation : public ReplicaSimListener {
           auto sim = LlmReplicaSim::Create(rc);
           if (!sim.ok()) {
             return absl::InvalidArgumentError(
-                absl::StrCat(cfg_.source, ":", d.line, ": deployment '",
-                             d.name, "': ", sim.status().message()));
+                absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
+                             "': ", sim.status().message()));
           }
           rep.llm = *std::move(sim);
         } else {
@@ -444,8 +444,8 @@ class Simulation : public ReplicaSimListener {
         st.iterations = c.batches;
         // busy_time sums over instances: one replica holds them all.
         st.busy_seconds =
-            ToSeconds(c.busy_time) / cfg_.deployments[rep_deployment(r)]
-                                         .batching.instances;
+            ToSeconds(c.busy_time) /
+            cfg_.deployments[rep_deployment(r)].batching.instances;
       }
     }
   }
