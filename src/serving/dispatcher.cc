@@ -131,8 +131,8 @@ QueueOutlook Dispatcher::Outlook(const Model& m, const Request& r,
     o.predicted_drain = FromSeconds(per_slot);
     if (r.deadline != kNever && m.spec.reject_infeasible) {
       // Requests of this class or better (by fair turns) wait ahead.
-      const double ahead =
-          static_cast<double>(m.queue->AheadOf(r.priority, r.tenant));
+      const double ahead = static_cast<double>(
+          m.queue->AheadOf(r.priority, QueuedOf(m, r.tenant)));
       const bool slot_free = m.free_slots > 0 && ahead == 0;
       const Micros wait = slot_free ? 0 : FromSeconds((ahead + 1) * per_slot);
       const Micros prefill =
@@ -192,6 +192,11 @@ void Dispatcher::AddWork(Model& m, TenantId t, int delta) {
   }
   w += delta;
   if (w == 0 && delta < 0) --m.active_tenants;
+}
+
+int64_t Dispatcher::QueuedOf(const Model& m, TenantId t) const {
+  if (t >= m.tenants.size()) return 0;
+  return m.tenants[t].work - m.tenants[t].outstanding;
 }
 
 bool Dispatcher::MayUseHeadroom(const Model& m, TenantId t) const {

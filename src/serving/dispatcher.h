@@ -157,6 +157,8 @@ class Dispatcher {
   void NoteCompletion(Model& m, const Request& r, Micros now);
   void AddWork(Model& m, TenantId t, int delta);
   void SizeTenants(Model& m);
+  // Requests of `t` waiting in the deployment's queue.
+  int64_t QueuedOf(const Model& m, TenantId t) const;
   // Whether `t` may use the capacity held back for light tenants.
   bool MayUseHeadroom(const Model& m, TenantId t) const;
   // Fills candidates_ with the replicas that can take `r` now; false if none.

@@ -101,7 +101,8 @@ absl::Status ValidateModelQueueConfig(const ModelQueueConfig& c) {
 
 ModelQueue::ModelQueue(ModelQueueConfig config) : config_(std::move(config)) {
   CHECK(ValidateModelQueueConfig(config_).ok());
-  classes_.resize(config_.classes.size());
+  // Constructed in place: ClassQueue is movable only.
+  classes_ = std::vector<ClassQueue>(config_.classes.size());
   for (size_t c = 0; c < classes_.size(); ++c) {
     classes_[c].track_arrivals =
         config_.classes[c].timeout != kNever || config_.aging != kNever;
@@ -200,20 +201,21 @@ void ModelQueue::Push(const Request& r, Micros now) {
   if (q.track_arrivals) q.arrivals.push_back(Entry{now, s.seq, slot});
   ++q.live;
   ++size_;
-  if (tenant_live_.size() <= r.tenant) tenant_live_.resize(r.tenant + 1, 0);
-  ++tenant_live_[r.tenant];
   switch (k.order) {
     case QueueOrder::kFair: {
       TenantQueue& tq = Tenant(q, r.tenant);
       const Entry e{r.deadline, s.seq, slot};
       if (tq.live == 0) {
-        tq.set_first(e);
+        tq.first_slot = slot;
+        tq.has_first = true;
       } else {
+        if (!tq.heap) tq.heap = std::make_unique<std::vector<Entry>>();
         if (tq.has_first) {
-          tq.heap.push_back(tq.first());
+          const Slot& f = slots_[tq.first_slot];
+          tq.heap->push_back(Entry{f.request.deadline, f.seq, tq.first_slot});
           tq.has_first = false;
         }
-        HeapPush(tq.heap, e);
+        HeapPush(*tq.heap, e);
       }
       if (tq.live++ == 0) {
         // VTC lift: a tenant returning from idle starts at the smallest
@@ -267,7 +269,6 @@ void ModelQueue::Take(ClassId cls, uint32_t slot, bool served, Request* out) {
   const TenantId t = s.request.tenant;
   --q.live;
   --size_;
-  --tenant_live_[t];
   if (config_.classes[cls].order == QueueOrder::kFair) {
     TenantQueue& tq = q.by_tenant[t];
     --tq.live;
@@ -283,7 +284,7 @@ void ModelQueue::Take(ClassId cls, uint32_t slot, bool served, Request* out) {
       tq.in_heap = false;
       ++tq.version;
       --q.backlogged;
-      tq.heap.clear();
+      if (tq.heap) tq.heap->clear();
       tq.has_first = false;
     } else if (served) {
       PushTenant(q, t);
@@ -317,8 +318,8 @@ uint32_t ModelQueue::SettleHead(ClassId cls, Micros now) {
       TenantQueue& tq = q.by_tenant[q.tenants.front().tenant];
       // Inline mode: the one entry since the tenant last went idle, so live.
       if (tq.has_first) return tq.first_slot;
-      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
-      return tq.heap.front().slot;
+      while (!SlotIsLive(tq.heap->front())) HeapPop(*tq.heap);
+      return tq.heap->front().slot;
     }
     case QueueOrder::kEdf:
       if (config_.demote_late) {
@@ -362,7 +363,7 @@ bool ModelQueue::PopFromClass(ClassId cls, Micros now, Request* out) {
       if (tq.has_first) {
         tq.has_first = false;
       } else {
-        HeapPop(tq.heap);
+        HeapPop(*tq.heap);
       }
       break;
     }
@@ -445,8 +446,8 @@ bool ModelQueue::PopEligible(Micros now,
     if (tq.has_first) {
       slot = tq.first_slot;
     } else {
-      while (!SlotIsLive(tq.heap.front())) HeapPop(tq.heap);
-      slot = tq.heap.front().slot;
+      while (!SlotIsLive(tq.heap->front())) HeapPop(*tq.heap);
+      slot = tq.heap->front().slot;
     }
     if (!eligible(slots_[slot].request)) continue;
     best = &item;
@@ -458,7 +459,7 @@ bool ModelQueue::PopEligible(Micros now,
   if (tq.has_first) {
     tq.has_first = false;
   } else {
-    HeapPop(tq.heap);
+    HeapPop(*tq.heap);
   }
   Take(cls, best_slot, /*served=*/true, out);
   return true;
@@ -511,7 +512,9 @@ Micros ModelQueue::NextTimeout() const {
 }
 
 int64_t ModelQueue::tenant_size(TenantId tenant) const {
-  return tenant < tenant_live_.size() ? tenant_live_[tenant] : 0;
+  int64_t n = 0;
+  for (const Slot& s : slots_) n += s.live && s.request.tenant == tenant;
+  return n;
 }
 
 int64_t ModelQueue::tenant_class_size(ClassId cls, TenantId tenant) const {
@@ -524,7 +527,7 @@ int64_t ModelQueue::class_size(ClassId cls) const {
   return cls < classes_.size() ? classes_[cls].live : 0;
 }
 
-int64_t ModelQueue::AheadOf(ClassId cls, TenantId tenant) const {
+int64_t ModelQueue::AheadOf(ClassId cls, int64_t own_queued) const {
   int64_t n = 0;
   for (size_t c = 0; c < cls && c < classes_.size(); ++c) {
     n += classes_[c].live;
@@ -532,9 +535,7 @@ int64_t ModelQueue::AheadOf(ClassId cls, TenantId tenant) const {
   if (cls >= classes_.size()) return n;
   const ClassQueue& q = classes_[cls];
   if (config_.classes[cls].order != QueueOrder::kFair) return n + q.live;
-  // The tenant's queued requests in all classes (a dense per-queue count,
-  // so the estimate touches no per-class tenant state): an upper bound.
-  const int64_t own = tenant_size(tenant);
+  const int64_t own = own_queued;
   const int64_t others = q.backlogged - (own > 0 ? 1 : 0);
   return n + std::min(q.live, own + (own + 1) * others);
 }

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,16 +103,19 @@ class ModelQueue {
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Requests of `tenant` waiting in all classes (scans edf and fcfs
+  // classes: for tests and metrics, not the hot path).
   int64_t tenant_size(TenantId tenant) const;
   // Requests of `tenant` waiting in class `cls` (fair classes only; else 0).
   int64_t tenant_class_size(ClassId cls, TenantId tenant) const;
   int64_t class_size(ClassId cls) const;
   // About how many waiting requests would be dispatched before a new request
-  // of `tenant` in class `cls`: all of the more important classes, and in its
-  // own class all (fcfs, edf) or, for fair order, its own queued requests
-  // plus about as many turns for each other backlogged tenant (VTC serves
-  // backlogged tenants in turn). Used for wait predictions.
-  int64_t AheadOf(ClassId cls, TenantId tenant) const;
+  // of a tenant that has `own_queued` requests waiting, in class `cls`: all
+  // of the more important classes, and in its own class all (fcfs, edf) or,
+  // for fair order, its own plus about as many turns for each other
+  // backlogged tenant (VTC serves backlogged tenants in turn). Used for wait
+  // predictions; the caller knows `own_queued`.
+  int64_t AheadOf(ClassId cls, int64_t own_queued) const;
   // The tenant's virtual token counter in a class (for tests and metrics).
   double counter(ClassId cls, TenantId tenant) const;
 
@@ -131,27 +135,21 @@ class ModelQueue {
   // One tenant's requests in one fair class. Most tenants have one request
   // waiting at a time, so the first is kept inline (no second cache line);
   // a second moves both into `heap`. 64 bytes, one cache line.
-  struct alignas(64) TenantQueue {
-    // The inline entry (valid when has_first and heap is empty), unpacked
-    // so the whole struct fits one cache line.
-    Micros first_key = 0;
-    uint64_t first_seq = 0;
-    uint32_t first_slot = 0;
-    uint32_t version = 0;  // bumped whenever the tenant's heap item changes
+  // One tenant's requests in one fair class, 32 bytes (two per cache
+  // line; tables are tenants x classes x deployments, so size is speed).
+  // Most tenants have one request waiting at a time: its slot is kept
+  // inline; a second moves both into `heap`, allocated on first need.
+  struct TenantQueue {
     double counter = 0;
+    std::unique_ptr<std::vector<Entry>> heap;  // (deadline, seq) min-heap;
+                                               // may hold dead slots
+    uint32_t version = 0;  // bumped whenever the tenant's heap item changes
     int32_t live = 0;
-    bool in_heap = false;  // backlogged: has a current item in `tenants`
+    uint32_t first_slot = 0;  // valid when has_first (heap then empty)
+    bool in_heap = false;     // backlogged: has a current item in `tenants`
     bool has_first = false;
-    std::vector<Entry> heap;  // (deadline, seq) min-heap; may hold dead slots
-    Entry first() const { return Entry{first_key, first_seq, first_slot}; }
-    void set_first(const Entry& e) {
-      first_key = e.key;
-      first_seq = e.seq;
-      first_slot = e.slot;
-      has_first = true;
-    }
   };
-  static_assert(sizeof(TenantQueue) == 64);
+  static_assert(sizeof(TenantQueue) == 32);
   // An item of the lazy tenant heap; current iff its version matches.
   struct TenantItem {
     double counter;
@@ -199,8 +197,7 @@ class ModelQueue {
   std::vector<ClassQueue> classes_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<double> inv_weights_;   // 1 / tenant weight
-  std::vector<int32_t> tenant_live_;  // queued per tenant, all classes
+  std::vector<double> inv_weights_;  // 1 / tenant weight
   uint64_t next_seq_ = 0;
   int64_t size_ = 0;
 };

@@ -219,10 +219,10 @@ TEST(ModelQueueTest, Sizes) {
   EXPECT_EQ(q.tenant_size(0), 2);
   EXPECT_EQ(q.class_size(1), 2);
   // Class 0 (fair): tenant 0 has one queued and no one else is backlogged.
-  EXPECT_EQ(q.AheadOf(0, 0), 1);
-  EXPECT_EQ(q.AheadOf(0, 1), 1);
+  EXPECT_EQ(q.AheadOf(0, q.tenant_size(0)), 1);
+  EXPECT_EQ(q.AheadOf(0, q.tenant_size(1)), 1);
   // Class 1 (edf): everything in classes 0 and 1.
-  EXPECT_EQ(q.AheadOf(1, 0), 3);
+  EXPECT_EQ(q.AheadOf(1, q.tenant_size(0)), 3);
 }
 
 TEST(ModelQueueTest, FairAheadCountsTurnsNotTheWholeQueue) {
@@ -232,12 +232,12 @@ TEST(ModelQueueTest, FairAheadCountsTurnsNotTheWholeQueue) {
   q.Push(Req(101, 2, 0), 0);
   // A new request of light tenant 3 waits for about one turn of each of the
   // three backlogged tenants, not for the flood.
-  EXPECT_EQ(q.AheadOf(0, 3), 3);
+  EXPECT_EQ(q.AheadOf(0, q.tenant_size(3)), 3);
   // Tenant 1 already has one queued: two turns of the two others, plus its
   // own.
-  EXPECT_EQ(q.AheadOf(0, 1), 5);
+  EXPECT_EQ(q.AheadOf(0, q.tenant_size(1)), 5);
   // The flooding tenant waits behind its own 50.
-  EXPECT_EQ(q.AheadOf(0, 0), 52);
+  EXPECT_EQ(q.AheadOf(0, q.tenant_size(0)), 52);
 }
 
 TEST(ModelQueueTest, ValidateRejectsBadConfig) {
