@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/status.h"
 
 namespace gpusched {
 namespace {
@@ -88,12 +89,9 @@ absl::StatusOr<CsvTable> CsvTable::ReadFile(const std::string& path) {
   return Parse(buf.str(), path);
 }
 
-absl::StatusOr<CsvTable> CsvTable::Parse(absl::string_view text,
-                                         std::string name) {
-  auto header = std::make_shared<csv_internal::Header>();
-  header->name = std::move(name);
-  CsvTable table;
-  bool have_header = false;
+absl::Status ForEachLine(
+    absl::string_view text,
+    absl::FunctionRef<absl::Status(int, absl::string_view)> fn) {
   int line_no = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -104,6 +102,18 @@ absl::StatusOr<CsvTable> CsvTable::Parse(absl::string_view text,
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (absl::StripAsciiWhitespace(line).empty()) continue;
+    RETURN_IF_ERROR(fn(line_no, line));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CsvTable> CsvTable::Parse(absl::string_view text,
+                                         std::string name) {
+  auto header = std::make_shared<csv_internal::Header>();
+  header->name = std::move(name);
+  CsvTable table;
+  bool have_header = false;
+  RETURN_IF_ERROR(ForEachLine(text, [&](int line_no, absl::string_view line) {
     std::vector<std::string> fields = SplitLine(line);
     if (!have_header) {
       for (size_t i = 0; i < fields.size(); ++i) {
@@ -114,7 +124,7 @@ absl::StatusOr<CsvTable> CsvTable::Parse(absl::string_view text,
         }
       }
       have_header = true;
-      continue;
+      return absl::OkStatus();
     }
     if (fields.size() > header->columns.size()) {
       return absl::InvalidArgumentError(
@@ -126,7 +136,8 @@ absl::StatusOr<CsvTable> CsvTable::Parse(absl::string_view text,
     row.line_ = line_no;
     row.fields_ = std::move(fields);
     table.rows_.push_back(std::move(row));
-  }
+    return absl::OkStatus();
+  }));
   if (!have_header) {
     return absl::InvalidArgumentError(
         absl::StrCat(header->name, ": empty file, expected a header line"));

@@ -14,10 +14,18 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace gpusched {
+
+// Calls fn(line_number, line) for each non-blank line of `text` (1-based
+// numbers, CR stripped); stops at and returns the first error.
+absl::Status ForEachLine(
+    absl::string_view text,
+    absl::FunctionRef<absl::Status(int, absl::string_view)> fn);
 
 class CsvTable;
 

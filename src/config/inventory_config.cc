@@ -60,15 +60,8 @@ class Parser : public YamlReader {
   absl::StatusOr<InventoryConfig> Parse(absl::string_view text) {
     InventoryConfig cfg;
     cfg.source = source();
-    YAML::Node root;
-    RETURN_IF_ERROR(Load(text, &root));
-    try {
-      ParseRoot(root, cfg);
-    } catch (const YAML::Exception& e) {
-      // Defensive: the accessors used below do not throw on valid nodes.
-      Error(e.mark, absl::StrCat("cannot read the manifest: ", e.msg));
-    }
-    RETURN_IF_ERROR(Result());
+    RETURN_IF_ERROR(ParseDocument(
+        text, [&](const YAML::Node& root) { ParseRoot(root, cfg); }));
     return cfg;
   }
 

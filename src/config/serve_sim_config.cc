@@ -24,14 +24,8 @@ class Parser : public YamlReader {
   absl::StatusOr<ServeSimConfig> Parse(absl::string_view text) {
     ServeSimConfig cfg;
     cfg.source = source();
-    YAML::Node root;
-    RETURN_IF_ERROR(Load(text, &root));
-    try {
-      ParseRoot(root, cfg);
-    } catch (const YAML::Exception& e) {
-      Error(e.mark, absl::StrCat("cannot read the config: ", e.msg));
-    }
-    RETURN_IF_ERROR(Result());
+    RETURN_IF_ERROR(ParseDocument(
+        text, [&](const YAML::Node& root) { ParseRoot(root, cfg); }));
     return cfg;
   }
 
@@ -354,7 +348,7 @@ class Parser : public YamlReader {
                     {"name", "model", "arrival", "rate", "cv", "servegen_trace",
                      "servegen_offset_s", "servegen_dataset", "input_tokens",
                      "input_max", "output_tokens", "output_max"});
-          SyntheticTenantSpec st;
+          SyntheticTenant st;
           if (!t["name"]) Error(t, "a synthetic tenant needs a name");
           OptString(t, "name", &st.name);
           OptString(t, "model", &st.model);

@@ -170,18 +170,34 @@ struct SimTenantSpec {
   int line = 0;
 };
 
-struct SyntheticTenantSpec {
-  std::string name;
-  std::string model;
+struct SyntheticTenant {
+  std::string name;   // required
+  std::string model;  // may be ""
+  // poisson: exponential gaps at `rate` req/s. gamma: Gamma gaps with mean
+  // 1/rate and coefficient of variation `cv` (cv = 0: evenly spaced).
+  // servegen: the windows of `servegen_trace` (a chunk-<i>-trace.csv),
+  // starting `servegen_offset_s` into it, each window's rate multiplied by
+  // `servegen_rate_scale`; `rate` and `cv` are then unused. Within a window
+  // the gaps follow its Gamma or Weibull law, rescaled (as ServeGen does) so
+  // the window holds rate * length requests (rounded stochastically, so the
+  // mean count is exact). No arrivals past the client trace's last window.
   std::string arrival = "poisson";
   double rate = 1;
   double cv = 1;
   std::string servegen_trace;
   double servegen_offset_s = 0;
   double servegen_rate_scale = 1;
+  // Optional chunk-<i>-dataset.json: when set, input and output lengths are
+  // drawn (independently) from the PMFs of the dataset window in force at
+  // `servegen_offset_s` + arrival: the latest non-empty window starting at or
+  // before it (the earliest non-empty one for times before that). The length
+  // fields below are then unused. Usable with any `arrival`.
   std::string servegen_dataset;
-  int input_tokens = 512, input_max = 0;
-  int output_tokens = 128, output_max = 0;
+  // Fixed lengths, or uniform in [x, x_max] when x_max > 0.
+  int32_t input_tokens = 512;
+  int32_t output_tokens = 128;
+  int32_t input_max = 0;
+  int32_t output_max = 0;
 };
 
 struct SimWorkloadSpec {
@@ -189,7 +205,7 @@ struct SimWorkloadSpec {
   std::string trace_path;    // resolved against the config's directory
   bool synthetic = false;
   double duration_s = 60;
-  std::vector<SyntheticTenantSpec> synthetic_tenants;
+  std::vector<SyntheticTenant> synthetic_tenants;
   double time_scale = 1;
   int64_t max_requests = 0;
   double max_seconds = 0;

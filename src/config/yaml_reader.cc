@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace gpusched::config {
 
@@ -51,6 +52,18 @@ absl::Status YamlReader::Load(absl::string_view text, YAML::Node* root) {
         source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
   }
   return absl::OkStatus();
+}
+
+absl::Status YamlReader::ParseDocument(
+    absl::string_view text, absl::FunctionRef<void(const YAML::Node&)> parse) {
+  YAML::Node root;
+  RETURN_IF_ERROR(Load(text, &root));
+  try {
+    parse(root);
+  } catch (const YAML::Exception& e) {
+    Error(e.mark, absl::StrCat("cannot read the document: ", e.msg));
+  }
+  return Result();
 }
 
 absl::Status YamlReader::Result() const {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
@@ -29,6 +30,11 @@ class YamlReader {
   const std::string& source() const { return source_; }
   // Parses `text`; a syntax error is returned with its line.
   absl::Status Load(absl::string_view text, YAML::Node* root);
+  // Loads `text` and runs `parse` on its root; a yaml-cpp exception becomes
+  // an error at its mark (the accessors parsers use do not throw on valid
+  // nodes, so this is defensive). Returns Result().
+  absl::Status ParseDocument(absl::string_view text,
+                             absl::FunctionRef<void(const YAML::Node&)> parse);
   // OK, or every error collected, one per line.
   absl::Status Result() const;
   bool has_errors() const { return !errors_.empty(); }

@@ -20,6 +20,7 @@
 #include "inventory/declared.h"
 #include "inventory/gpu_catalog.h"
 #include "inventory/nvml.h"
+#include "main/table.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched {
@@ -96,25 +97,6 @@ std::string FormatMig(const NodeSpec& n,
 std::string FormatMib(int64_t mib) {
   if (mib > 0 && mib % 1024 == 0) return absl::StrCat(mib / 1024, " GiB");
   return absl::StrCat(mib, " MiB");
-}
-
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) {
-      width[i] = std::max(width[i], row[i].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size())
-        line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
 }
 
 void PrintText(const Inventory& inv) {

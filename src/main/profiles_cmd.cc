@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "main/table.h"
 #include "nlohmann/json.hpp"
 #include "serving/latency_fit.h"
 #include "serving/latency_model.h"
@@ -66,26 +67,6 @@ int RunFit(const FitFlags& flags) {
   std::fprintf(stderr, "wrote %zu latency models to %s\n",
                result->models.size(), flags.out.c_str());
   return 0;
-}
-
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) {
-      width[i] = std::max(width[i], row[i].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) {
-        line += std::string(width[i] - row[i].size() + 2, ' ');
-      }
-    }
-    std::printf("%s\n", line.c_str());
-  }
 }
 
 int RunList(const ListFlags& flags) {

@@ -32,23 +32,7 @@ absl::StatusOr<Trace> LoadWorkload(const config::ServeSimConfig& cfg) {
     SyntheticWorkload sw;
     sw.duration_s = w.duration_s;
     sw.seed = cfg.seed;
-    for (const config::SyntheticTenantSpec& t : w.synthetic_tenants) {
-      SyntheticTenant st;
-      st.name = t.name;
-      st.model = t.model;
-      st.arrival = t.arrival;
-      st.rate = t.rate;
-      st.cv = t.cv;
-      st.servegen_trace = t.servegen_trace;
-      st.servegen_offset_s = t.servegen_offset_s;
-      st.servegen_rate_scale = t.servegen_rate_scale;
-      st.servegen_dataset = t.servegen_dataset;
-      st.input_tokens = t.input_tokens;
-      st.input_max = t.input_max;
-      st.output_tokens = t.output_tokens;
-      st.output_max = t.output_max;
-      sw.tenants.push_back(std::move(st));
-    }
+    sw.tenants = w.synthetic_tenants;
     ASSIGN_OR_RETURN(trace, GenerateSynthetic(sw));
   } else {
     ASSIGN_OR_RETURN(trace, ReadTrace(w.trace_format, w.trace_path));
@@ -160,20 +144,15 @@ class Simulation : public ReplicaSimListener {
       if (d.kind == "llm") {
         auto found = serving::FindLatencyModel(
             serving::BuiltinLatencyModels(), d.model, d.gpu, d.tensor_parallel);
-        if (!found.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
-                           "': ", found.status().message()));
-        }
+        if (!found.ok()) return DeploymentError(d, found.status().message());
         latency = *found;
         if (d.engine.kv_capacity_tokens > 0) {
           latency.kv_capacity_tokens = d.engine.kv_capacity_tokens;
         }
         if (latency.kv_capacity_tokens <= 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
-                           "': no KV capacity is known for ", d.model, " on ",
-                           d.gpu, "; set engine.kv_capacity_tokens"));
+          return DeploymentError(
+              d, absl::StrCat("no KV capacity is known for ", d.model, " on ",
+                              d.gpu, "; set engine.kv_capacity_tokens"));
         }
         spec.latency = latency;
         run_.latency_sources.push_back(latency.source);
@@ -197,11 +176,7 @@ class Simulation : public ReplicaSimListener {
                                                    : d.engine.block_tokens;
           rc.prefix_caching = d.engine.prefix_caching;
           auto sim = LlmReplicaSim::Create(rc);
-          if (!sim.ok()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
-                             "': ", sim.status().message()));
-          }
+          if (!sim.ok()) return DeploymentError(d, sim.status().message());
           rep.llm = *std::move(sim);
         } else {
           TensorReplicaConfig tc;
@@ -213,11 +188,7 @@ class Simulation : public ReplicaSimListener {
           tc.base_s = d.batching.base_s;
           tc.per_item_s = d.batching.per_item_s;
           auto sim = TensorReplicaSim::Create(tc);
-          if (!sim.ok()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(cfg_.source, ":", d.line, ": deployment '", d.name,
-                             "': ", sim.status().message()));
-          }
+          if (!sim.ok()) return DeploymentError(d, sim.status().message());
           rep.tensor = *std::move(sim);
         }
         int64_t kv_budget = 0;
@@ -235,6 +206,13 @@ class Simulation : public ReplicaSimListener {
     completions_.assign(run_.deployment_names.size(), 0);
     arrivals_.assign(run_.deployment_names.size(), 0);
     return absl::OkStatus();
+  }
+
+  // "sim.yaml:12: deployment 'chat': <what>".
+  absl::Status DeploymentError(const config::SimDeploymentSpec& d,
+                               absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        cfg_.source, ":", d.line, ": deployment '", d.name, "': ", what));
   }
 
   absl::Status AddTenant(const config::SimTenantSpec& t) {

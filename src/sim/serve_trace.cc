@@ -59,25 +59,6 @@ absl::Status LineError(absl::string_view path, int line,
   return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", what));
 }
 
-// Calls fn(line_number, line) for each non-blank line (CR stripped); stops
-// at the first error.
-template <typename Fn>
-absl::Status ForEachLine(absl::string_view text, Fn fn) {
-  int line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == absl::string_view::npos) end = text.size();
-    absl::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    RETURN_IF_ERROR(fn(line_no, line));
-  }
-  return absl::OkStatus();
-}
-
 // Parses all of `s` as an integer or a double (std::from_chars: no locale).
 bool ParseInt(absl::string_view s, int64_t* v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/random.h"
+#include "config/serve_sim_config.h"
 
 namespace gpusched::sim {
 
@@ -75,35 +76,9 @@ absl::StatusOr<Trace> ReadTrace(const std::string& format,
 
 // ---- Synthetic workloads -------------------------------------------------
 
-struct SyntheticTenant {
-  std::string name;   // required
-  std::string model;  // may be ""
-  // poisson: exponential gaps at `rate` req/s. gamma: Gamma gaps with mean
-  // 1/rate and coefficient of variation `cv` (cv = 0: evenly spaced).
-  // servegen: the windows of `servegen_trace` (a chunk-<i>-trace.csv),
-  // starting `servegen_offset_s` into it, each window's rate multiplied by
-  // `servegen_rate_scale`; `rate` and `cv` are then unused. Within a window
-  // the gaps follow its Gamma or Weibull law, rescaled (as ServeGen does) so
-  // the window holds rate * length requests (rounded stochastically, so the
-  // mean count is exact). No arrivals past the client trace's last window.
-  std::string arrival = "poisson";
-  double rate = 1;
-  double cv = 1;
-  std::string servegen_trace;
-  double servegen_offset_s = 0;
-  double servegen_rate_scale = 1;
-  // Optional chunk-<i>-dataset.json: when set, input and output lengths are
-  // drawn (independently) from the PMFs of the dataset window in force at
-  // `servegen_offset_s` + arrival: the latest non-empty window starting at or
-  // before it (the earliest non-empty one for times before that). The length
-  // fields below are then unused. Usable with any `arrival`.
-  std::string servegen_dataset;
-  // Fixed lengths, or uniform in [x, x_max] when x_max > 0.
-  int32_t input_tokens = 512;
-  int32_t output_tokens = 128;
-  int32_t input_max = 0;
-  int32_t output_max = 0;
-};
+// One synthetic tenant's arrival process and lengths (defined with the
+// config that names its fields).
+using SyntheticTenant = config::SyntheticTenant;
 
 struct SyntheticWorkload {
   double duration_s = 60;  // arrivals fall in [0, duration_s)

@@ -1,0 +1,28 @@
+#include "main/table.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace gpusched {
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) {
+        line += std::string(width[i] - row[i].size() + 2, ' ');
+      }
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace gpusched

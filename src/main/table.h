@@ -1,0 +1,16 @@
+// Plain-text tables for the CLI's human-readable output.
+#ifndef GPUSCHED_MAIN_TABLE_H_
+#define GPUSCHED_MAIN_TABLE_H_
+
+#include <string>
+#include <vector>
+
+namespace gpusched {
+
+// Prints rows to stdout with columns padded to their widest cell, two
+// spaces apart.
+void PrintTable(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace gpusched
+
+#endif  // GPUSCHED_MAIN_TABLE_H_
