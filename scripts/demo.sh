@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make run` until the live server exists: the placement experiment of the
-# FGD paper on the shipped Alibaba trace sample, every policy, 10 seeds.
+# FGD paper on the shipped Alibaba trace sample, every policy, 10 seeds; and
+# a serving simulation (admission, fair queues, routing, batching) of the
+# shipped Mooncake sample on four simulated replicas.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -15,6 +17,11 @@ echo
 echo
 echo "report: $(pwd)/out/placement-report.json"
 echo "plot:   $(pwd)/out/placement-report.html"
+echo
+"$build/gpusched" sim serve --config tests/golden/serve/mooncake_prefix_affinity.yaml \
+  --out out/serve-report.json --html out/serve-report.html
+echo "report: $(pwd)/out/serve-report.json"
+echo "plot:   $(pwd)/out/serve-report.html"
 if [ -f ../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv ]; then
   echo "full trace: $build/gpusched sim placement --nodes ../shared/data/alibaba-gpu-v2023/openb_node_list_gpu_node.csv --pods ../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv --policy all --seeds 42-51 --out out/full.json --html out/full.html"
 fi
