@@ -149,6 +149,9 @@ Verdict Dispatcher::Submit(const Request& r, Micros now) {
   CHECK(r.model < models_.size());
   CHECK(r.tenant < static_cast<TenantId>(num_tenants_));
   Model& m = models_[r.model];
+  // The tenant's queue record is needed below; start loading it now.
+  m.queue->Prefetch(r.priority, r.tenant);
+  if (r.tenant < m.tenants.size()) __builtin_prefetch(&m.tenants[r.tenant]);
   const Verdict v = admission_.Admit(r, Outlook(m, r, now), now);
   if (!v.admitted()) return v;
   if (m.spec.latency && r.prefill_estimate == 0 && r.deadline != kNever) {
@@ -305,6 +308,7 @@ void Dispatcher::NoteCompletion(Model& m, const Request& r, Micros now) {
 void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
                             int32_t output_tokens, Micros now) {
   Model& m = models_[r.model];
+  m.queue->Prefetch(r.priority, r.tenant);
   const int i = FindReplica(m, replica);
   if (i >= 0) {
     ReplicaLoad& rep = m.replicas[i];

@@ -78,6 +78,14 @@ class ModelQueue {
   // Queues `r` (its class must exist). Bounds are Admission's business.
   void Push(const Request& r, Micros now);
 
+  // Hints that `tenant`'s record in class `cls` is about to be used (a
+  // cache prefetch; the tables are large and touched at random).
+  void Prefetch(ClassId cls, TenantId tenant) const {
+    if (cls < classes_.size() && tenant < classes_[cls].by_tenant.size()) {
+      __builtin_prefetch(&classes_[cls].by_tenant[tenant]);
+    }
+  }
+
   // Removes and returns the next request to dispatch; false when empty.
   bool Pop(Micros now, Request* out);
   // Pops the first request, in queue order, for which `eligible` holds,
