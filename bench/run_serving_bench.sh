@@ -140,15 +140,15 @@ YAML
   fi
   run "$1"
 }
-flood flood-alone fair 0 0.125
+flood flood-alone fair 0 0.25
 flood flood-fcfs fcfs 8 0
-flood flood-fair-default fair 8 0.125
+flood flood-fair-low fair 8 0.125
 flood flood-fair fair 8 0.25
-python3 - "$out"/flood-alone.json "$out"/flood-fcfs.json "$out"/flood-fair-default.json "$out"/flood-fair.json <<'PY'
+python3 - "$out"/flood-alone.json "$out"/flood-fcfs.json "$out"/flood-fair-low.json "$out"/flood-fair.json <<'PY'
 import json, sys
 runs = [json.load(open(p)) for p in sys.argv[1:5]]
 alone = runs[0]["tenants"]["light"]["ttft_s"]["p99"]
-names = ("light alone", "with flood, FCFS", "flood, fair, headroom 0.125", "flood, fair, headroom 0.25")
+names = ("light alone", "with flood, FCFS", "flood, fair, headroom 0.125", "flood, fair, headroom 0.25 (default)")
 for name, r in zip(names, runs):
     l = r["tenants"]["light"]["ttft_s"]["p99"]
     fl = r["tenants"].get("flood")

@@ -33,7 +33,7 @@
 //         late_margin_s: 0
 //         input_weight: 1          # VTC token weights
 //         output_weight: 2
-//         fair_share_headroom: 0.125 # slots kept for tenants below their
+//         fair_share_headroom: 0.25 # slots kept for tenants below their
 //                                  #   equal share (serving/dispatcher.h)
 //         reject_infeasible: true  # reject at arrival when the predicted
 //                                  #   first token misses the deadline
@@ -120,7 +120,7 @@ struct SimQueueSpec {
   double late_margin_s = 0;
   double input_weight = 1;
   double output_weight = 2;
-  double fair_share_headroom = 0.125;
+  double fair_share_headroom = 0.25;
   bool reject_infeasible = true;
 };
 

@@ -49,7 +49,7 @@ struct DeploymentSpec {
   // share, so the headroom stays free for them; a deployment only one tenant
   // has used keeps nothing back. The price is that a lone flood on a shared
   // deployment runs with that much less concurrency. 0 disables.
-  double fair_share_headroom = 0.125;
+  double fair_share_headroom = 0.25;
   // Reject at arrival a request whose predicted first token falls after its
   // deadline (reason deadline_infeasible) instead of letting it wait.
   bool reject_infeasible = true;
