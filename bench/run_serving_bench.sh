@@ -158,7 +158,8 @@ print("target: fair <= 2x alone")
 PY
 
 echo "== 5. SLO attainment: Azure code trace, 4 llama-2-7b replicas on A100"
-echo "   SLO: TTFT <= 1 s and TPOT <= 0.1 s; max_ongoing_requests 4, chunked prefill 2048 tokens"
+echo "   SLO: TTFT <= 1 s and TPOT <= 0.1 s; max_ongoing_requests 4, chunked prefill 2048 tokens;"
+echo "   EDF demotes a request once it is within late_margin_s (default 0.2 s) of its latest start"
 slo() {  # NAME SCALE ROUTER ORDER DEMOTE REJECT_INFEASIBLE
   cat >"$out/$1.yaml" <<YAML
 seed: 42

@@ -30,7 +30,7 @@
 //         max_queue_size: 0        # 0: unbounded
 //         aging_s: 0               # 0: no aging
 //         demote_late: false       # edf: late requests behind feasible ones
-//         late_margin_s: 0
+//         late_margin_s: 0.2         # slack under which a request is late
 //         input_weight: 1          # VTC token weights
 //         output_weight: 2
 //         fair_share_headroom: 0.25 # slots kept for tenants below their
@@ -117,7 +117,7 @@ struct SimQueueSpec {
   int64_t max_queue_size = 0;
   double aging_s = 0;
   bool demote_late = false;
-  double late_margin_s = 0;
+  double late_margin_s = 0.2;
   double input_weight = 1;
   double output_weight = 2;
   double fair_share_headroom = 0.25;

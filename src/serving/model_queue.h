@@ -60,7 +60,10 @@ struct ModelQueueConfig {
   double output_weight = 2.0;
   // edf: requests whose deadline is closer than this margin from now are late.
   bool demote_late = false;
-  Micros late_margin = 0;
+  // Default: about two engine iterations of slack; a request closer than
+  // that to its latest start time rarely makes its deadline once queued
+  // behind the engine's own work.
+  Micros late_margin = 200 * kMicrosPerMilli;
 };
 
 absl::Status ValidateModelQueueConfig(const ModelQueueConfig& config);

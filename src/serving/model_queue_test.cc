@@ -67,6 +67,7 @@ ModelQueueConfig Aged() {
 ModelQueueConfig DemoteLate() {
   ModelQueueConfig c = Config({QueueOrder::kEdf});
   c.demote_late = true;
+  c.late_margin = 0;
   return c;
 }
 
