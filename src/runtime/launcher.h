@@ -1,0 +1,150 @@
+// Launcher: starts and stops engine processes for replicas.
+//
+// `Launcher` is the seam (DESIGN.md sections 1 and 10): LocalLauncher runs
+// local processes; simulated, fake, Kubernetes and Slurm launchers come
+// later behind the same interface. A launcher never sleeps and owns no
+// thread: the runtime loop calls Poll() for exits and Tick(now) for
+// deadlines (SIGKILL after a stop's grace period). Thread-compatible: one
+// loop (strand) owns a launcher.
+//
+// RestartBackoff is the pure, clock-driven restart policy the runtime keeps
+// per replica.
+#ifndef GPUSCHED_RUNTIME_LAUNCHER_H_
+#define GPUSCHED_RUNTIME_LAUNCHER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+
+namespace gpusched::runtime {
+
+// Identifies a started process; for LocalLauncher it is the pid, which is
+// also its process group id.
+using ProcessId = int64_t;
+
+struct ProcessSpec {
+  // Replica name; names the log files. Letters, digits and "._-" only.
+  std::string name;
+  // argv[0] is an absolute or relative path (with a '/', relative to `cwd`)
+  // or a name looked up in PATH (the child's PATH when `env` sets one).
+  // Never run through a shell.
+  std::vector<std::string> argv;
+  // Overrides on top of the inherited environment (or the whole environment
+  // when inherit_env is false).
+  absl::flat_hash_map<std::string, std::string> env;
+  bool inherit_env = true;
+  // Working directory; empty keeps the launcher's.
+  std::string cwd;
+  // stdout and stderr are appended to <log_dir>/<name>.out and .err (the
+  // directory is created when missing); empty sends them to /dev/null.
+  std::string log_dir;
+};
+
+struct ExitEvent {
+  ProcessId id = 0;
+  std::string name;
+  // Exactly one of these is meaningful: exit_code when !signaled.
+  bool signaled = false;
+  int exit_code = 0;
+  int signal = 0;
+  // Stop() or Kill() was called: an exit the runtime asked for, not a crash.
+  bool stop_requested = false;
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+
+  virtual absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) = 0;
+  // Exits since the last call, each reported once. Non-blocking.
+  virtual std::vector<ExitEvent> Poll() = 0;
+  // Asks the process to stop now (SIGTERM to its group); Tick() forces it
+  // (SIGKILL) once `now + grace` has passed. Stopping again keeps the
+  // earlier deadline. NotFound for an unknown or already reported id.
+  virtual absl::Status Stop(ProcessId id, Micros grace, Micros now) = 0;
+  // Forces the process (and its group) to stop now.
+  virtual absl::Status Kill(ProcessId id) = 0;
+  // Applies deadlines due at `now`; returns the next one (kNever if none).
+  virtual Micros Tick(Micros now) = 0;
+  // True from Start until the process has exited (even before Poll reports
+  // it).
+  virtual bool IsAlive(ProcessId id) const = 0;
+};
+
+// Local processes started with posix_spawn: own process group, signals reset
+// to default and unblocked, stdin from /dev/null, stdout/stderr appended to
+// per-replica log files. When a process exits, whatever is left of its
+// group (an engine's worker processes) is killed before it is reaped, so no
+// orphan keeps holding a GPU. Poll() reaps only this launcher's children;
+// the daemon must not set SIGCHLD to SIG_IGN. The destructor kills every
+// remaining group and reaps it: no zombies, no orphans.
+class LocalLauncher : public Launcher {
+ public:
+  LocalLauncher() = default;
+  LocalLauncher(const LocalLauncher&) = delete;
+  LocalLauncher& operator=(const LocalLauncher&) = delete;
+  ~LocalLauncher() override;
+
+  absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) override;
+  std::vector<ExitEvent> Poll() override;
+  absl::Status Stop(ProcessId id, Micros grace, Micros now) override;
+  absl::Status Kill(ProcessId id) override;
+  Micros Tick(Micros now) override;
+  bool IsAlive(ProcessId id) const override;
+
+  // Processes started and not yet reported by Poll.
+  int size() const { return static_cast<int>(children_.size()); }
+
+ private:
+  struct Child {
+    std::string name;
+    bool stop_requested = false;
+    bool killed = false;
+    Micros kill_deadline = kNever;
+  };
+
+  absl::flat_hash_map<ProcessId, Child> children_;
+};
+
+// Restart delay after an engine exits: `initial`, doubling on each quick
+// exit up to `max`; an engine that stayed up `reset_after` starts again at
+// `initial`. Pure and clock-driven: the runtime calls OnStarted/OnExit and
+// starts again once now >= NextStart(now).
+class RestartBackoff {
+ public:
+  struct Options {
+    Micros initial = 1 * kMicrosPerSecond;
+    Micros max = 60 * kMicrosPerSecond;
+    double multiplier = 2.0;
+    Micros reset_after = 300 * kMicrosPerSecond;
+  };
+
+  RestartBackoff() : RestartBackoff(Options()) {}
+  explicit RestartBackoff(Options options);
+
+  void OnStarted(Micros now);
+  // The process exited (or failed to start) at `now`.
+  void OnExit(Micros now);
+  // The earliest time >= now at which to start again.
+  Micros NextStart(Micros now) const;
+  // The delay the next OnExit will apply (absent a reset).
+  Micros current_delay() const { return delay_; }
+  // Exits since the last long enough run.
+  int consecutive_failures() const { return failures_; }
+
+ private:
+  Options options_;
+  Micros delay_;
+  Micros started_at_ = kNever;
+  Micros next_start_ = 0;
+  int failures_ = 0;
+};
+
+}  // namespace gpusched::runtime
+
+#endif  // GPUSCHED_RUNTIME_LAUNCHER_H_

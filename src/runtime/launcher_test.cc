@@ -1,0 +1,404 @@
+#include "runtime/launcher.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpusched::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+// These tests run real child processes, so they wait for them: in 10 ms
+// steps, never longer than kMaxWait. Nothing asserts on elapsed time.
+constexpr auto kStep = std::chrono::milliseconds(10);
+constexpr auto kMaxWait = std::chrono::seconds(3);
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "launcher_test_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  ProcessSpec Spec(std::string name, std::vector<std::string> argv) {
+    ProcessSpec spec;
+    spec.name = std::move(name);
+    spec.argv = std::move(argv);
+    spec.log_dir = dir_ + "/logs";
+    return spec;
+  }
+
+  std::string ReadLog(const std::string& name, const std::string& ext) {
+    std::ifstream in(dir_ + "/logs/" + name + "." + ext);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  // Polls until `id` exits; nullopt after kMaxWait.
+  std::optional<ExitEvent> WaitForExit(LocalLauncher& launcher, ProcessId id) {
+    const auto give_up = std::chrono::steady_clock::now() + kMaxWait;
+    while (std::chrono::steady_clock::now() < give_up) {
+      for (ExitEvent& e : launcher.Poll()) {
+        if (e.id == id) return e;
+      }
+      std::this_thread::sleep_for(kStep);
+    }
+    return std::nullopt;
+  }
+
+  // Waits until the log contains `text`.
+  bool WaitForLog(const std::string& name, const std::string& text) {
+    const auto give_up = std::chrono::steady_clock::now() + kMaxWait;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (ReadLog(name, "out").find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(kStep);
+    }
+    return false;
+  }
+
+  std::string dir_;
+};
+
+// Gone or a zombie waiting for its (new) parent: either way not running.
+bool ProcessGone(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  if (!in) return true;
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+}
+
+bool WaitGone(pid_t pid) {
+  const auto give_up = std::chrono::steady_clock::now() + kMaxWait;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (ProcessGone(pid)) return true;
+    std::this_thread::sleep_for(kStep);
+  }
+  return false;
+}
+
+TEST_F(LauncherTest, CapturesOutputAndReportsExitCode) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id = launcher.Start(
+      Spec("r-0", {"/bin/sh", "-c", "echo hi; echo oops >&2; exit 3"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->name, "r-0");
+  EXPECT_FALSE(e->signaled);
+  EXPECT_EQ(e->exit_code, 3);
+  EXPECT_FALSE(e->stop_requested);
+  EXPECT_EQ(ReadLog("r-0", "out"), "hi\n");
+  EXPECT_EQ(ReadLog("r-0", "err"), "oops\n");
+  EXPECT_EQ(launcher.size(), 0);
+  EXPECT_FALSE(launcher.IsAlive(*id));
+
+  // A restart appends to the same logs.
+  id = launcher.Start(Spec("r-0", {"/bin/sh", "-c", "echo again"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitForExit(launcher, *id).has_value());
+  EXPECT_EQ(ReadLog("r-0", "out"), "hi\nagain\n");
+}
+
+TEST_F(LauncherTest, ResolvesProgramInPath) {
+  LocalLauncher launcher;
+  ProcessSpec spec = Spec("path", {"sh", "-c", "exit 7"});
+  spec.env["PATH"] = "/nonexistent:/usr/bin:/bin";
+  absl::StatusOr<ProcessId> id = launcher.Start(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 7);
+}
+
+TEST_F(LauncherTest, MissingExecutableIsNamed) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id =
+      launcher.Start(Spec("missing", {"gpusched-no-such-engine", "--port"}));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(id.status().message(), HasSubstr("gpusched-no-such-engine"));
+  EXPECT_THAT(id.status().message(), HasSubstr("PATH"));
+
+  id = launcher.Start(Spec("missing", {"/nonexistent/bin/vllm"}));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(id.status().message(), HasSubstr("/nonexistent/bin/vllm"));
+
+  // A directory is not a program.
+  id = launcher.Start(Spec("missing", {dir_}));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(launcher.size(), 0);
+}
+
+TEST_F(LauncherTest, RejectsBadSpecs) {
+  LocalLauncher launcher;
+  EXPECT_EQ(launcher.Start(Spec("a/b", {"/bin/true"})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(launcher.Start(Spec("", {"/bin/true"})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(launcher.Start(Spec("empty", {})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ProcessSpec spec = Spec("cwd", {"/bin/true"});
+  spec.cwd = dir_ + "/no-such-dir";
+  absl::StatusOr<ProcessId> id = launcher.Start(spec);
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr("no-such-dir"));
+}
+
+TEST_F(LauncherTest, PassesEnvironment) {
+  LocalLauncher launcher;
+  ProcessSpec spec = Spec("env", {"/usr/bin/env"});
+  spec.inherit_env = false;
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "MIG-abc"}, {"GPUSCHED_X", "1"}};
+  absl::StatusOr<ProcessId> id = launcher.Start(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitForExit(launcher, *id).has_value());
+  EXPECT_EQ(ReadLog("env", "out"),
+            "CUDA_VISIBLE_DEVICES=MIG-abc\nGPUSCHED_X=1\n");
+}
+
+TEST_F(LauncherTest, InheritsEnvironmentWithOverrides) {
+  ASSERT_EQ(setenv("GPUSCHED_LAUNCHER_TEST_A", "parent", 1), 0);
+  ASSERT_EQ(setenv("GPUSCHED_LAUNCHER_TEST_B", "parent", 1), 0);
+  LocalLauncher launcher;
+  ProcessSpec spec = Spec("inherit", {"/usr/bin/env"});
+  spec.env = {{"GPUSCHED_LAUNCHER_TEST_B", "child"}};
+  absl::StatusOr<ProcessId> id = launcher.Start(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitForExit(launcher, *id).has_value());
+  const std::string out = ReadLog("inherit", "out");
+  EXPECT_THAT(out, HasSubstr("GPUSCHED_LAUNCHER_TEST_A=parent\n"));
+  EXPECT_THAT(out, HasSubstr("GPUSCHED_LAUNCHER_TEST_B=child\n"));
+  EXPECT_THAT(out, Not(HasSubstr("GPUSCHED_LAUNCHER_TEST_B=parent")));
+  unsetenv("GPUSCHED_LAUNCHER_TEST_A");
+  unsetenv("GPUSCHED_LAUNCHER_TEST_B");
+}
+
+TEST_F(LauncherTest, RunsInWorkingDirectoryAndOwnGroup) {
+  LocalLauncher launcher;
+  ProcessSpec spec = Spec("cwd", {"/bin/sh", "-c", "pwd; echo $$"});
+  spec.cwd = dir_;
+  absl::StatusOr<ProcessId> id = launcher.Start(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(getpgid(static_cast<pid_t>(*id)), static_cast<pid_t>(*id));
+  ASSERT_TRUE(WaitForExit(launcher, *id).has_value());
+  EXPECT_EQ(
+      ReadLog("cwd", "out"),
+      absl::StrCat(std::filesystem::canonical(dir_).string(), "\n", *id, "\n"));
+}
+
+TEST_F(LauncherTest, StopSendsTerm) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id =
+      launcher.Start(Spec("sleep", {"/bin/sleep", "30"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(launcher.IsAlive(*id));
+  EXPECT_THAT(launcher.Poll(), IsEmpty());
+  ASSERT_TRUE(launcher.Stop(*id, 10 * kMicrosPerSecond, 0).ok());
+  EXPECT_EQ(launcher.Tick(0), 10 * kMicrosPerSecond);
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->signaled);
+  EXPECT_EQ(e->signal, SIGTERM);
+  EXPECT_TRUE(e->stop_requested);
+  EXPECT_EQ(launcher.Tick(20 * kMicrosPerSecond), kNever);
+  EXPECT_EQ(launcher.Stop(*id, kMicrosPerSecond, 0).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(LauncherTest, KillsAfterGraceWhenTermIsIgnored) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id = launcher.Start(Spec(
+      "stubborn", {"/bin/sh", "-c", "trap \"\" TERM; echo ready; sleep 30"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitForLog("stubborn", "ready"));
+
+  const Micros t0 = 100 * kMicrosPerSecond;
+  ASSERT_TRUE(launcher.Stop(*id, 5 * kMicrosPerSecond, t0).ok());
+  // Stopping again never postpones the deadline.
+  ASSERT_TRUE(launcher.Stop(*id, 50 * kMicrosPerSecond, t0 + 1).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_THAT(launcher.Poll(), IsEmpty());
+  EXPECT_TRUE(launcher.IsAlive(*id));
+  EXPECT_EQ(launcher.Tick(t0 + 4 * kMicrosPerSecond),
+            t0 + 5 * kMicrosPerSecond);
+  EXPECT_TRUE(launcher.IsAlive(*id));
+
+  EXPECT_EQ(launcher.Tick(t0 + 5 * kMicrosPerSecond), kNever);
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->signaled);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_TRUE(e->stop_requested);
+}
+
+TEST_F(LauncherTest, KillStopsAtOnce) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id =
+      launcher.Start(Spec("sleep", {"/bin/sleep", "30"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(launcher.Kill(*id).ok());
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_TRUE(e->stop_requested);
+  EXPECT_EQ(launcher.Kill(*id).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LauncherTest, LeaderExitKillsLeftoverWorkers) {
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id = launcher.Start(
+      Spec("leader", {"/bin/sh", "-c", "/bin/sleep 30 & echo $!; exit 0"}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::optional<ExitEvent> e = WaitForExit(launcher, *id);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0);
+  int64_t worker = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::StripTrailingAsciiWhitespace(ReadLog("leader", "out")), &worker));
+  EXPECT_TRUE(WaitGone(static_cast<pid_t>(worker)));
+}
+
+TEST_F(LauncherTest, DestructorKillsAndReapsEverything) {
+  std::vector<pid_t> pids;
+  pid_t worker = 0;
+  {
+    LocalLauncher launcher;
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<ProcessId> id =
+          launcher.Start(Spec(absl::StrCat("r-", i), {"/bin/sleep", "30"}));
+      ASSERT_TRUE(id.ok()) << id.status();
+      pids.push_back(static_cast<pid_t>(*id));
+    }
+    absl::StatusOr<ProcessId> id = launcher.Start(
+        Spec("tree", {"/bin/sh", "-c", "/bin/sleep 30 & echo $!; wait"}));
+    ASSERT_TRUE(id.ok()) << id.status();
+    pids.push_back(static_cast<pid_t>(*id));
+    ASSERT_TRUE(WaitForLog("tree", "\n"));
+    int64_t w = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(
+        absl::StripTrailingAsciiWhitespace(ReadLog("tree", "out")), &w));
+    worker = static_cast<pid_t>(w);
+  }
+  for (pid_t pid : pids) {
+    // Reaped: no longer our child, so no zombie is left behind.
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, WNOHANG), -1) << pid;
+    EXPECT_EQ(errno, ECHILD);
+    EXPECT_TRUE(ProcessGone(pid)) << pid;
+  }
+  EXPECT_TRUE(WaitGone(worker));
+}
+
+struct BackoffStep {
+  enum Kind { kStart, kExit } kind;
+  Micros at;
+  Micros want_next_start;  // NextStart(at) after the step
+};
+
+TEST(RestartBackoffTest, Table) {
+  constexpr Micros s = kMicrosPerSecond;
+  struct Case {
+    std::string label;
+    std::vector<BackoffStep> steps;
+  };
+  const std::vector<Case> cases = {
+      {"first exit waits 1 s",
+       {{BackoffStep::kStart, 0, 0}, {BackoffStep::kExit, 10 * s, 11 * s}}},
+      {"quick exits double",
+       {{BackoffStep::kStart, 0, 0},
+        {BackoffStep::kExit, 1 * s, 2 * s},
+        {BackoffStep::kStart, 2 * s, 2 * s},
+        {BackoffStep::kExit, 3 * s, 5 * s},
+        {BackoffStep::kStart, 5 * s, 5 * s},
+        {BackoffStep::kExit, 6 * s, 10 * s},
+        {BackoffStep::kStart, 10 * s, 10 * s},
+        {BackoffStep::kExit, 11 * s, 19 * s}}},
+      {"failed starts (no OnStarted) double too",
+       {{BackoffStep::kExit, 0, 1 * s},
+        {BackoffStep::kExit, 1 * s, 3 * s},
+        {BackoffStep::kExit, 3 * s, 7 * s},
+        {BackoffStep::kExit, 7 * s, 15 * s},
+        {BackoffStep::kExit, 15 * s, 31 * s},
+        {BackoffStep::kExit, 31 * s, 63 * s},
+        {BackoffStep::kExit, 63 * s, 123 * s},
+        {BackoffStep::kExit, 123 * s, 183 * s}}},
+      {"a 5 min run resets",
+       {{BackoffStep::kExit, 0, 1 * s},
+        {BackoffStep::kExit, 1 * s, 3 * s},
+        {BackoffStep::kExit, 3 * s, 7 * s},
+        {BackoffStep::kStart, 7 * s, 7 * s},
+        {BackoffStep::kExit, 307 * s, 308 * s}}},
+      {"4:59 does not reset",
+       {{BackoffStep::kExit, 0, 1 * s},
+        {BackoffStep::kStart, 1 * s, 1 * s},
+        {BackoffStep::kExit, 300 * s, 302 * s}}},
+      {"asking late returns now",
+       {{BackoffStep::kExit, 0, 1 * s}, {BackoffStep::kStart, 50 * s, 50 * s}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    RestartBackoff backoff;
+    EXPECT_EQ(backoff.NextStart(0), 0);
+    for (const BackoffStep& step : c.steps) {
+      if (step.kind == BackoffStep::kStart) {
+        backoff.OnStarted(step.at);
+      } else {
+        backoff.OnExit(step.at);
+      }
+      EXPECT_EQ(backoff.NextStart(step.at), step.want_next_start)
+          << "at " << step.at;
+    }
+  }
+}
+
+TEST(RestartBackoffTest, CountsFailuresAndCapsDelay) {
+  RestartBackoff backoff;
+  Micros now = 0;
+  for (int i = 0; i < 20; ++i) {
+    backoff.OnExit(now);
+    now = backoff.NextStart(now);
+  }
+  EXPECT_EQ(backoff.consecutive_failures(), 20);
+  EXPECT_EQ(backoff.current_delay(), 60 * kMicrosPerSecond);
+  backoff.OnStarted(now);
+  backoff.OnExit(now + 300 * kMicrosPerSecond);
+  EXPECT_EQ(backoff.consecutive_failures(), 1);
+  EXPECT_EQ(backoff.current_delay(), 2 * kMicrosPerSecond);
+}
+
+}  // namespace
+}  // namespace gpusched::runtime
