@@ -59,6 +59,16 @@ std::vector<std::string> Names(const std::vector<Document>& docs) {
   return out;
 }
 
+Event MakeEvent(Micros time, std::string kind, std::string deployment = "",
+                std::string tenant = "") {
+  Event e;
+  e.time = time;
+  e.kind = std::move(kind);
+  e.deployment = std::move(deployment);
+  e.tenant = std::move(tenant);
+  return e;
+}
+
 std::vector<int64_t> Ids(const std::vector<Event>& events) {
   std::vector<int64_t> out;
   for (const Event& e : events) out.push_back(e.id);
@@ -81,7 +91,7 @@ TEST(StoreTest, FileUsesWalAndSurvivesReopen) {
     ASSERT_TRUE(
         store->PutDeployment("llama", R"({"replicas":2})", 1, 100).ok());
     ASSERT_TRUE(store->PutTenant("acme", R"({"quota":4})", 1, 100).ok());
-    ASSERT_TRUE(store->AppendEvent({.time = 5, .kind = "k"}).ok());
+    ASSERT_TRUE(store->AppendEvent(MakeEvent(5, "k")).ok());
   }
   // Reopening an existing schema is fine and keeps the rows.
   auto store = OpenOrDie(path);
@@ -119,10 +129,7 @@ TEST(StoreTest, CommittedRowsSurviveCrash) {
   absl::StatusOr<NewApiKey> key = store->CreateApiKey("acme", "ci", 30);
   ASSERT_TRUE(key.ok()) << key.status();
   ASSERT_TRUE(
-      store
-          ->AppendEvent(
-              {.time = 40, .kind = "deployment.applied", .deployment = "llama"})
-          .ok());
+      store->AppendEvent(MakeEvent(40, "deployment.applied", "llama")).ok());
 
   ASSERT_TRUE(fs::exists(path + "-wal"));
   ASSERT_GT(fs::file_size(path + "-wal"), 0u)
@@ -413,6 +420,12 @@ TEST(StoreTest, EnsureAdminKeyIsIdempotent) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+EventFilter Filter(void (*set)(EventFilter&)) {
+  EventFilter f;
+  set(f);
+  return f;
+}
+
 class EventsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -446,7 +459,10 @@ class EventsTest : public ::testing::Test {
 
 TEST_F(EventsTest, RoundTrip) {
   absl::StatusOr<std::vector<Event>> events =
-      store_->QueryEvents({.limit = 1, .oldest_first = true});
+      store_->QueryEvents(Filter([](EventFilter& f) {
+        f.limit = 1;
+        f.oldest_first = true;
+      }));
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 1u);
   const Event& e = (*events)[0];
@@ -457,7 +473,7 @@ TEST_F(EventsTest, RoundTrip) {
   EXPECT_EQ(e.tenant, "acme");
   EXPECT_EQ(e.message, "m");
   EXPECT_EQ(e.details, nlohmann::json({{"t", 10}}));
-  EXPECT_EQ(store_->AppendEvent({.time = 1}).status().code(),
+  EXPECT_EQ(store_->AppendEvent(MakeEvent(1, "")).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -469,23 +485,59 @@ TEST_F(EventsTest, Filters) {
   };
   const Case cases[] = {
       {"all newest first", {}, {5, 4, 3, 2, 1}},
-      {"oldest first", {.oldest_first = true}, {1, 2, 3, 4, 5}},
-      {"one kind", {.kinds = {"deployment.applied"}}, {5, 1}},
-      {"two kinds", {.kinds = {"replica.started", "replica.failed"}}, {3, 2}},
-      {"deployment", {.deployment = "llama"}, {2, 1}},
-      {"tenant", {.tenant = "acme"}, {4, 1}},
+      {"oldest first",
+       Filter([](EventFilter& f) { f.oldest_first = true; }),
+       {1, 2, 3, 4, 5}},
+      {"one kind",
+       Filter([](EventFilter& f) { f.kinds = {"deployment.applied"}; }),
+       {5, 1}},
+      {"two kinds",
+       Filter([](EventFilter& f) {
+         f.kinds = {"replica.started", "replica.failed"};
+       }),
+       {3, 2}},
+      {"deployment",
+       Filter([](EventFilter& f) { f.deployment = "llama"; }),
+       {2, 1}},
+      {"tenant", Filter([](EventFilter& f) { f.tenant = "acme"; }), {4, 1}},
       {"deployment and kind",
-       {.kinds = {"deployment.applied"}, .deployment = "qwen"},
+       Filter([](EventFilter& f) {
+         f.kinds = {"deployment.applied"};
+         f.deployment = "qwen";
+       }),
        {5}},
-      {"since inclusive, until exclusive", {.since = 20, .until = 40}, {3, 2}},
-      {"limit", {.limit = 2}, {5, 4}},
-      {"limit oldest first", {.limit = 2, .oldest_first = true}, {1, 2}},
-      {"no limit", {.limit = 0}, {5, 4, 3, 2, 1}},
-      {"cursor newest first", {.limit = 2, .after_id = 4}, {3, 2}},
+      {"since inclusive, until exclusive",
+       Filter([](EventFilter& f) {
+         f.since = 20;
+         f.until = 40;
+       }),
+       {3, 2}},
+      {"limit", Filter([](EventFilter& f) { f.limit = 2; }), {5, 4}},
+      {"limit oldest first",
+       Filter([](EventFilter& f) {
+         f.limit = 2;
+         f.oldest_first = true;
+       }),
+       {1, 2}},
+      {"no limit",
+       Filter([](EventFilter& f) { f.limit = 0; }),
+       {5, 4, 3, 2, 1}},
+      {"cursor newest first",
+       Filter([](EventFilter& f) {
+         f.limit = 2;
+         f.after_id = 4;
+       }),
+       {3, 2}},
       {"cursor oldest first",
-       {.limit = 2, .after_id = 2, .oldest_first = true},
+       Filter([](EventFilter& f) {
+         f.limit = 2;
+         f.after_id = 2;
+         f.oldest_first = true;
+       }),
        {3, 4}},
-      {"nothing matches", {.tenant = "nobody"}, {}},
+      {"nothing matches",
+       Filter([](EventFilter& f) { f.tenant = "nobody"; }),
+       {}},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(Query(c.filter), c.want) << c.name;
@@ -513,7 +565,7 @@ TEST_F(EventsTest, PruneByAgeAndCount) {
   deleted = store_->PruneEvents(0, std::numeric_limits<Micros>::min());
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, 1);
-  EXPECT_EQ(*store_->AppendEvent({.time = 60, .kind = "k"}), 6);
+  EXPECT_EQ(*store_->AppendEvent(MakeEvent(60, "k")), 6);
 }
 
 }  // namespace
