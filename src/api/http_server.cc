@@ -93,6 +93,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 struct HttpServer::Impl {
   HttpServerOptions options;
   HttpHandler handler;
+  // Declared before the io_context so they outlive it: destroying the
+  // io_context destroys pending handlers, and with them connections, which
+  // update these.
+  std::atomic<int> connections{0};
+  std::atomic<int> in_flight{0};
+  std::atomic<bool> draining{false};
+  bool shut_down = false;
+  std::mutex mu;  // guards live
+  std::vector<std::weak_ptr<Connection>> live;
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   // Keeps the threads running while handlers hold requests with no socket
@@ -100,12 +109,6 @@ struct HttpServer::Impl {
   net::executor_work_guard<net::io_context::executor_type> work =
       net::make_work_guard(ioc);
   std::vector<std::thread> threads;
-  std::atomic<int> connections{0};
-  std::atomic<int> in_flight{0};
-  std::atomic<bool> draining{false};
-  bool shut_down = false;
-  std::mutex mu;  // guards live
-  std::vector<std::weak_ptr<Connection>> live;
 
   void Accept() {
     acceptor.async_accept(
