@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libboost-dev libsqlite3-dev libssl-dev
+  libboost-dev libsqlite3-dev libssl-dev curl
 )
 
 missing=()

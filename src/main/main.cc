@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "main/engine_cmd.h"
 #include "main/inventory_cmd.h"
 #include "main/profiles_cmd.h"
 #include "main/sim_cmd.h"
@@ -16,6 +17,7 @@ int Run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
+  gpusched::AddEngineCommand(app);
   gpusched::AddInventoryCommand(app);
   gpusched::AddProfilesCommand(app);
   gpusched::AddSimCommand(app);
