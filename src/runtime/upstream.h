@@ -1,0 +1,85 @@
+// UpstreamClient: HTTP/1.1 client from gpusched to engine processes.
+//
+// Asynchronous on its own io_context and threads (owned and joined), with a
+// keep-alive connection pool per endpoint, connect / first-byte / between-
+// data timeouts, and incremental response bodies: OnData is called with
+// each piece as it arrives (chunked transfer decoded), so an SSE stream is
+// relayed token by token. Used by the gateway to proxy requests, and by
+// readiness probes, health checks and metrics scraping.
+//
+// Thread-safe. Callbacks run on the client's threads, one request's
+// callbacks never concurrently, in order: OnHead, OnData*, OnDone (OnDone
+// alone when the request fails before a response head).
+#ifndef GPUSCHED_RUNTIME_UPSTREAM_H_
+#define GPUSCHED_RUNTIME_UPSTREAM_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "boost/beast/http.hpp"
+
+namespace gpusched::runtime {
+
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+};
+
+struct UpstreamOptions {
+  int threads = 1;
+  std::chrono::milliseconds connect_timeout{2'000};
+  // From sending the request to the response head.
+  std::chrono::milliseconds first_byte_timeout{60'000};
+  // Between two pieces of a streamed body.
+  std::chrono::milliseconds idle_timeout{60'000};
+  int max_idle_per_endpoint = 64;
+};
+
+struct UpstreamCallbacks {
+  std::function<void(const boost::beast::http::response_header<>& head)>
+      on_head;
+  std::function<void(std::string data)> on_data;
+  // OK once the whole body arrived; else why (Unavailable: connection
+  // refused or reset before any byte of the response, so the request may be
+  // retried elsewhere; DeadlineExceeded: a timeout).
+  std::function<void(absl::Status)> on_done;
+};
+
+class UpstreamClient {
+ public:
+  explicit UpstreamClient(UpstreamOptions options = {});
+  ~UpstreamClient();
+  UpstreamClient(const UpstreamClient&) = delete;
+  UpstreamClient& operator=(const UpstreamClient&) = delete;
+
+  // Sends `request` (its Host and Content-Length are set here).
+  void Send(
+      const Endpoint& to,
+      boost::beast::http::request<boost::beast::http::string_body> request,
+      UpstreamCallbacks callbacks);
+
+  // Blocking convenience for probes and tests: status and whole body.
+  struct Result {
+    unsigned status = 0;
+    std::string body;
+  };
+  absl::StatusOr<Result> Fetch(
+      const Endpoint& to,
+      boost::beast::http::request<boost::beast::http::string_body> request);
+
+  int idle_connections() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace gpusched::runtime
+
+#endif  // GPUSCHED_RUNTIME_UPSTREAM_H_
