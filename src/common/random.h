@@ -14,6 +14,16 @@
 
 namespace gpusched {
 
+// SplitMix64's step: a fixed, seed-independent 64-bit mix (hashing block
+// ids, ring points, token ids). Mix64(x) is the value SplitMix64 returns
+// after its state becomes x + golden ratio.
+inline uint64_t Mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // xoshiro256** seeded through SplitMix64.
 class Rng {
  public:

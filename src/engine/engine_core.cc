@@ -11,12 +11,7 @@
 namespace gpusched::engine {
 namespace {
 
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t Mix(uint64_t z) { return Mix64(z); }
 
 // Words the detokenizer maps token ids onto, so output reads as text.
 constexpr const char* kWords[] = {

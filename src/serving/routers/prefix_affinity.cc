@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "common/random.h"
 #include "serving/router.h"
 #include "serving/routers/lru_map.h"
 #include "serving/routers/routers.h"
@@ -19,14 +20,7 @@
 namespace gpusched::serving::internal {
 namespace {
 
-// SplitMix64's finalizer: a fixed, seed-independent 64-bit mix, so every
-// gateway (whatever its seed) puts a replica's ring points in the same place.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t Mix(uint64_t z) { return Mix64(z); }
 
 class PrefixAffinityRouter : public Router {
  public:
