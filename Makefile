@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 
 SOURCES = $(shell git ls-files -co --exclude-standard -- '*.h' '*.cc' 2>/dev/null)
 
-.PHONY: all deps configure build run test unit format format-check asan bench clean
+.PHONY: all deps configure build run demo test unit format format-check asan bench clean
 
 all: build
 
@@ -22,9 +22,14 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Until the live server exists, `make run` runs the placement simulator demo
-# on the shipped Alibaba trace sample and prints where its report is.
+# `make run` serves examples/quickstart.yaml: reference engines behind the
+# gateway, on http://127.0.0.1:8080 (it prints a key and a curl line).
 run: build
+	@mkdir -p out
+	$(BUILD)/gpusched serve --config examples/quickstart.yaml
+
+# The simulators on the shipped samples (placement and serving reports).
+demo: build
 	@bash scripts/demo.sh $(BUILD)
 
 unit: build

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run` until the live server exists: the placement experiment of the
+# `make demo`: the placement experiment of the
 # FGD paper on the shipped Alibaba trace sample, every policy, 10 seeds; and
 # a serving simulation (admission, fair queues, routing, batching) of the
 # shipped Mooncake sample on four simulated replicas.

@@ -7,6 +7,7 @@
 #include "main/engine_cmd.h"
 #include "main/inventory_cmd.h"
 #include "main/profiles_cmd.h"
+#include "main/serve_cmd.h"
 #include "main/sim_cmd.h"
 
 namespace {
@@ -20,6 +21,7 @@ int Run(int argc, char** argv) {
   gpusched::AddEngineCommand(app);
   gpusched::AddInventoryCommand(app);
   gpusched::AddProfilesCommand(app);
+  gpusched::AddServeCommand(app);
   gpusched::AddSimCommand(app);
 
   try {
