@@ -3,7 +3,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -91,6 +93,20 @@ int64_t NowSeconds() {
       .count();
 }
 
+// j[key] when present with T's JSON type, `fallback` when absent or null,
+// nullopt when of another type (nlohmann's value() would throw).
+template <typename T>
+std::optional<T> Field(const json& j, const char* key, T fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return std::nullopt;
+  } else {
+    if (!it->is_string()) return std::nullopt;
+  }
+  return it->get<T>();
+}
+
 // The prompt of a completions or chat request.
 bool PromptOf(const json& body, bool chat, std::string* prompt,
               std::string* error) {
@@ -101,8 +117,8 @@ bool PromptOf(const json& body, bool chat, std::string* prompt,
       return false;
     }
     for (const json& m : *it) {
-      if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
-          !m["content"].is_string()) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+          !m.contains("content") || !m["content"].is_string()) {
         *error = "each message needs a 'role' and a string 'content'";
         return false;
       }
@@ -138,7 +154,16 @@ void HandleGenerate(EngineServer::State& st, HttpRequest& req,
           "invalid_request_error");
     return;
   }
-  const std::string model = body.value("model", st.core.options().model);
+  const std::optional<std::string> model_field =
+      Field<std::string>(body, "model", st.core.options().model);
+  const std::optional<bool> stream_field = Field<bool>(body, "stream", false);
+  if (!model_field || !stream_field) {
+    Error(r, http::status::bad_request,
+          "'model' must be a string and 'stream' true or false",
+          "invalid_request_error");
+    return;
+  }
+  const std::string model = *model_field;
   if (model != st.core.options().model) {
     Error(r, http::status::not_found,
           absl::StrCat("model '", model,
@@ -161,10 +186,11 @@ void HandleGenerate(EngineServer::State& st, HttpRequest& req,
           "'max_tokens' must be a positive integer", "invalid_request_error");
     return;
   }
-  const bool stream = body.value("stream", false);
+  const bool stream = *stream_field;
   const bool include_usage =
       body.contains("stream_options") && body["stream_options"].is_object() &&
-      body["stream_options"].value("include_usage", false);
+      Field<bool>(body["stream_options"], "include_usage", false)
+          .value_or(false);
   SequenceRequest seq;
   seq.prompt = st.core.Tokenize(prompt);
   if (seq.prompt.empty()) seq.prompt.push_back(0);
@@ -334,7 +360,8 @@ void HandleInfer(EngineServer::State& st, HttpRequest& req,
   }
   const json& in = body["inputs"][0];
   std::vector<std::string> texts;
-  if (!in.is_object() || in.value("datatype", "") != "BYTES" ||
+  if (!in.is_object() ||
+      Field<std::string>(in, "datatype", "").value_or("") != "BYTES" ||
       !in.contains("data") || !TextsOf(in["data"], &texts)) {
     r->Send(Json({{"error",
                    "input 0 must be a BYTES tensor with string 'data' (the "
@@ -350,7 +377,7 @@ void HandleInfer(EngineServer::State& st, HttpRequest& req,
   r->Send(
       Json({{"model_name", st.core.options().model},
             {"model_version", "1"},
-            {"id", body.value("id", "")},
+            {"id", Field<std::string>(body, "id", "").value_or("")},
             {"outputs",
              json::array({{{"name", "embedding"},
                            {"datatype", "FP32"},

@@ -63,6 +63,7 @@ struct Replica {
   std::string name;
   runtime::ProcessId pid = 0;
   runtime::Endpoint endpoint;
+  runtime::ReadinessProbe readiness;  // from the engine's template
 };
 
 int RunServe(const ServeFlags& flags) {
@@ -152,21 +153,22 @@ int RunServe(const ServeFlags& flags) {
         return Fail(absl::StrCat("deployment '", d.name,
                                  "': ", pid.status().message()));
       }
-      launched.push_back(
-          {name, *pid, {"127.0.0.1", static_cast<uint16_t>(*port)}});
+      launched.push_back({name,
+                          *pid,
+                          {"127.0.0.1", static_cast<uint16_t>(*port)},
+                          tmpl->readiness});
       gd.replicas.push_back(launched.back().endpoint);
     }
     gateway.deployments.push_back(std::move(gd));
   }
   for (const Replica& r : launched) {
-    const Micros deadline = Now() + 120 * kMicrosPerSecond;
+    const Micros deadline = Now() + r.readiness.startup_timeout;
     bool ready = false;
     while (!ready && Now() < deadline && launcher.IsAlive(r.pid)) {
-      runtime::UpstreamClient::Result res;
       auto got = probe.Fetch(
           r.endpoint,
           boost::beast::http::request<boost::beast::http::string_body>{
-              boost::beast::http::verb::get, "/v2/health/ready", 11});
+              boost::beast::http::verb::get, r.readiness.path, 11});
       ready = got.ok() && got->status == 200;
       if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       launcher.Poll();

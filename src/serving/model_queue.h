@@ -143,9 +143,6 @@ class ModelQueue {
     Micros enqueued = 0;
     bool live = false;
   };
-  // One tenant's requests in one fair class. Most tenants have one request
-  // waiting at a time, so the first is kept inline (no second cache line);
-  // a second moves both into `heap`. 64 bytes, one cache line.
   // One tenant's requests in one fair class, 32 bytes (two per cache
   // line; tables are tenants x classes x deployments, so size is speed).
   // Most tenants have one request waiting at a time: its slot is kept

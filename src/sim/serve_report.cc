@@ -109,13 +109,7 @@ json Fairness(const ServeSimRun& run, std::vector<double>* service_total) {
   const Micros window = std::max<Micros>(1, FromSeconds(cfg.fairness_window_s));
   const size_t windows = static_cast<size_t>(run.simulated_end / window) + 1;
   const size_t tenants = run.tenant_names.size();
-  std::vector<double> weight(tenants, 1.0);
-  for (size_t t = 0; t < tenants; ++t) {
-    for (const config::SimTenantSpec& s : cfg.tenants) {
-      if (s.name == run.tenant_names[t]) weight[t] = s.weight;
-    }
-    if (t >= cfg.tenants.size()) weight[t] = cfg.tenant_defaults.weight;
-  }
+  const std::vector<double>& weight = run.tenant_weights;
   double w_in = 1, w_out = 2;
   if (!cfg.deployments.empty()) {
     w_in = cfg.deployments[0].queue.input_weight;
@@ -210,14 +204,7 @@ std::string ServeRequestsCsv(const ServeSimRun& run) {
 json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
   const auto& cfg = run.config;
   const double seconds = ToSeconds(run.simulated_end);
-  // SLOs per tenant.
-  std::vector<config::SloSpec> slo(run.tenant_names.size(),
-                                   cfg.tenant_defaults.slo);
-  for (size_t t = 0; t < run.tenant_names.size(); ++t) {
-    for (const config::SimTenantSpec& s : cfg.tenants) {
-      if (s.name == run.tenant_names[t]) slo[t] = s.slo;
-    }
-  }
+  const std::vector<config::SloSpec>& slo = run.tenant_slos;
   Accumulator overall;
   std::vector<Accumulator> per_dep(run.deployment_names.size());
   std::vector<Accumulator> per_tenant(run.tenant_names.size());

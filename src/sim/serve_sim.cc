@@ -228,7 +228,8 @@ class Simulation : public ReplicaSimListener {
       if (cfg_.classes[c].name == t.priority) cls = static_cast<ClassId>(c);
     }
     tenant_class_.push_back(cls);
-    tenant_slo_.push_back(t.slo);
+    run_.tenant_weights.push_back(t.weight);
+    run_.tenant_slos.push_back(t.slo);
     run_.backlog.emplace_back();
     tenant_queued_.push_back(0);
     return absl::OkStatus();
@@ -261,7 +262,7 @@ class Simulation : public ReplicaSimListener {
       r.model = dep->second;
       r.priority = tenant_class_[t];
       r.arrival = tr.arrival;
-      const config::SloSpec& slo = tenant_slo_[t];
+      const config::SloSpec& slo = run_.tenant_slos[t];
       if (slo.ttft_s > 0) {
         r.deadline = tr.arrival + FromSeconds(slo.ttft_s);
       } else if (slo.e2e_s > 0) {
@@ -404,7 +405,6 @@ class Simulation : public ReplicaSimListener {
       }
     }
     Sample(next_sample);
-    run_.simulated_end = now == kNever ? 0 : now;
     Micros end = 0;
     for (const RequestOutcome& o : run_.requests) {
       end = std::max({end, o.arrival, o.finished});
@@ -436,7 +436,6 @@ class Simulation : public ReplicaSimListener {
   absl::flat_hash_map<std::string, TenantId> tenant_ids_;
   absl::flat_hash_map<std::string, ModelId> deployment_ids_;
   std::vector<ClassId> tenant_class_;
-  std::vector<config::SloSpec> tenant_slo_;
   std::vector<int64_t> tenant_queued_;
   std::vector<Replica> replicas_;
   std::vector<SimRequest> sim_requests_;

@@ -61,7 +61,10 @@ struct ServeSimRun {
   std::string trace_format;
   std::string trace_source;
   int64_t trace_requests = 0;
+  // Per tenant (by TenantId): name, fair-share weight and SLOs.
   std::vector<std::string> tenant_names;
+  std::vector<double> tenant_weights;
+  std::vector<config::SloSpec> tenant_slos;
   std::vector<std::string> deployment_names;
   std::vector<std::string> class_names;
   std::vector<int> deployment_gpus;  // GPUs held per deployment (replicas x tp)
