@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched::api {
@@ -26,18 +28,6 @@ Micros NowMicros() {
       .count();
 }
 
-void Fail(const std::shared_ptr<Responder>& r, http::status status,
-          const std::string& message, const std::string& type,
-          Micros retry_after = 0) {
-  HttpResponse res = JsonError(status, message, type);
-  if (retry_after > 0) {
-    res.set(http::field::retry_after,
-            std::to_string((retry_after + kMicrosPerSecond - 1) /
-                           kMicrosPerSecond));
-  }
-  r->Send(std::move(res));
-}
-
 // Output tokens reported by an OpenAI response (usage), or -1.
 int32_t CompletionTokens(const std::string& body) {
   const size_t at = body.rfind("\"completion_tokens\":");
@@ -52,46 +42,37 @@ int32_t CompletionTokens(const std::string& body) {
   return any ? n : -1;
 }
 
+HttpResponse JsonResponse(http::status status, const json& body) {
+  HttpResponse res{status, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = body.dump();
+  return res;
+}
+
+bool IsLimit(RejectReason reason) {
+  return reason == RejectReason::kRateLimitedRequests ||
+         reason == RejectReason::kRateLimitedTokens ||
+         reason == RejectReason::kModelQueueFull ||
+         reason == RejectReason::kTenantQueueFull;
+}
+
 }  // namespace
 
+std::string EndpointKey(const runtime::Endpoint& ep) {
+  return absl::StrCat(ep.host, ":", ep.port);
+}
+
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
-    const GatewayConfig& config, runtime::Store* store,
+    const GatewayConfig& config, Authenticator authenticate,
     runtime::UpstreamOptions upstream) {
+  if (config.classes.empty()) {
+    return absl::InvalidArgumentError("gateway: at least one priority class");
+  }
   std::unique_ptr<Gateway> g(new Gateway());
-  g->store_ = store;
+  g->authenticate_ = std::move(authenticate);
   g->config_ = config;
   g->upstream_ = std::make_unique<runtime::UpstreamClient>(upstream);
   g->dispatcher_ = std::make_unique<serving::Dispatcher>(config.seed);
-  serving::ReplicaId next_replica = 0;
-  for (const GatewayDeployment& d : g->config_.deployments) {
-    serving::DeploymentSpec spec = d.spec;
-    if (spec.queue.classes.empty()) {
-      for (const std::string& c : config.classes) {
-        spec.queue.classes.push_back({c, serving::QueueOrder::kFair, kNever});
-      }
-    }
-    auto id = g->dispatcher_->AddDeployment(spec);
-    if (!id.ok()) return id.status();
-    Model m{*id, d.replicas, next_replica};
-    for (const runtime::Endpoint& ep : d.replicas) {
-      g->dispatcher_->AddReplica(*id, next_replica++, d.max_ongoing_requests,
-                                 d.kv_budget_tokens);
-      g->replica_endpoint_.push_back(ep);
-    }
-    g->models_[spec.name] = std::move(m);
-  }
-  for (const GatewayTenant& t : g->config_.tenants) {
-    auto id = g->dispatcher_->AddTenant(t.spec, NowMicros());
-    if (!id.ok()) return id.status();
-    g->tenant_ids_[t.spec.name] = *id;
-    g->tenants_.push_back(&t);
-    for (const auto& [name, m] : g->models_) {
-      if (t.models.empty() ||
-          std::find(t.models.begin(), t.models.end(), name) != t.models.end()) {
-        g->dispatcher_->DeclareTenant(m.id, *id);
-      }
-    }
-  }
   return g;
 }
 
@@ -100,98 +81,521 @@ Gateway::~Gateway() {
   upstream_.reset();
 }
 
-void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
-  const std::string target(req.target().substr(0, req.target().find('?')));
-  if (target == "/healthz") {
-    HttpResponse res{http::status::ok, 11};
-    res.body() = "ok";
-    r->Send(std::move(res));
-    return;
+// --- Run-time changes -----------------------------------------------------
+
+absl::StatusOr<serving::ModelId> Gateway::NewQueue(const Model& m) {
+  serving::DeploymentSpec spec = m.config.spec;
+  if (spec.queue.classes.empty()) {
+    for (const std::string& c : config_.classes) {
+      spec.queue.classes.push_back(
+          {c, serving::QueueOrder::kFair, m.config.queue_timeout});
+    }
   }
-  // The tenant, from its API key.
-  const std::string auth(req[http::field::authorization]);
-  if (!absl::StartsWith(auth, "Bearer ")) {
-    Fail(r, http::status::unauthorized,
-         "missing API key: send 'Authorization: Bearer <key>'",
-         "authentication_error");
-    return;
+  auto id = dispatcher_->AddDeployment(spec);
+  if (!id.ok()) return id.status();
+  queues_.push_back({*id, spec.name, {}});
+  for (const auto& [name, t] : tenants_) {
+    const auto& models = t.config->models;
+    if (!t.deleted &&
+        (models.empty() || std::find(models.begin(), models.end(),
+                                     spec.name) != models.end())) {
+      dispatcher_->DeclareTenant(*id, t.id);
+    }
   }
-  auto key = store_->AuthenticateKey(auth.substr(7));
-  if (!key.ok()) {
-    Fail(r, http::status::unauthorized, std::string(key.status().message()),
-         "authentication_error");
-    return;
+  return *id;
+}
+
+absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
+  if (d.max_ongoing_requests < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deployment '", d.spec.name,
+                     "': max_ongoing_requests must be >= 1"));
   }
-  auto tenant_it = tenant_ids_.find(key->tenant);
-  if (tenant_it == tenant_ids_.end()) {
-    Fail(r, http::status::forbidden,
-         "this key's tenant has no access to any model", "permission_error");
-    return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(d.spec.name);
+  if (it != models_.end() && !it->second.deleted) {
+    Model& m = it->second;
+    const bool same_queue =
+        m.config.spec.router.policy == d.spec.router.policy &&
+        m.config.spec.max_queue_size == d.spec.max_queue_size &&
+        m.config.queue_timeout == d.queue_timeout &&
+        m.config.spec.queue.classes.size() == d.spec.queue.classes.size();
+    const GatewayDeployment old = m.config;
+    m.config = d;
+    if (same_queue && old.max_ongoing_requests == d.max_ongoing_requests &&
+        old.kv_budget_tokens == d.kv_budget_tokens) {
+      return absl::OkStatus();
+    }
+    auto id = NewQueue(m);
+    if (!id.ok()) {
+      m.config = old;
+      return id.status();
+    }
+    m.retired.push_back(m.current);
+    m.current = *id;
+    SyncReplicas(m.current, m);
+    return absl::OkStatus();
   }
-  const serving::TenantId tenant = tenant_it->second;
-  const GatewayTenant& tconf = *tenants_[tenant];
+  Model m;
+  m.config = d;
+  auto id = NewQueue(m);
+  if (!id.ok()) return id.status();
+  if (it != models_.end()) {  // re-created while the old one drains
+    m.retired = it->second.retired;
+    m.retired.push_back(it->second.current);
+    m.ready = it->second.ready;
+  }
+  m.current = *id;
+  SyncReplicas(m.current, m);
+  models_[d.spec.name] = std::move(m);
+  return absl::OkStatus();
+}
+
+void Gateway::SyncReplicas(serving::ModelId id, const Model& m) {
+  Queue& q = queues_[id];
+  std::map<std::string, serving::ReplicaId> keep;
+  for (const runtime::Endpoint& ep : m.ready) {
+    const std::string key = EndpointKey(ep);
+    if (suspect_until_.contains(key)) continue;
+    auto it = q.replicas.find(key);
+    if (it != q.replicas.end()) {
+      keep.insert(*it);
+      q.replicas.erase(it);
+      continue;
+    }
+    const serving::ReplicaId r = next_replica_++;
+    dispatcher_->AddReplica(id, r, m.config.max_ongoing_requests,
+                            m.config.kv_budget_tokens);
+    endpoints_[r] = ep;
+    keep[key] = r;
+  }
+  for (const auto& [key, r] : q.replicas) {
+    dispatcher_->RemoveReplica(id, r);  // in-flight ones finish
+  }
+  q.replicas = std::move(keep);
+}
+
+void Gateway::SyncAll(const Model& m) {
+  SyncReplicas(m.current, m);
+  for (serving::ModelId r : m.retired) SyncReplicas(r, m);
+}
+
+void Gateway::RemoveDeployment(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) it->second.deleted = true;
+}
+
+void Gateway::SetReplicas(const std::string& name,
+                          const std::vector<runtime::Endpoint>& ready) {
+  std::vector<Pending> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) return;
+    Model& m = it->second;
+    m.ready = ready;
+    // The controller's view is authoritative: it has probed these.
+    for (const runtime::Endpoint& ep : ready) {
+      suspect_until_.erase(EndpointKey(ep));
+    }
+    SyncAll(m);
+    if (m.deleted && ready.empty()) {
+      FailQueued(m.current, &failed);
+      for (serving::ModelId r : m.retired) FailQueued(r, &failed);
+      models_.erase(it);
+    }
+  }
+  for (Pending& p : failed) {
+    Reject(p.protocol, p.responder, http::status::service_unavailable,
+           "the deployment was deleted before the request could be served",
+           "overloaded_error");
+  }
+  Pump();
+}
+
+void Gateway::FailQueued(serving::ModelId id, std::vector<Pending>* out) {
+  std::vector<serving::Request> drained;
+  dispatcher_->DrainQueue(id, NowMicros(), &drained);
+  for (const serving::Request& r : drained) {
+    auto it = pending_.find(r.id);
+    if (it == pending_.end()) continue;
+    out->push_back(std::move(it->second));
+    pending_.erase(it);
+  }
+}
+
+absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(t.spec.name);
+  if (it != tenants_.end()) {
+    RETURN_IF_ERROR(
+        dispatcher_->UpdateTenant(it->second.id, t.spec, NowMicros()));
+    it->second.config = std::make_shared<const GatewayTenant>(t);
+    it->second.deleted = false;
+  } else {
+    auto id = dispatcher_->AddTenant(t.spec, NowMicros());
+    if (!id.ok()) return id.status();
+    it = tenants_
+             .emplace(t.spec.name,
+                      Tenant{std::make_shared<const GatewayTenant>(t), *id,
+                             false})
+             .first;
+  }
+  for (const std::string& name : AllowedModels(it->second)) {
+    dispatcher_->DeclareTenant(models_.at(name).current, it->second.id);
+  }
+  return absl::OkStatus();
+}
+
+void Gateway::RemoveTenant(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(name);
+  if (it != tenants_.end()) it->second.deleted = true;
+}
+
+void Gateway::UpdateEngineLoad(const runtime::Endpoint& ep,
+                               const serving::EngineLoad& load) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string key = EndpointKey(ep);
+  for (const Queue& q : queues_) {
+    auto it = q.replicas.find(key);
+    if (it != q.replicas.end()) {
+      dispatcher_->UpdateEngineLoad(q.id, it->second, load);
+    }
+  }
+}
+
+DeploymentLoad Gateway::Load(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeploymentLoad load;
+  auto it = models_.find(name);
+  if (it == models_.end()) return load;
+  const Model& m = it->second;
+  load.replicas = static_cast<int>(m.ready.size());
+  auto add = [&](serving::ModelId id) {
+    load.queued += dispatcher_->queue(id).size();
+    load.in_flight += dispatcher_->outstanding(id);
+  };
+  add(m.current);
+  for (serving::ModelId r : m.retired) add(r);
+  return load;
+}
+
+int64_t Gateway::InFlightOn(const runtime::Endpoint& ep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_flight_.find(EndpointKey(ep));
+  return it == in_flight_.end() ? 0 : it->second;
+}
+
+void Gateway::Tick() {
+  std::vector<serving::Request> expired;
+  std::vector<Pending> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dispatcher_->Expire(NowMicros(), &expired);
+    for (const serving::Request& r : expired) {
+      auto it = pending_.find(r.id);
+      if (it == pending_.end()) continue;
+      failed.push_back(std::move(it->second));
+      pending_.erase(it);
+    }
+    // Suspects get another chance after a while.
+    const Micros now = NowMicros();
+    bool expired_suspect = false;
+    std::erase_if(suspect_until_, [&](const auto& kv) {
+      const bool done = kv.second <= now;
+      expired_suspect = expired_suspect || done;
+      return done;
+    });
+    if (expired_suspect) {
+      for (auto& [name, m] : models_) SyncAll(m);
+    }
+    // Old queues that are empty and idle are forgotten.
+    for (auto& [name, m] : models_) {
+      std::erase_if(m.retired, [&](serving::ModelId id) {
+        if (!dispatcher_->queue(id).empty() || dispatcher_->outstanding(id)) {
+          return false;
+        }
+        for (const auto& [key, r] : queues_[id].replicas) {
+          dispatcher_->RemoveReplica(id, r);
+        }
+        queues_[id].replicas.clear();
+        return true;
+      });
+    }
+  }
+  for (Pending& p : failed) {
+    Reject(p.protocol, p.responder, http::status::service_unavailable,
+           "request rejected: queue_timeout (no replica could take it in "
+           "time; the deployment may be starting or overloaded)",
+           "overloaded_error", kMicrosPerSecond);
+  }
+  Pump();
+}
+
+// --- Requests ---------------------------------------------------------------
+
+void Gateway::Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
+                     http::status status, const std::string& message,
+                     const std::string& type, Micros retry_after) {
+  HttpResponse res = protocol == Protocol::kOpenAi
+                         ? JsonError(status, message, type)
+                         : JsonResponse(status, json{{"error", message}});
+  if (retry_after > 0) {
+    res.set(http::field::retry_after,
+            std::to_string((retry_after + kMicrosPerSecond - 1) /
+                           kMicrosPerSecond));
+  }
+  r->Send(std::move(res));
+}
+
+bool Gateway::Allowed(const Tenant& t, const std::string& model) const {
+  auto it = models_.find(model);
+  if (it == models_.end() || it->second.deleted) return false;
+  const auto& models = t.config->models;
+  return models.empty() ||
+         std::find(models.begin(), models.end(), model) != models.end();
+}
+
+std::vector<std::string> Gateway::AllowedModels(const Tenant& t) const {
   std::vector<std::string> allowed;
   for (const auto& [name, m] : models_) {
-    if (tconf.models.empty() ||
-        std::find(tconf.models.begin(), tconf.models.end(), name) !=
-            tconf.models.end()) {
-      allowed.push_back(name);
-    }
+    if (Allowed(t, name)) allowed.push_back(name);
   }
+  return allowed;
+}
+
+std::optional<Gateway::Tenant> Gateway::Authenticate(
+    const HttpRequest& req, Protocol protocol,
+    const std::shared_ptr<Responder>& r) {
+  const std::string_view auth(req[http::field::authorization].data(),
+                              req[http::field::authorization].size());
+  if (!auth.starts_with("Bearer ")) {
+    Reject(protocol, r, http::status::unauthorized,
+           "missing API key: send 'Authorization: Bearer <key>'",
+           "authentication_error");
+    return std::nullopt;
+  }
+  auto key = authenticate_(auth.substr(7));
+  if (!key.ok()) {
+    Reject(protocol, r, http::status::unauthorized,
+           std::string(key.status().message()), "authentication_error");
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tenants_.find(key->tenant);
+  if (it == tenants_.end() || it->second.deleted) {
+    Reject(protocol, r, http::status::forbidden,
+           key->admin ? "an admin key is not a tenant: use a tenant's key "
+                        "for inference"
+                      : "this key's tenant has no access to any model",
+           "permission_error");
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
+  const std::string target(req.target().substr(0, req.target().find('?')));
+  if (target == "/healthz" || target == "/v2/health/live" ||
+      target == "/v2/health/ready") {
+    HttpResponse res{http::status::ok, 11};
+    if (target == "/healthz") {
+      res.body() = "ok";
+    } else {
+      res.set(http::field::content_type, "application/json");
+      res.body() = json{{target == "/v2/health/live" ? "live" : "ready", true}}
+                       .dump();
+    }
+    r->Send(std::move(res));
+    return;
+  }
+  if (absl::StartsWith(target, "/v2/")) {
+    HandleKServe(req, std::move(r), target);
+    return;
+  }
+  const std::optional<Tenant> tenant = Authenticate(req, Protocol::kOpenAi, r);
+  if (!tenant) return;
   if (target == "/v1/models") {
     json data = json::array();
-    for (const std::string& m : allowed) {
-      data.push_back(
-          {{"id", m}, {"object", "model"}, {"owned_by", "gpusched"}});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& m : AllowedModels(*tenant)) {
+        data.push_back(
+            {{"id", m}, {"object", "model"}, {"owned_by", "gpusched"}});
+      }
     }
-    HttpResponse res{http::status::ok, 11};
-    res.set(http::field::content_type, "application/json");
-    res.body() = json{{"object", "list"}, {"data", data}}.dump();
-    r->Send(std::move(res));
+    r->Send(JsonResponse(http::status::ok,
+                         json{{"object", "list"}, {"data", data}}));
     return;
   }
   if (req.method() != http::verb::post ||
       (target != "/v1/chat/completions" && target != "/v1/completions" &&
        target != "/v1/embeddings")) {
-    Fail(r, http::status::not_found, "unknown path " + target,
-         "not_found_error");
+    Reject(Protocol::kOpenAi, r, http::status::not_found,
+           "unknown path " + target, "not_found_error");
     return;
   }
   json body = json::parse(req.body(), nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("model") ||
       !body["model"].is_string()) {
-    Fail(r, http::status::bad_request,
-         "the body must be a JSON object with a 'model'",
-         "invalid_request_error");
+    Reject(Protocol::kOpenAi, r, http::status::bad_request,
+           "the body must be a JSON object with a 'model'",
+           "invalid_request_error");
     return;
   }
-  const std::string model = body["model"].get<std::string>();
-  if (std::find(allowed.begin(), allowed.end(), model) == allowed.end()) {
-    Fail(r, http::status::not_found,
-         absl::StrCat("model '", model,
-                      "' does not exist or is not yours; "
-                      "your models: ",
-                      absl::StrJoin(allowed, ", ")),
-         "not_found_error");
+  int64_t max_tokens = 16;
+  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
+    if (!body.contains(k) || body[k].is_null()) continue;
+    if (!body[k].is_number_integer() || body[k].get<int64_t>() < 1) {
+      Reject(Protocol::kOpenAi, r, http::status::bad_request,
+             absl::StrCat("'", k, "' must be a positive integer"),
+             "invalid_request_error");
+      return;
+    }
+    max_tokens = body[k].get<int64_t>();
+  }
+  if (body.contains("stream") && !body["stream"].is_boolean() &&
+      !body["stream"].is_null()) {
+    Reject(Protocol::kOpenAi, r, http::status::bad_request,
+           "'stream' must be true or false", "invalid_request_error");
     return;
   }
+  const bool stream = body.contains("stream") && body["stream"].is_boolean() &&
+                      body["stream"].get<bool>();
+  if (target == "/v1/embeddings") max_tokens = 0;
+  Submit(Protocol::kOpenAi, req, std::move(r),
+         body["model"].get<std::string>(), target, stream, max_tokens,
+         *tenant);
+}
+
+void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
+                           const std::string& target) {
+  // /v2/models/{name}[/versions/{v}][/ready|/infer]
+  std::vector<std::string> parts = absl::StrSplit(target, '/');
+  // parts[0] == "", parts[1] == "v2"
+  if (parts.size() < 4 || parts[2] != "models" || parts[3].empty()) {
+    Reject(Protocol::kKServe, r, http::status::not_found,
+           "unknown path " + target +
+               " (KServe v2: /v2/health/{live,ready}, "
+               "/v2/models/{name}[/versions/{v}][/ready|/infer])",
+           "not_found_error");
+    return;
+  }
+  const std::string model = parts[3];
+  size_t i = 4;
+  std::string version;
+  if (parts.size() > i + 1 && parts[i] == "versions") {
+    version = parts[i + 1];
+    i += 2;
+  }
+  const std::string action = parts.size() > i ? parts[i] : "";
+  if (parts.size() > i + 1 ||
+      (action != "" && action != "ready" && action != "infer")) {
+    Reject(Protocol::kKServe, r, http::status::not_found,
+           "unknown path " + target, "not_found_error");
+    return;
+  }
+  const std::optional<Tenant> tenant = Authenticate(req, Protocol::kKServe, r);
+  if (!tenant) return;
+  std::vector<runtime::Endpoint> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Allowed(*tenant, model)) {
+      Reject(Protocol::kKServe, r, http::status::not_found,
+             absl::StrCat("model '", model,
+                          "' does not exist or is not yours; your models: ",
+                          absl::StrJoin(AllowedModels(*tenant), ", ")),
+             "not_found_error");
+      return;
+    }
+    ready = models_.at(model).ready;
+  }
+  const std::string engine_target = absl::StrCat(
+      "/v2/models/", model, version.empty() ? "" : "/versions/", version,
+      action.empty() ? "" : "/", action);
+  if (action == "ready") {
+    HttpResponse res =
+        JsonResponse(ready.empty() ? http::status::service_unavailable
+                                   : http::status::ok,
+                     json{{"name", model}, {"ready", !ready.empty()}});
+    r->Send(std::move(res));
+    return;
+  }
+  if (action.empty()) {
+    if (req.method() != http::verb::get) {
+      Reject(Protocol::kKServe, r, http::status::method_not_allowed,
+             "model metadata is GET", "invalid_request_error");
+      return;
+    }
+    if (ready.empty()) {
+      Reject(Protocol::kKServe, r, http::status::service_unavailable,
+             absl::StrCat("model '", model, "' has no ready replica yet"),
+             "overloaded_error", kMicrosPerSecond);
+      return;
+    }
+    // Metadata comes from a replica, without queueing.
+    HttpRequest up{http::verb::get, engine_target, 11};
+    auto body = std::make_shared<std::string>();
+    auto status = std::make_shared<unsigned>(502);
+    runtime::UpstreamCallbacks cb;
+    cb.on_head = [status](const http::response_header<>& h) {
+      *status = h.result_int();
+    };
+    cb.on_data = [body](std::string d) { *body += d; };
+    cb.on_done = [this, r, body, status](absl::Status st) {
+      if (!st.ok()) {
+        Reject(Protocol::kKServe, r, http::status::bad_gateway,
+               absl::StrCat("replica failed: ", st.message()), "server_error");
+        return;
+      }
+      HttpResponse res{static_cast<http::status>(*status), 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = std::move(*body);
+      r->Send(std::move(res));
+    };
+    upstream_->Send(ready.front(), std::move(up), std::move(cb));
+    return;
+  }
+  if (req.method() != http::verb::post) {
+    Reject(Protocol::kKServe, r, http::status::method_not_allowed,
+           "infer is POST", "invalid_request_error");
+    return;
+  }
+  json body = json::parse(req.body(), nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("inputs") ||
+      !body["inputs"].is_array()) {
+    Reject(Protocol::kKServe, r, http::status::bad_request,
+           "the body must be a JSON object with an 'inputs' array (KServe v2 "
+           "inference request)",
+           "invalid_request_error");
+    return;
+  }
+  Submit(Protocol::kKServe, req, std::move(r), model, engine_target, false, 0,
+         *tenant);
+}
+
+void Gateway::Submit(Protocol protocol, const HttpRequest& req,
+                     std::shared_ptr<Responder> r, const std::string& model,
+                     std::string engine_target, bool stream,
+                     int64_t max_tokens, const Tenant& tenant) {
   const Micros now = NowMicros();
   serving::Request sr;
-  sr.tenant = tenant;
-  sr.model = models_.at(model).id;
   sr.arrival = now;
   // Class: the header, else the tenant's, else the second class.
-  std::string cls_name = std::string(req["X-Gpusched-Priority"]);
-  if (cls_name.empty()) cls_name = tconf.priority;
+  std::string cls_name(req["X-Gpusched-Priority"]);
+  if (cls_name.empty()) cls_name = tenant.config->priority;
   sr.priority = config_.classes.size() > 1 ? 1 : 0;
   if (!cls_name.empty()) {
     auto it = std::find(config_.classes.begin(), config_.classes.end(),
                         absl::AsciiStrToLower(cls_name));
     if (it == config_.classes.end()) {
-      Fail(r, http::status::bad_request,
-           absl::StrCat("unknown priority class '", cls_name, "' (classes: ",
-                        absl::StrJoin(config_.classes, ", "), ")"),
-           "invalid_request_error");
+      Reject(protocol, r, http::status::bad_request,
+             absl::StrCat("unknown priority class '", cls_name,
+                          "' (classes: ", absl::StrJoin(config_.classes, ", "),
+                          ")"),
+             "invalid_request_error");
       return;
     }
     sr.priority = static_cast<serving::ClassId>(it - config_.classes.begin());
@@ -200,9 +604,10 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
   if (!deadline.empty()) {
     int64_t ms = 0;
     if (!absl::SimpleAtoi(deadline, &ms) || ms <= 0) {
-      Fail(r, http::status::bad_request,
-           "X-Gpusched-Deadline-Ms must be a positive integer (milliseconds)",
-           "invalid_request_error");
+      Reject(protocol, r, http::status::bad_request,
+             "X-Gpusched-Deadline-Ms must be a positive integer "
+             "(milliseconds)",
+             "invalid_request_error");
       return;
     }
     sr.deadline = now + ms * kMicrosPerMilli;
@@ -210,55 +615,52 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
   // Token estimates until the engine reports usage: ~4 bytes per token.
   sr.input_tokens =
       static_cast<int32_t>(std::max<size_t>(1, req.body().size() / 4));
-  int64_t max_tokens = 16;
-  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
-    if (!body.contains(k)) continue;
-    if (!body[k].is_number_integer() || body[k].get<int64_t>() < 1) {
-      Fail(r, http::status::bad_request,
-           absl::StrCat("'", k, "' must be a positive integer"),
-           "invalid_request_error");
-      return;
-    }
-    max_tokens = body[k].get<int64_t>();
-  }
-  if (body.contains("stream") && !body["stream"].is_boolean()) {
-    Fail(r, http::status::bad_request, "'stream' must be true or false",
-         "invalid_request_error");
-    return;
-  }
   sr.max_output_tokens =
       static_cast<int32_t>(std::min<int64_t>(max_tokens, 1 << 30));
-  if (target == "/v1/embeddings") sr.max_output_tokens = 0;
   Pending p;
-  p.target = target;
-  p.body = std::move(req.body());
-  p.stream = body.contains("stream") && body["stream"].get<bool>();
+  p.target = std::move(engine_target);
+  p.body = req.body();
+  p.stream = stream;
+  p.protocol = protocol;
   p.responder = std::move(r);
   serving::Verdict v;
+  std::vector<std::string> allowed;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    sr.id = next_id_++;
-    p.request = sr;
-    v = dispatcher_->Submit(sr, now);
-    if (v.admitted()) pending_.emplace(sr.id, std::move(p));
+    known = Allowed(tenant, model);
+    if (!known) allowed = AllowedModels(tenant);
+    if (known) {
+      sr.tenant = tenant.id;
+      sr.model = models_.at(model).current;
+      sr.id = next_id_++;
+      p.request = sr;
+      v = dispatcher_->Submit(sr, now);
+      if (v.admitted()) pending_.emplace(sr.id, std::move(p));
+    }
+  }
+  if (!known) {
+    Reject(protocol, p.responder, http::status::not_found,
+           absl::StrCat("model '", model,
+                        "' does not exist or is not yours; your models: ",
+                        absl::StrJoin(allowed, ", ")),
+           "not_found_error");
+    return;
   }
   if (!v.admitted()) {
-    const bool limit = v.reason == RejectReason::kRateLimitedRequests ||
-                       v.reason == RejectReason::kRateLimitedTokens ||
-                       v.reason == RejectReason::kModelQueueFull ||
-                       v.reason == RejectReason::kTenantQueueFull;
-    Fail(
-        p.responder,
-        limit ? http::status::too_many_requests
-              : http::status::service_unavailable,
-        absl::StrCat("request rejected: ", serving::RejectReasonName(v.reason),
-                     v.retry_after > 0
-                         ? absl::StrCat("; retry in ",
-                                        (v.retry_after + kMicrosPerSecond - 1) /
-                                            kMicrosPerSecond,
-                                        " s")
-                         : ""),
-        limit ? "rate_limit_error" : "overloaded_error", v.retry_after);
+    const bool limit = IsLimit(v.reason);
+    Reject(protocol, p.responder,
+           limit ? http::status::too_many_requests
+                 : http::status::service_unavailable,
+           absl::StrCat(
+               "request rejected: ", serving::RejectReasonName(v.reason),
+               v.retry_after > 0
+                   ? absl::StrCat("; retry in ",
+                                  (v.retry_after + kMicrosPerSecond - 1) /
+                                      kMicrosPerSecond,
+                                  " s")
+                   : ""),
+           limit ? "rate_limit_error" : "overloaded_error", v.retry_after);
     return;
   }
   Pump();
@@ -276,7 +678,9 @@ void Gateway::Pump() {
 void Gateway::Proxy(serving::Assignment a) {
   std::string target, body;
   bool stream;
+  Protocol protocol;
   std::shared_ptr<Responder> responder;
+  runtime::Endpoint ep;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = pending_.at(a.request.id);
@@ -285,7 +689,11 @@ void Gateway::Proxy(serving::Assignment a) {
     target = p.target;
     body = p.body;
     stream = p.stream;
+    protocol = p.protocol;
     responder = p.responder;
+    ep = endpoints_.at(a.replica);
+    p.endpoint = EndpointKey(ep);
+    ++in_flight_[p.endpoint];
   }
   HttpRequest up{http::verb::post, target, 11};
   up.set(http::field::content_type, "application/json");
@@ -321,24 +729,40 @@ void Gateway::Proxy(serving::Assignment a) {
       relay->text += data;
     }
   };
-  cb.on_done = [this, relay, stream, responder, req, replica](absl::Status st) {
+  cb.on_done = [this, relay, stream, protocol, responder, req,
+                replica](absl::Status st) {
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
       bool retried = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        Pending& p = pending_.at(req.id);
+        --in_flight_[p.endpoint];
+        if (absl::IsUnavailable(st) && !suspect_until_.contains(p.endpoint)) {
+          // Refused or reset: route around it at once, before the
+          // controller notices.
+          suspect_until_[p.endpoint] = NowMicros() + kMicrosPerSecond;
+          for (auto& [name, m] : models_) SyncAll(m);
+        }
+        p.endpoint.clear();
         dispatcher_->OnFinished(req, replica, -1, NowMicros());
-        if (pending_.at(req.id).attempts < kMaxAttempts) {
+        if (p.attempts < kMaxAttempts) {
           serving::Request again = req;
           again.dispatched = kNever;
+          auto it = models_.find(queues_[req.model].name);
+          if (it != models_.end() && !it->second.deleted) {
+            again.model = it->second.current;
+          }
+          p.request = again;
           retried = dispatcher_->Submit(again, NowMicros()).admitted();
         }
         if (!retried) pending_.erase(req.id);
       }
       if (!retried) {
-        Fail(responder, http::status::bad_gateway,
-             absl::StrCat("no replica could serve the request: ", st.message()),
-             "server_error");
+        Reject(protocol, responder, http::status::bad_gateway,
+               absl::StrCat("no replica could serve the request: ",
+                            st.message()),
+               "server_error");
       }
       Pump();
       return;
@@ -354,28 +778,32 @@ void Gateway::Proxy(serving::Assignment a) {
         res.body() = relay->text;
         responder->Send(std::move(res));
       }
-    } else {
+    } else if (st.ok()) {
       HttpResponse res{
           static_cast<http::status>(relay->status ? relay->status : 502), 11};
       res.set(http::field::content_type, "application/json");
-      res.body() = st.ok()
-                       ? relay->text
-                       : JsonError(http::status::bad_gateway,
-                                   std::string(st.message()), "server_error")
-                             .body();
+      res.body() = std::move(relay->text);
       responder->Send(std::move(res));
+    } else {
+      Reject(protocol, responder, http::status::bad_gateway,
+             absl::StrCat("the replica failed mid-response: ", st.message()),
+             "server_error");
     }
     Finished(req, replica, std::max(0, output));
   };
-  upstream_->Send(replica_endpoint_[replica], std::move(up), std::move(cb));
+  upstream_->Send(ep, std::move(up), std::move(cb));
 }
 
 void Gateway::Finished(const serving::Request& r, serving::ReplicaId replica,
                        int32_t output_tokens) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(r.id);
+    if (it != pending_.end()) {
+      --in_flight_[it->second.endpoint];
+      pending_.erase(it);
+    }
     dispatcher_->OnFinished(r, replica, output_tokens, NowMicros());
-    pending_.erase(r.id);
   }
   Pump();
 }

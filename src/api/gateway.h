@@ -3,25 +3,42 @@
 // policy core the simulator runs), proxies it to the replica the router
 // picks, and relays the answer, streamed chunk by chunk for SSE.
 //
-// Endpoints: OpenAI-compatible POST /v1/chat/completions, /v1/completions,
-// /v1/embeddings and GET /v1/models; GET /healthz. Headers:
+// Endpoints:
+//   OpenAI-compatible: POST /v1/chat/completions, /v1/completions,
+//     /v1/embeddings; GET /v1/models.
+//   KServe v2 (Open Inference Protocol, HTTP/JSON): GET /v2/health/live,
+//     /v2/health/ready, /v2/models/{name}[/versions/{v}] (metadata, from a
+//     replica), .../ready; POST .../infer (queued like any request).
+//   GET /healthz.
+// Headers:
 //   Authorization: Bearer <api key>      the tenant (runtime::Store keys)
 //   X-Gpusched-Priority: <class name>    default: the tenant's class
 //   X-Gpusched-Deadline-Ms: <ms>         first-token deadline from arrival
-// Errors use OpenAI's error shape: 401 bad key, 404 unknown model (listing
-// the tenant's models), 429 rate or queue limits (with Retry-After), 503
-// deadline infeasible or no replica. A request whose replica refuses the
-// connection before answering is retried on another replica (twice at most).
+// Errors use each protocol's shape (OpenAI: {"error": {"message", "type"}};
+// KServe: {"error": "..."}): 401 bad key, 404 unknown model (listing the
+// tenant's models), 429 rate or queue limits (with Retry-After), 503
+// deadline infeasible, queue timeout or deployment deleted. A request whose
+// replica fails before answering (refused, reset, gone) is retried on
+// another replica (three attempts in all); once the response has started
+// it is relayed as it is.
 //
-// Threads: called on HTTP I/O threads and on the upstream client's threads;
-// the Dispatcher and the request table are guarded by one mutex, and no
-// network call is made while it is held.
+// Deployments, their ready replicas and tenants change at run time
+// (UpsertDeployment, SetReplicas, UpsertTenant...), called by the runtime's
+// controller. Changing a deployment's router or queue starts a new queue;
+// requests already queued in the old one are still served by the
+// deployment's replicas.
+//
+// Threads: called on HTTP I/O threads, on the upstream client's threads and
+// by the controller; everything is guarded by one mutex, and no network
+// call is made while it is held.
 #ifndef GPUSCHED_API_GATEWAY_H_
 #define GPUSCHED_API_GATEWAY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,10 +52,11 @@
 namespace gpusched::api {
 
 struct GatewayDeployment {
-  serving::DeploymentSpec spec;
-  std::vector<runtime::Endpoint> replicas;  // ready engine endpoints
+  serving::DeploymentSpec spec;  // spec.name is the model name clients use
   int max_ongoing_requests = 64;
   int64_t kv_budget_tokens = 0;
+  // Queued requests wait at most this long for a replica (503 after).
+  Micros queue_timeout = 60 * kMicrosPerSecond;
 };
 
 struct GatewayTenant {
@@ -50,54 +68,131 @@ struct GatewayTenant {
 struct GatewayConfig {
   std::vector<std::string> classes = {"critical", "standard", "batch",
                                       "sheddable"};
-  std::vector<GatewayDeployment> deployments;
-  std::vector<GatewayTenant> tenants;
   uint64_t seed = 1;
 };
 
+// What the gateway holds for one deployment now.
+struct DeploymentLoad {
+  int64_t queued = 0;
+  int64_t in_flight = 0;
+  int replicas = 0;  // ready replicas it routes to
+};
+
+// Checks an API key; the runtime wraps its Store (thread-safe).
+using Authenticator =
+    std::function<absl::StatusOr<runtime::KeyInfo>(std::string_view secret)>;
+
 class Gateway {
  public:
-  // `store` authenticates keys and must outlive the gateway.
   static absl::StatusOr<std::unique_ptr<Gateway>> Create(
-      const GatewayConfig& config, runtime::Store* store,
+      const GatewayConfig& config, Authenticator authenticate,
       runtime::UpstreamOptions upstream = {});
   ~Gateway();
 
   void Handle(HttpRequest request, std::shared_ptr<Responder> responder);
 
+  // Creates the deployment, or updates it (see the file comment).
+  absl::Status UpsertDeployment(const GatewayDeployment& d);
+  // New requests for it get 404; queued ones are still served until
+  // SetReplicas(name, {}), after which the rest get 503.
+  void RemoveDeployment(const std::string& name);
+  // The ready replicas of `name` (an unknown name is ignored). A replica
+  // left out takes no new request; its in-flight ones finish.
+  void SetReplicas(const std::string& name,
+                   const std::vector<runtime::Endpoint>& ready);
+  absl::Status UpsertTenant(const GatewayTenant& t);
+  // The tenant's keys stop working here at once.
+  void RemoveTenant(const std::string& name);
+
+  // Engine-reported load of the replica at `ep` (for the routers).
+  void UpdateEngineLoad(const runtime::Endpoint& ep,
+                        const serving::EngineLoad& load);
+
+  DeploymentLoad Load(const std::string& name);
+  // Requests proxied to `ep` and not finished.
+  int64_t InFlightOn(const runtime::Endpoint& ep);
+  // Expires queued requests past their timeout and forgets drained old
+  // queues; the controller calls it periodically (every ~50 ms).
+  void Tick();
+
  private:
+  enum class Protocol { kOpenAi, kKServe };
   struct Pending {
     serving::Request request;
-    std::string target;
+    std::string target;  // path on the engine
     std::string body;
     bool stream = false;
+    Protocol protocol = Protocol::kOpenAi;
     std::shared_ptr<Responder> responder;
     int attempts = 0;
+    std::string endpoint;  // where it is in flight, "" when queued
   };
-  struct Model {
-    serving::ModelId id;
-    std::vector<runtime::Endpoint> endpoints;  // by ReplicaId - first_replica
-    serving::ReplicaId first_replica;
+  struct Queue {  // one dispatcher deployment
+    serving::ModelId id = 0;
+    std::string name;
+    std::map<std::string, serving::ReplicaId> replicas;  // endpoint key ->
   };
+  struct Model {  // one deployment name
+    GatewayDeployment config;
+    serving::ModelId current = 0;
+    std::vector<serving::ModelId> retired;
+    std::vector<runtime::Endpoint> ready;
+    bool deleted = false;
+  };
+  struct Tenant {
+    std::shared_ptr<const GatewayTenant> config;  // replaced, never mutated
+    serving::TenantId id = 0;
+    bool deleted = false;
+  };
+
   Gateway() = default;
   // Dispatches what can go and proxies it; call without mu_ held.
   void Pump();
   void Proxy(serving::Assignment a);
   void Finished(const serving::Request& r, serving::ReplicaId replica,
                 int32_t output_tokens);
+  void Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
+              http::status status, const std::string& message,
+              const std::string& type, Micros retry_after = 0);
+  void Submit(Protocol protocol, const HttpRequest& req,
+              std::shared_ptr<Responder> r, const std::string& model,
+              std::string engine_target, bool stream, int64_t max_tokens,
+              const Tenant& tenant);
+  void HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
+                    const std::string& target);
+  // The tenant behind the request's key, or answers 401/403 and nullopt.
+  std::optional<Tenant> Authenticate(const HttpRequest& req, Protocol protocol,
+                                     const std::shared_ptr<Responder>& r);
+  // mu_ held: may the tenant use the live deployment `model`?
+  bool Allowed(const Tenant& t, const std::string& model) const;
+  std::vector<std::string> AllowedModels(const Tenant& t) const;  // mu_ held
+  absl::StatusOr<serving::ModelId> NewQueue(const Model& m);      // mu_ held
+  void SyncReplicas(serving::ModelId id, const Model& m);         // mu_ held
+  void SyncAll(const Model& m);                                   // mu_ held
+  // Queued requests of a deleted, replica-less deployment: answered 503.
+  void FailQueued(serving::ModelId id, std::vector<Pending>* out);  // mu_ held
 
-  runtime::Store* store_ = nullptr;
+  Authenticator authenticate_;
   std::unique_ptr<runtime::UpstreamClient> upstream_;
   GatewayConfig config_;
   std::mutex mu_;
-  std::unique_ptr<serving::Dispatcher> dispatcher_;           // guarded by mu_
-  absl::flat_hash_map<serving::RequestId, Pending> pending_;  // guarded by mu_
-  serving::RequestId next_id_ = 1;                            // guarded by mu_
+  // Everything below is guarded by mu_.
+  std::unique_ptr<serving::Dispatcher> dispatcher_;
+  absl::flat_hash_map<serving::RequestId, Pending> pending_;
+  serving::RequestId next_id_ = 1;
+  serving::ReplicaId next_replica_ = 0;
   std::map<std::string, Model> models_;
-  std::map<std::string, serving::TenantId> tenant_ids_;
-  std::vector<const GatewayTenant*> tenants_;        // by TenantId
-  std::vector<runtime::Endpoint> replica_endpoint_;  // by ReplicaId
+  std::vector<Queue> queues_;  // by ModelId
+  std::map<std::string, Tenant> tenants_;
+  absl::flat_hash_map<serving::ReplicaId, runtime::Endpoint> endpoints_;
+  absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
+  // Endpoints that refused or dropped a connection: routed around until
+  // the time given (the controller's health checks decide for good).
+  absl::flat_hash_map<std::string, Micros> suspect_until_;
 };
+
+// "host:port".
+std::string EndpointKey(const runtime::Endpoint& ep);
 
 }  // namespace gpusched::api
 

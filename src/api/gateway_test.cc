@@ -1,6 +1,8 @@
 #include "api/gateway.h"
 
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
@@ -39,17 +41,24 @@ class GatewayTest : public ::testing::Test {
     alice_ = store_->CreateApiKey("alice", "k", 0)->secret;
     bob_ = store_->CreateApiKey("bob", "k", 0)->secret;
 
-    GatewayConfig c;
+    auto g = Gateway::Create(GatewayConfig{}, [this](std::string_view k) {
+      return store_->AuthenticateKey(k);
+    });
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = *std::move(g);
     GatewayDeployment chat;
     chat.spec.name = "chat";
     chat.spec.router.policy = "round-robin";
-    if (with_dead_replica) chat.replicas.push_back({"127.0.0.1", 1});
-    for (auto& e : engines_) chat.replicas.push_back({"127.0.0.1", e->port()});
-    c.deployments.push_back(chat);
+    std::vector<runtime::Endpoint> chat_eps;
+    if (with_dead_replica) chat_eps.push_back({"127.0.0.1", 1});
+    for (auto& e : engines_) chat_eps.push_back({"127.0.0.1", e->port()});
+    ASSERT_TRUE(gateway_->UpsertDeployment(chat).ok());
+    gateway_->SetReplicas("chat", chat_eps);
     GatewayDeployment other;
     other.spec.name = "secret-model";
-    other.replicas.push_back({"127.0.0.1", engines_[0]->port()});
-    c.deployments.push_back(other);
+    ASSERT_TRUE(gateway_->UpsertDeployment(other).ok());
+    gateway_->SetReplicas("secret-model",
+                          {{"127.0.0.1", engines_[0]->port()}});
     GatewayTenant a;
     a.spec.name = "alice";
     a.spec.limits.requests_per_minute = rpm;
@@ -57,10 +66,8 @@ class GatewayTest : public ::testing::Test {
     GatewayTenant b;
     b.spec.name = "bob";
     b.models = {"secret-model"};
-    c.tenants = {a, b};
-    auto g = Gateway::Create(c, store_.get());
-    ASSERT_TRUE(g.ok()) << g.status();
-    gateway_ = *std::move(g);
+    ASSERT_TRUE(gateway_->UpsertTenant(a).ok());
+    ASSERT_TRUE(gateway_->UpsertTenant(b).ok());
     auto s = HttpServer::Start(
         HttpServerOptions{},
         [this](HttpRequest req, std::shared_ptr<Responder> r) {
@@ -156,6 +163,91 @@ TEST_F(GatewayTest, RetriesOnAReplicaThatRefuses) {
                     R"({"model":"chat","prompt":"retry me","max_tokens":2})");
     EXPECT_EQ(res.result(), http::status::ok) << res.body();
   }
+}
+
+TEST_F(GatewayTest, KServeV2InferMetadataAndReady) {
+  Start(false);
+  const std::string infer =
+      R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[1],)"
+      R"("data":["hello"]}]})";
+  auto res = Call(alice_, "/v2/models/chat/infer", infer);
+  ASSERT_EQ(res.result(), http::status::ok) << res.body();
+  EXPECT_EQ(json::parse(res.body())["outputs"][0]["datatype"], "FP32");
+  auto versioned = Call(alice_, "/v2/models/chat/versions/1/infer", infer);
+  EXPECT_EQ(versioned.result(), http::status::ok) << versioned.body();
+  auto meta = Call(alice_, "/v2/models/chat", "", http::verb::get);
+  ASSERT_EQ(meta.result(), http::status::ok) << meta.body();
+  EXPECT_EQ(json::parse(meta.body())["name"], "chat");
+  EXPECT_EQ(Call(alice_, "/v2/models/chat/ready", "", http::verb::get).result(),
+            http::status::ok);
+  EXPECT_EQ(Call("", "/v2/health/ready", "", http::verb::get).result(),
+            http::status::ok);
+  // KServe's error shape: {"error": "..."}.
+  auto denied = Call(bob_, "/v2/models/chat/infer", infer);
+  EXPECT_EQ(denied.result(), http::status::not_found);
+  EXPECT_TRUE(json::parse(denied.body())["error"].is_string());
+  auto bad = Call(alice_, "/v2/models/chat/infer", R"({"x":1})");
+  EXPECT_EQ(bad.result(), http::status::bad_request);
+  EXPECT_THAT(bad.body(), HasSubstr("inputs"));
+}
+
+TEST_F(GatewayTest, DeploymentsAndTenantsChangeAtRunTime) {
+  Start(false);
+  const std::string body = R"({"model":"chat","prompt":"x","max_tokens":1})";
+  // A new tenant works at once; removing it stops its keys.
+  GatewayTenant carol;
+  carol.spec.name = "carol";
+  ASSERT_TRUE(store_->PutTenant("carol", "{}", 1, 0).ok());
+  const std::string carol_key = store_->CreateApiKey("carol", "k", 0)->secret;
+  ASSERT_TRUE(gateway_->UpsertTenant(carol).ok());
+  EXPECT_EQ(Call(carol_key, "/v1/completions", body).result(),
+            http::status::ok);
+  gateway_->RemoveTenant("carol");
+  EXPECT_EQ(Call(carol_key, "/v1/completions", body).result(),
+            http::status::forbidden);
+  // Changing the router starts a new queue on the same replicas.
+  GatewayDeployment chat;
+  chat.spec.name = "chat";
+  chat.spec.router.policy = "least-outstanding";
+  ASSERT_TRUE(gateway_->UpsertDeployment(chat).ok());
+  EXPECT_EQ(Call(alice_, "/v1/completions", body).result(), http::status::ok);
+  EXPECT_EQ(gateway_->Load("chat").replicas, 2);
+  // A deleted deployment is unknown to clients at once.
+  gateway_->RemoveDeployment("chat");
+  auto gone = Call(alice_, "/v1/completions", body);
+  EXPECT_EQ(gone.result(), http::status::not_found);
+  gateway_->SetReplicas("chat", {});
+  EXPECT_EQ(gateway_->Load("chat").replicas, 0);
+}
+
+TEST_F(GatewayTest, QueuedRequestsTimeOutWithoutReplicas) {
+  Start(false);
+  GatewayDeployment cold;
+  cold.spec.name = "cold";
+  cold.queue_timeout = 200 * kMicrosPerMilli;
+  ASSERT_TRUE(gateway_->UpsertDeployment(cold).ok());
+  GatewayTenant a;
+  a.spec.name = "alice";
+  a.models = {"chat", "cold"};
+  ASSERT_TRUE(gateway_->UpsertTenant(a).ok());
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    while (!stop) {
+      gateway_->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = Call(alice_, "/v1/completions",
+                  R"({"model":"cold","prompt":"x","max_tokens":1})");
+  const double waited = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+  stop = true;
+  ticker.join();
+  EXPECT_EQ(res.result(), http::status::service_unavailable) << res.body();
+  EXPECT_THAT(res.body(), HasSubstr("queue_timeout"));
+  EXPECT_GE(waited, 0.15);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "inventory/declared.h"
 #include "inventory/gpu_catalog.h"
 #include "inventory/nvml.h"
+#include "main/inventory_source.h"
 #include "main/table.h"
 #include "nlohmann/json.hpp"
 
@@ -36,14 +37,6 @@ struct Flags {
   std::string config;
   std::string source = "auto";
   bool json = false;
-};
-
-// What the command found, from either source.
-struct Inventory {
-  std::string source;  // "nvml" or "declared"
-  std::string config;  // the manifest read, for "declared"
-  std::vector<NodeSpec> nodes;
-  std::vector<DiscoveredGpu> gpus;  // for "nvml"
 };
 
 // GPU indexes per NVLink domain, domains in id order.
@@ -220,73 +213,13 @@ void PrintJson(const Inventory& inv) {
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-// This machine as a node, from NVML.
-absl::StatusOr<Inventory> Discover() {
-  absl::StatusOr<std::vector<DiscoveredGpu>> gpus =
-      inventory::DiscoverLocalGpus();
-  if (!gpus.ok()) return gpus.status();
-  inventory::LocalNodeOptions opt;
-  char host[256] = {};
-  opt.name = gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0'
-                 ? host
-                 : "localhost";
-  opt.cpu_milli = int64_t{std::thread::hardware_concurrency()} * 1000;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page_size > 0) {
-    opt.memory_mib = int64_t{pages} * page_size / (1024 * 1024);
-  }
-  absl::StatusOr<NodeSpec> node = inventory::LocalNodeSpec(*gpus, opt);
-  if (!node.ok()) return node.status();
-  Inventory inv;
-  inv.source = "nvml";
-  inv.nodes.push_back(*std::move(node));
-  inv.gpus = *std::move(gpus);
-  return inv;
-}
-
-absl::StatusOr<Inventory> Declared(const std::string& flag) {
-  Inventory inv;
-  inv.source = "declared";
-  inv.config = flag.empty() ? kDefaultConfig : flag;
-  if (absl::EndsWith(inv.config, ".csv")) {
-    // A node list in the Alibaba trace's format.
-    absl::StatusOr<std::vector<NodeSpec>> nodes =
-        inventory::ReadAlibabaNodes(inv.config);
-    if (!nodes.ok()) return nodes.status();
-    inv.nodes = *std::move(nodes);
-    return inv;
-  }
-  absl::StatusOr<config::InventoryConfig> cfg =
-      config::LoadInventoryFile(inv.config);
-  if (!cfg.ok()) {
-    if (flag.empty() && absl::IsNotFound(cfg.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          cfg.status().message(), " (no --config given; pass --config FILE)"));
-    }
-    return cfg.status();
-  }
-  absl::StatusOr<std::vector<NodeSpec>> nodes = inventory::DeclaredNodes(*cfg);
-  if (!nodes.ok()) return nodes.status();
-  inv.nodes = *std::move(nodes);
-  return inv;
-}
-
 int Run(const Flags& flags) {
-  absl::StatusOr<Inventory> inv = absl::UnknownError("no source");
-  if (flags.source != "declared") {
-    inv = Discover();
-    if (!inv.ok()) {
-      if (flags.source == "nvml") {
-        std::fprintf(stderr, "error: %s\n",
-                     std::string(inv.status().message()).c_str());
-        return 1;
-      }
-      std::fprintf(stderr, "%s; using the declared inventory\n",
-                   std::string(inv.status().message()).c_str());
-    }
-  }
-  if (flags.source == "declared" || !inv.ok()) inv = Declared(flags.config);
+  absl::StatusOr<Inventory> inv = LoadInventory(
+      flags.source, flags.config.empty() ? kDefaultConfig : flags.config,
+      /*config_given=*/!flags.config.empty(), [](const std::string& why) {
+        std::fprintf(stderr, "%s; using the declared inventory\n",
+                     why.c_str());
+      });
   if (!inv.ok()) {
     std::fprintf(stderr, "error: %s\n",
                  std::string(inv.status().message()).c_str());

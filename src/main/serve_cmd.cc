@@ -1,56 +1,39 @@
 #include "main/serve_cmd.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "api/control_api.h"
+#include "api/controller.h"
 #include "api/gateway.h"
 #include "api/http_server.h"
-#include "boost/asio.hpp"
 #include "config/serve_config.h"
-#include "nlohmann/json.hpp"
-#include "runtime/engine_template.h"
-#include "runtime/launcher.h"
+#include "main/inventory_source.h"
 #include "runtime/store.h"
-#include "runtime/upstream.h"
 
 namespace gpusched {
 namespace {
 
 struct ServeFlags {
   std::string config;
-  double drain_s = 30;
+  double drain_s = -1;  // -1: the config's drain_grace_s
+  bool wait_ready = true;
 };
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "gpusched serve: %s\n", msg.c_str());
   return 2;
-}
-
-Micros Now() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// A port nothing listens on right now (the engine binds it next).
-absl::StatusOr<int> FreePort() {
-  boost::asio::io_context ioc;
-  boost::asio::ip::tcp::acceptor a(ioc);
-  boost::system::error_code ec;
-  a.open(boost::asio::ip::tcp::v4(), ec);
-  if (!ec) {
-    a.bind({boost::asio::ip::make_address("127.0.0.1"), 0}, ec);
-  }
-  if (ec) return absl::UnavailableError("no free port: " + ec.message());
-  return a.local_endpoint().port();
 }
 
 std::string SelfPath() {
@@ -59,12 +42,31 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, n) : "gpusched";
 }
 
-struct Replica {
-  std::string name;
-  runtime::ProcessId pid = 0;
-  runtime::Endpoint endpoint;
-  runtime::ReadinessProbe readiness;  // from the engine's template
-};
+// The secret in `path`, or a new one written there (mode 0600).
+absl::StatusOr<std::pair<std::string, bool>> KeyFromFile(
+    const std::string& path) {
+  std::ifstream in(path);
+  if (in) {
+    std::string secret;
+    std::getline(in, secret);
+    secret = std::string(absl::StripAsciiWhitespace(secret));
+    if (!secret.empty()) return std::pair{secret, false};
+  }
+  auto secret = runtime::GenerateApiKeySecret();
+  if (!secret.ok()) return secret.status();
+  std::error_code ec;
+  std::filesystem::create_directories(
+      std::filesystem::path(path).parent_path(), ec);
+  const mode_t old = umask(077);
+  std::ofstream out(path, std::ios::trunc);
+  out << *secret << "\n";
+  umask(old);
+  if (!out) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write the key file ", path));
+  }
+  return std::pair{*secret, true};
+}
 
 int RunServe(const ServeFlags& flags) {
   auto cfg = config::LoadServeFile(flags.config);
@@ -75,177 +77,166 @@ int RunServe(const ServeFlags& flags) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // The cluster: NVML GPUs, else the declared inventory.
+  api::ControllerCluster cluster;
+  if (!cfg->inventory.empty() || cfg->gpu_discovery != "declared") {
+    auto inv = LoadInventory(
+        cfg->gpu_discovery, cfg->inventory, true, [](const std::string& why) {
+          std::fprintf(stderr,
+                       "gpusched serve: %s; using the declared inventory "
+                       "(simulated GPUs)\n",
+                       why.c_str());
+        });
+    if (!inv.ok() && !(cfg->inventory.empty() &&
+                       cfg->gpu_discovery == "auto")) {
+      return Fail(std::string(inv.status().message()));
+    }
+    if (inv.ok()) {
+      cluster.nodes = inv->nodes;
+      cluster.gpus = inv->gpus;
+      cluster.source = inv->source;
+    }
+  }
+  if (cluster.nodes.empty()) cluster.source = "none (CPU-only replicas)";
+
   auto store = runtime::Store::Open(cfg->state);
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  if (!cfg->admin_key.empty()) {
-    auto admin = (*store)->EnsureAdminKey(cfg->admin_key, Now());
-    if (!admin.ok()) return Fail(std::string(admin.status().message()));
+
+  api::GatewayConfig gateway_config;
+  std::unique_ptr<api::Controller> controller;
+  api::Controller* ctl = nullptr;
+  auto gateway = api::Gateway::Create(
+      gateway_config,
+      [&ctl](std::string_view secret) { return ctl->Authenticate(secret); });
+  if (!gateway.ok()) return Fail(std::string(gateway.status().message()));
+
+  api::ControllerOptions options;
+  options.log_dir = cfg->log_dir;
+  options.self_path = SelfPath();
+  options.placement_policy = cfg->placement_policy;
+  options.classes = gateway_config.classes;
+  options.health_period = cfg->health_check_period_ms * kMicrosPerMilli;
+  options.drain_grace = static_cast<Micros>(cfg->drain_grace_s * 1e6);
+  options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
+                getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
+  auto made = api::Controller::Create(options, cluster, store->get(),
+                                      gateway->get());
+  if (!made.ok()) return Fail(std::string(made.status().message()));
+  controller = *std::move(made);
+  ctl = controller.get();
+  if (absl::Status st = controller->Start(); !st.ok()) {
+    return Fail(std::string(st.message()));
   }
 
-  // Engines: launch each replica and wait until its readiness probe passes.
-  runtime::LocalLauncher launcher;
-  runtime::UpstreamOptions probe_options;
-  probe_options.connect_timeout = std::chrono::milliseconds(500);
-  probe_options.first_byte_timeout = std::chrono::milliseconds(2000);
-  runtime::UpstreamClient probe(probe_options);
-  std::vector<Replica> launched;
-  api::GatewayConfig gateway;
-  auto stop_all = [&] {
-    for (const Replica& r : launched) {
-      (void)launcher.Stop(r.pid, 10 * kMicrosPerSecond, Now());
-    }
-    const Micros deadline = Now() + 12 * kMicrosPerSecond;
-    while (launcher.size() > 0 && Now() < deadline) {
-      launcher.Poll();
-      launcher.Tick(Now());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  };
-  for (const config::ServeDeploymentSpec& d : cfg->deployments) {
-    api::GatewayDeployment gd;
-    gd.spec.name = d.name;
-    gd.spec.router = d.router;
-    gd.spec.max_queue_size = d.max_queue_size;
-    serving::QueueOrder order = serving::QueueOrder::kFair;
-    (void)serving::ParseQueueOrder(d.queue_order, &order);
-    for (const std::string& c : gateway.classes) {
-      gd.spec.queue.classes.push_back({c, order, kNever});
-    }
-    gd.max_ongoing_requests = d.max_ongoing_requests;
-    for (const config::HostPort& hp : d.endpoints) {
-      gd.replicas.push_back({hp.host, static_cast<uint16_t>(hp.port)});
-    }
-    auto tmpl = runtime::FindTemplate(d.engine);
-    if (!tmpl.ok()) {
-      stop_all();
-      return Fail(
-          absl::StrCat("deployment '", d.name, "': ", tmpl.status().message()));
-    }
-    tmpl->extra_args = d.args;
-    for (int i = 0; i < d.replicas; ++i) {
-      auto port = FreePort();
-      if (!port.ok()) {
-        stop_all();
-        return Fail(std::string(port.status().message()));
-      }
-      const std::string name = absl::StrCat(d.name, "-", i);
-      absl::flat_hash_map<std::string, std::string> values = {
-          {"self", SelfPath()},
-          {"model", d.model},
-          {"port", std::to_string(*port)},
-          {"metrics_port", "0"},
-          {"gpu_memory_fraction", "0.9"},
-          {"tensor_parallel", "1"},
-          {"replica", name}};
-      auto argv = runtime::ExpandArgv(*tmpl, values);
-      if (!argv.ok()) {
-        stop_all();
-        return Fail(absl::StrCat("deployment '", d.name,
-                                 "': ", argv.status().message()));
-      }
-      runtime::ProcessSpec spec;
-      spec.name = name;
-      spec.argv = *argv;
-      spec.log_dir = cfg->log_dir;
-      auto pid = launcher.Start(spec);
-      if (!pid.ok()) {
-        stop_all();
-        return Fail(absl::StrCat("deployment '", d.name,
-                                 "': ", pid.status().message()));
-      }
-      launched.push_back({name,
-                          *pid,
-                          {"127.0.0.1", static_cast<uint16_t>(*port)},
-                          tmpl->readiness});
-      gd.replicas.push_back(launched.back().endpoint);
-    }
-    gateway.deployments.push_back(std::move(gd));
+  // The config's deployments and tenants, applied like `gpusched apply`.
+  std::vector<config::Manifest> manifests;
+  for (const config::TenantSpec& t : cfg->tenants) {
+    config::Manifest m;
+    m.kind = config::Manifest::Kind::kTenant;
+    m.tenant = t;
+    manifests.push_back(m);
   }
-  for (const Replica& r : launched) {
-    const Micros deadline = Now() + r.readiness.startup_timeout;
-    bool ready = false;
-    while (!ready && Now() < deadline && launcher.IsAlive(r.pid)) {
-      auto got = probe.Fetch(
-          r.endpoint,
-          boost::beast::http::request<boost::beast::http::string_body>{
-              boost::beast::http::verb::get, r.readiness.path, 11});
-      ready = got.ok() && got->status == 200;
-      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      launcher.Poll();
-    }
-    if (!ready) {
-      stop_all();
-      return Fail(absl::StrCat("replica ", r.name,
-                               " did not become ready; see ", cfg->log_dir, "/",
-                               r.name, ".err"));
+  for (const config::DeploymentSpec& d : cfg->deployments) {
+    config::Manifest m;
+    m.kind = config::Manifest::Kind::kDeployment;
+    m.deployment = d;
+    manifests.push_back(m);
+  }
+  if (!manifests.empty()) {
+    auto applied = controller->Apply(manifests);
+    if (!applied.ok()) {
+      return Fail(absl::StrCat(cfg->source, ": ", applied.status().message()));
     }
   }
 
-  // Tenants and their keys (stored hashed; printed once here).
-  std::vector<std::pair<std::string, std::string>> keys;
-  for (const config::ServeTenantSpec& t : cfg->tenants) {
-    api::GatewayTenant gt;
-    gt.spec.name = t.name;
-    gt.spec.weight = t.weight;
-    gt.spec.limits = t.limits;
-    gt.priority = t.priority;
-    gt.models = t.models;
-    gateway.tenants.push_back(gt);
-    auto existing = (*store)->GetTenant(t.name);
-    const int64_t generation = existing.ok() ? existing->generation + 1 : 1;
-    auto put = (*store)->PutTenant(
-        t.name,
-        nlohmann::json{{"weight", t.weight}, {"models", t.models}}.dump(),
-        generation, Now());
-    if (!put.ok()) {
-      stop_all();
-      return Fail(std::string(put.message()));
-    }
-    auto key = (*store)->CreateApiKey(t.name, "serve", Now());
-    if (!key.ok()) {
-      stop_all();
-      return Fail(std::string(key.status().message()));
-    }
-    keys.emplace_back(t.name, key->secret);
+  // Keys: the admin key, and one per config tenant (from key_dir when set,
+  // else a new one printed at each start).
+  std::vector<std::pair<std::string, std::string>> printed;
+  std::string admin_secret = cfg->admin_key;
+  if (admin_secret.empty() && !cfg->key_dir.empty()) {
+    auto k = KeyFromFile(cfg->key_dir + "/admin.key");
+    if (!k.ok()) return Fail(std::string(k.status().message()));
+    admin_secret = k->first;
   }
-  auto gw = api::Gateway::Create(gateway, store->get());
-  if (!gw.ok()) {
-    stop_all();
-    return Fail(std::string(gw.status().message()));
+  if (!admin_secret.empty()) {
+    if (absl::Status st = controller->EnsureKey(admin_secret, "", true);
+        !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
   }
+  for (const config::TenantSpec& t : cfg->tenants) {
+    if (!cfg->key_dir.empty()) {
+      auto k = KeyFromFile(absl::StrCat(cfg->key_dir, "/", t.name, ".key"));
+      if (!k.ok()) return Fail(std::string(k.status().message()));
+      if (absl::Status st = controller->EnsureKey(k->first, t.name, false);
+          !st.ok()) {
+        return Fail(std::string(st.message()));
+      }
+      printed.emplace_back(t.name, k->first);
+      continue;
+    }
+    auto key = controller->CreateKey(t.name, "serve", false);
+    if (!key.ok()) return Fail(std::string(key.status().message()));
+    printed.emplace_back(t.name, key->secret);
+  }
+
+  api::ControlApi control(controller.get());
   api::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
-  api::Gateway* g = gw->get();
+  http.tls_cert_file = cfg->tls_cert;
+  http.tls_key_file = cfg->tls_key;
+  api::Gateway* g = gateway->get();
   auto server = api::HttpServer::Start(
-      http, [g](api::HttpRequest req, std::shared_ptr<api::Responder> r) {
+      http, [g, &control](api::HttpRequest req,
+                          std::shared_ptr<api::Responder> r) {
+        if (control.Handle(req, r)) return;
         g->Handle(std::move(req), std::move(r));
       });
-  if (!server.ok()) {
-    stop_all();
-    return Fail(std::string(server.status().message()));
-  }
+  if (!server.ok()) return Fail(std::string(server.status().message()));
   const std::string url =
-      absl::StrCat("http://", cfg->listen.host, ":", (*server)->port());
-  std::printf("gpusched serve: listening on %s\n", url.c_str());
-  for (const auto& [tenant, key] : keys) {
+      absl::StrCat(cfg->tls_cert.empty() ? "http" : "https", "://",
+                   cfg->listen.host, ":", (*server)->port());
+  std::printf("gpusched serve: listening on %s (%zu nodes, %s)\n", url.c_str(),
+              cluster.nodes.size(), cluster.source.c_str());
+  std::fflush(stdout);
+  if (flags.wait_ready) {
+    absl::Status ready = controller->WaitReady(120 * kMicrosPerSecond);
+    if (!ready.ok()) {
+      std::fprintf(stderr, "gpusched serve: %s (still trying; see gpusched "
+                   "get replicas)\n",
+                   std::string(ready.message()).c_str());
+    } else {
+      std::printf("gpusched serve: all replicas ready\n");
+    }
+  }
+  if (!admin_secret.empty() && !cfg->key_dir.empty()) {
+    std::printf("admin key: in %s/admin.key (export GPUSCHED_KEY=$(cat "
+                "%s/admin.key))\n",
+                cfg->key_dir.c_str(), cfg->key_dir.c_str());
+  }
+  for (const auto& [tenant, key] : printed) {
     std::printf("tenant %s key: %s\n", tenant.c_str(), key.c_str());
   }
-  const std::string model = cfg->deployments.front().name;
-  std::printf(
-      "try: curl %s/v1/chat/completions -H 'Authorization: Bearer %s' -H "
-      "'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":"
-      "[{\"role\":\"user\",\"content\":\"hello\"}]}'\n",
-      url.c_str(), keys.front().second.c_str(), model.c_str());
+  if (!printed.empty() && !cfg->deployments.empty()) {
+    std::printf(
+        "try: curl %s/v1/chat/completions -H 'Authorization: Bearer %s' -H "
+        "'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":"
+        "[{\"role\":\"user\",\"content\":\"hello\"}]}'\n",
+        url.c_str(), printed.front().second.c_str(),
+        cfg->deployments.front().name.c_str());
+  }
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "gpusched serve: signal %d, draining\n", sig);
+  const double drain = flags.drain_s >= 0 ? flags.drain_s : cfg->drain_grace_s;
   (*server)->Shutdown(
-      std::chrono::milliseconds(static_cast<int64_t>(flags.drain_s * 1000)));
-  gw->reset();
-  stop_all();
+      std::chrono::milliseconds(static_cast<int64_t>(drain * 1000)));
+  controller->Stop();
+  controller.reset();
+  gateway->reset();
   return 0;
 }
 
@@ -254,13 +245,15 @@ int RunServe(const ServeFlags& flags) {
 void AddServeCommand(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "Run the platform: launch engines, serve the gateway");
+      "serve",
+      "Run the platform: place and launch engines, serve the gateway and the "
+      "control API");
   cmd->add_option("--config", flags->config, "serve config YAML")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--drain-seconds", flags->drain_s,
-                  "on SIGTERM, how long in-flight requests may finish")
-      ->capture_default_str();
+                  "on SIGTERM, how long in-flight requests may finish "
+                  "(default: the config's drain_grace_s)");
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

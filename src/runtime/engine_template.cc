@@ -18,7 +18,8 @@ constexpr char kPythonUnbuffered[] = "PYTHONUNBUFFERED";
 EngineTemplate Reference() {
   EngineTemplate t;
   t.name = "reference";
-  t.argv = {"{self}", "engine", "--port", "{port}", "--model", "{model}"};
+  // The reference engine serves under the deployment's name ({name}).
+  t.argv = {"{self}", "engine", "--port", "{port}", "--model", "{name}"};
   t.readiness.path = "/v2/health/ready";
   t.metrics_prefix = "vllm:";
   return t;
@@ -37,7 +38,9 @@ EngineTemplate Vllm() {
             "--gpu-memory-utilization",
             "{gpu_memory_fraction}",
             "--tensor-parallel-size",
-            "{tensor_parallel}"};
+            "{tensor_parallel}",
+            "--served-model-name",
+            "{name}"};
   t.env = {{kPythonUnbuffered, "1"}};
   t.readiness.path = "/health";
   t.metrics_prefix = "vllm:";
@@ -61,6 +64,8 @@ EngineTemplate Sglang() {
             "{gpu_memory_fraction}",
             "--tp",
             "{tensor_parallel}",
+            "--served-model-name",
+            "{name}",
             "--enable-metrics"};
   t.env = {{kPythonUnbuffered, "1"}};
   t.readiness.path = "/health";
@@ -75,7 +80,8 @@ EngineTemplate LlamaCpp() {
   // Offloads every layer to the visible GPUs; --metrics enables /metrics.
   t.argv = {"llama-server", "-m",       "{model}",   "--port",
             "{port}",       "--host",   "127.0.0.1", "--n-gpu-layers",
-            "999",          "--metrics"};
+            "999",          "--metrics",   "--alias",
+            "{name}"};
   t.readiness.path = "/health";
   t.metrics_prefix = "llamacpp:";
   return t;

@@ -25,7 +25,8 @@ Values FullValues() {
           {"metrics_port", "18002"},
           {"gpu_memory_fraction", "0.45"},
           {"tensor_parallel", "2"},
-          {"replica", "llama-0"}};
+          {"replica", "llama-0"},
+          {"name", "llama"}};
 }
 
 struct ExpandCase {
@@ -39,25 +40,26 @@ TEST(EngineTemplateTest, EveryBuiltInExpandsWithFullValues) {
   const std::vector<ExpandCase> cases = {
       {"reference",
        {"/opt/gpusched/bin/gpusched", "engine", "--port", "18001", "--model",
-        "meta-llama/Llama-3.1-8B-Instruct"},
+        "llama"},
        "/v2/health/ready",
        GpuMemoryFlag::kNone},
       {"vllm",
        {"vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host",
         "127.0.0.1", "--port", "18001", "--gpu-memory-utilization", "0.45",
-        "--tensor-parallel-size", "2"},
+        "--tensor-parallel-size", "2", "--served-model-name", "llama"},
        "/health",
        GpuMemoryFlag::kFractionOfTotal},
       {"sglang",
        {"python3", "-m", "sglang.launch_server", "--model-path",
         "meta-llama/Llama-3.1-8B-Instruct", "--host", "127.0.0.1", "--port",
         "18001", "--mem-fraction-static", "0.45", "--tp", "2",
-        "--enable-metrics"},
+        "--served-model-name", "llama", "--enable-metrics"},
        "/health",
        GpuMemoryFlag::kStaticPoolFraction},
       {"llama-cpp",
        {"llama-server", "-m", "meta-llama/Llama-3.1-8B-Instruct", "--port",
-        "18001", "--host", "127.0.0.1", "--n-gpu-layers", "999", "--metrics"},
+        "18001", "--host", "127.0.0.1", "--n-gpu-layers", "999", "--metrics",
+        "--alias", "llama"},
        "/health",
        GpuMemoryFlag::kNone},
       {"tgi",

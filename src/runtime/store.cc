@@ -683,25 +683,36 @@ absl::StatusOr<std::vector<KeyInfo>> Store::ListApiKeys(
 
 absl::StatusOr<KeyInfo> Store::EnsureAdminKey(std::string_view secret,
                                               Micros now) {
+  return EnsureKey(secret, "", "admin (config)", /*admin=*/true, now);
+}
+
+absl::StatusOr<KeyInfo> Store::EnsureKey(std::string_view secret,
+                                         const std::string& tenant,
+                                         const std::string& name, bool admin,
+                                         Micros now) {
+  const std::string what = admin ? "the configured admin key"
+                                 : absl::StrCat("the key of tenant ", tenant);
   const std::optional<std::string> key_id = KeyIdOf(secret);
   if (!key_id.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "store: the configured admin key is not of the form '",
-        AbslView(kKeyPrefix), "' followed by ", kSecretChars,
+        "store: ", what, " is not of the form '", AbslView(kKeyPrefix),
+        "' followed by ", kSecretChars,
         " URL-safe base64 characters (generate one with gpusched)"));
+  }
+  if (!admin && tenant.empty()) {
+    return absl::InvalidArgumentError("store: a tenant key needs a tenant");
   }
   KeyInfo result;
   absl::Status status =
-      Transaction("registering the admin key", [&]() -> absl::Status {
+      Transaction("registering a configured key", [&]() -> absl::Status {
         std::string salt, hash;
         ASSIGN_OR_RETURN(std::optional<KeyInfo> info,
                          FindKey(*key_id, &salt, &hash));
         if (!info.has_value()) {
-          RETURN_IF_ERROR(
-              InsertKey(*key_id, secret, "", "admin (config)", true, now));
+          RETURN_IF_ERROR(InsertKey(*key_id, secret, tenant, name, admin, now));
           ASSIGN_OR_RETURN(info, FindKey(*key_id, &salt, &hash));
           if (!info.has_value()) {
-            return absl::InternalError("store: admin key vanished on insert");
+            return absl::InternalError("store: key vanished on insert");
           }
           result = *std::move(info);
           return absl::OkStatus();
@@ -709,20 +720,19 @@ absl::StatusOr<KeyInfo> Store::EnsureAdminKey(std::string_view secret,
         ASSIGN_OR_RETURN(const std::string computed, HashSecret(salt, secret));
         if (computed.size() != hash.size() ||
             CRYPTO_memcmp(computed.data(), hash.data(), hash.size()) != 0) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "store: key id ", *key_id,
-              " of the configured admin key belongs to another key; "
-              "generate a new admin key"));
+          return absl::AlreadyExistsError(
+              absl::StrCat("store: key id ", *key_id, " of ", what,
+                           " belongs to another key; generate a new key"));
         }
-        if (!info->admin) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("store: the configured admin key ", *key_id,
-                           " is registered as a tenant key"));
+        if (info->admin != admin || info->tenant != tenant) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "store: ", what, " (", *key_id, ") is registered as ",
+              info->admin ? "an admin key"
+                          : absl::StrCat("a key of tenant ", info->tenant)));
         }
         if (info->revoked.has_value()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("store: the configured admin key ", *key_id,
-                           " was revoked; configure a new one"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              "store: ", what, " ", *key_id, " was revoked; configure a new one"));
         }
         result = *std::move(info);
         return absl::OkStatus();

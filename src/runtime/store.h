@@ -159,6 +159,13 @@ class Store {
   // its key id; FailedPrecondition when it was revoked (an operator revoked
   // it through the API; a restart does not silently re-enable it).
   absl::StatusOr<KeyInfo> EnsureAdminKey(std::string_view secret, Micros now);
+  // The same for any key: registers `secret` for `tenant` (or as an admin
+  // key), idempotently; FailedPrecondition when the key id is registered
+  // for another tenant or role, or was revoked.
+  absl::StatusOr<KeyInfo> EnsureKey(std::string_view secret,
+                                    const std::string& tenant,
+                                    const std::string& name, bool admin,
+                                    Micros now);
 
   // --- Event log -----------------------------------------------------------
   // Appends and returns the new id (ids grow and are never reused, even

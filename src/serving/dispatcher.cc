@@ -46,8 +46,9 @@ absl::StatusOr<ModelId> Dispatcher::AddDeployment(const DeploymentSpec& spec) {
   return static_cast<ModelId>(models_.size() - 1);
 }
 
-absl::StatusOr<TenantId> Dispatcher::AddTenant(const TenantSpec& spec,
-                                               Micros now) {
+namespace {
+
+absl::Status ValidateTenant(const TenantSpec& spec) {
   if (!(spec.weight > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tenant \"", spec.name, "\": weight must be > 0"));
@@ -57,11 +58,27 @@ absl::StatusOr<TenantId> Dispatcher::AddTenant(const TenantSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("tenant \"", spec.name, "\": ", st.message()));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TenantId> Dispatcher::AddTenant(const TenantSpec& spec,
+                                               Micros now) {
+  RETURN_IF_ERROR(ValidateTenant(spec));
   const TenantId t = static_cast<TenantId>(num_tenants_++);
   tenant_weights_.push_back(spec.weight);
+  RETURN_IF_ERROR(UpdateTenant(t, spec, now));
+  return t;
+}
+
+absl::Status Dispatcher::UpdateTenant(TenantId t, const TenantSpec& spec,
+                                      Micros now) {
+  RETURN_IF_ERROR(ValidateTenant(spec));
+  tenant_weights_[t] = spec.weight;
   for (Model& m : models_) m.queue->SetTenantWeight(t, spec.weight);
   admission_.SetTenantLimits(t, spec.limits, now);
-  return t;
+  return absl::OkStatus();
 }
 
 int Dispatcher::FindReplica(const Model& m, ReplicaId id) const {
@@ -337,8 +354,21 @@ void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
 void Dispatcher::Expire(Micros now, std::vector<Request>* timed_out) {
   const size_t first = timed_out->size();
   for (Model& m : models_) m.queue->ExpireTimedOut(now, timed_out);
-  for (size_t i = first; i < timed_out->size(); ++i) {
-    const Request& r = (*timed_out)[i];
+  NotServed(first, now, timed_out);
+}
+
+void Dispatcher::DrainQueue(ModelId model, Micros now,
+                            std::vector<Request>* drained) {
+  const size_t first = drained->size();
+  Request r;
+  while (models_[model].queue->Pop(now, &r)) drained->push_back(r);
+  NotServed(first, now, drained);
+}
+
+void Dispatcher::NotServed(size_t first, Micros now,
+                           std::vector<Request>* requests) {
+  for (size_t i = first; i < requests->size(); ++i) {
+    const Request& r = (*requests)[i];
     admission_.OnDequeued(r);
     admission_.OnNotServed(r, now);
     AddWork(models_[r.model], r.tenant, -1);

@@ -80,6 +80,9 @@ class Dispatcher {
 
   absl::StatusOr<ModelId> AddDeployment(const DeploymentSpec& spec);
   absl::StatusOr<TenantId> AddTenant(const TenantSpec& spec, Micros now = 0);
+  // New weight and limits for an existing tenant (validated like AddTenant).
+  absl::Status UpdateTenant(TenantId tenant, const TenantSpec& spec,
+                            Micros now);
   int num_deployments() const { return static_cast<int>(models_.size()); }
   int num_tenants() const { return num_tenants_; }
 
@@ -117,6 +120,9 @@ class Dispatcher {
 
   // Removes queued requests past their class timeout (reason queue_timeout).
   void Expire(Micros now, std::vector<Request>* timed_out);
+  // Removes every request queued for `model` (its deployment is going
+  // away), in queue order, accounted like a timeout.
+  void DrainQueue(ModelId model, Micros now, std::vector<Request>* drained);
   // Earliest queue timeout (kNever if none).
   Micros NextTimeout() const;
 
@@ -153,6 +159,8 @@ class Dispatcher {
   };
   int FindReplica(const Model& m, ReplicaId id) const;
   void MarkDirty(ModelId model);
+  // Admission accounting for requests[first..] leaving the queue unserved.
+  void NotServed(size_t first, Micros now, std::vector<Request>* requests);
   QueueOutlook Outlook(const Model& m, const Request& r, Micros now) const;
   void NoteCompletion(Model& m, const Request& r, Micros now);
   void AddWork(Model& m, TenantId t, int delta);

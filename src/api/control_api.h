@@ -1,0 +1,29 @@
+// ControlApi: the REST control plane under /api/v1 (docs/control-api.md),
+// a thin JSON layer over the Controller. Admin keys may call everything;
+// a tenant key may read the deployments it may use and its own tenant.
+// Thread-safe (the Controller serializes).
+#ifndef GPUSCHED_API_CONTROL_API_H_
+#define GPUSCHED_API_CONTROL_API_H_
+
+#include <memory>
+
+#include "api/controller.h"
+#include "api/http_server.h"
+
+namespace gpusched::api {
+
+class ControlApi {
+ public:
+  explicit ControlApi(Controller* controller) : controller_(controller) {}
+
+  // True when `request` is a control request (its path starts with
+  // /api/v1) and was answered.
+  bool Handle(HttpRequest& request, std::shared_ptr<Responder>& responder);
+
+ private:
+  Controller* controller_;
+};
+
+}  // namespace gpusched::api
+
+#endif  // GPUSCHED_API_CONTROL_API_H_

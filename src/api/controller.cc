@@ -1,0 +1,1426 @@
+#include "api/controller.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "boost/asio.hpp"
+#include "common/status.h"
+#include "inventory/gpu_catalog.h"
+#include "placement/pod_request.h"
+#include "placement/registry.h"
+
+namespace gpusched::api {
+
+using nlohmann::json;
+
+namespace {
+
+Micros SteadyNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Micros WallNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Iso(Micros wall) {
+  const time_t secs = static_cast<time_t>(wall / kMicrosPerSecond);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return absl::StrFormat("%s.%06dZ", buf, wall % kMicrosPerSecond);
+}
+
+// A port nothing listens on right now (the engine binds it next).
+absl::StatusOr<int> FreePort() {
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::acceptor a(ioc);
+  boost::system::error_code ec;
+  a.open(boost::asio::ip::tcp::v4(), ec);
+  if (!ec) a.bind({boost::asio::ip::make_address("127.0.0.1"), 0}, ec);
+  if (ec) return absl::UnavailableError("no free port: " + ec.message());
+  return a.local_endpoint().port();
+}
+
+inventory::ResourceRequest ToRequest(const config::ResourceSpec& r) {
+  inventory::ResourceRequest q;
+  if (r.kind == "whole") {
+    q.kind = inventory::GpuKind::kWhole;
+    q.gpus = r.gpus;
+  } else if (r.kind == "fraction") {
+    q.kind = inventory::GpuKind::kFraction;
+    q.gpu_milli = r.milli;
+    q.gpu_memory_mib = r.gpu_memory_mib;
+  } else if (r.kind == "mig") {
+    q.kind = inventory::GpuKind::kMig;
+    q.mig_profile = r.mig_profile;
+  }
+  q.cpu_milli = r.cpu_milli;
+  q.memory_mib = r.memory_mib;
+  q.gpu_models = r.gpu_models;
+  q.topology = r.nvlink == "required"    ? inventory::Topology::kRequired
+               : r.nvlink == "preferred" ? inventory::Topology::kPreferred
+                                         : inventory::Topology::kAny;
+  return q;
+}
+
+GatewayDeployment ToGateway(const config::DeploymentSpec& s,
+                            const std::vector<std::string>& classes) {
+  GatewayDeployment g;
+  g.spec.name = s.name;
+  g.spec.router = s.router;
+  g.spec.max_queue_size = s.max_queue_size;
+  serving::QueueOrder order = serving::QueueOrder::kFair;
+  (void)serving::ParseQueueOrder(s.queue_order, &order);
+  for (const std::string& c : classes) {
+    g.spec.queue.classes.push_back({c, order, g.queue_timeout});
+  }
+  g.max_ongoing_requests = s.max_ongoing_requests;
+  g.kv_budget_tokens = s.kv_budget_tokens;
+  return g;
+}
+
+// What a replica is launched from: a change means new replicas.
+std::string TemplateKey(const config::DeploymentSpec& s) {
+  config::Manifest m;
+  m.deployment = s;
+  const json spec = config::ToJson(m)["spec"];
+  json key = json::object();
+  for (const char* k : {"model", "engine", "resources"}) {
+    if (spec.contains(k)) key[k] = spec[k];
+  }
+  return key.dump();
+}
+
+std::string TailLines(const std::string& path, int lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff want = std::min<std::streamoff>(size, 1 << 20);
+  in.seekg(size - want);
+  std::string text(static_cast<size_t>(want), '\0');
+  in.read(text.data(), want);
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  int seen = 0;
+  while (pos > 0) {
+    if (text[pos - 1] == '\n' && ++seen == lines) break;
+    --pos;
+  }
+  return text.substr(pos);
+}
+
+}  // namespace
+
+const char* Controller::StateName(State s) {
+  switch (s) {
+    case State::kPending:
+      return "pending";
+    case State::kStarting:
+      return "starting";
+    case State::kReady:
+      return "ready";
+    case State::kUnhealthy:
+      return "unhealthy";
+    case State::kBackoff:
+      return "backoff";
+    case State::kDraining:
+      return "draining";
+    case State::kExternal:
+      return "external";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
+    ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
+    Gateway* gateway) {
+  std::unique_ptr<Controller> c(new Controller());
+  c->options_ = std::move(options);
+  c->cluster_ = std::move(cluster);
+  c->store_ = store;
+  c->gateway_ = gateway;
+  for (const inventory::NodeSpec& n : c->cluster_.nodes) {
+    auto id = c->cluster_state_.AddNode(n);
+    if (!id.ok()) return id.status();
+  }
+  auto policy =
+      placement::NewPolicy(c->options_.placement_policy, placement::PolicyOptions{});
+  if (!policy.ok()) return policy.status();
+  c->scheduler_ = std::make_unique<placement::Scheduler>(
+      &c->cluster_state_, *std::move(policy), /*seed=*/1);
+  runtime::UpstreamOptions probe;
+  probe.connect_timeout = std::chrono::milliseconds(500);
+  probe.first_byte_timeout = std::chrono::milliseconds(5000);
+  probe.idle_timeout = std::chrono::milliseconds(5000);
+  probe.max_idle_per_endpoint = 2;
+  c->probe_ = std::make_unique<runtime::UpstreamClient>(probe);
+  return c;
+}
+
+Controller::~Controller() {
+  Stop();
+  probe_.reset();  // no probe callback runs after this
+}
+
+// --- Events and the store ---------------------------------------------------
+
+void Controller::Event(const std::string& kind, const std::string& deployment,
+                       const std::string& message, json details) {
+  runtime::Event e;
+  e.time = WallNow();
+  e.kind = kind;
+  e.deployment = deployment;
+  e.message = message;
+  e.details = details.is_null() ? json::object() : std::move(details);
+  RecordEvent(std::move(e));
+}
+
+void Controller::RecordEvent(runtime::Event e) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  auto id = store_->AppendEvent(e);
+  if (!id.ok()) {
+    std::fprintf(stderr, "gpusched: event not stored: %s\n",
+                 std::string(id.status().message()).c_str());
+    return;
+  }
+  // Bounded retention: the newest 100,000 events.
+  if (*id % 1000 == 0) (void)store_->PruneEvents(100000, INT64_MIN);
+}
+
+absl::StatusOr<runtime::KeyInfo> Controller::Authenticate(
+    std::string_view secret) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  auto it = key_cache_.find(absl::string_view(secret.data(), secret.size()));
+  if (it != key_cache_.end()) return it->second;
+  auto info = store_->AuthenticateKey(secret);
+  if (info.ok()) {
+    if (key_cache_.size() >= 10000) key_cache_.clear();
+    key_cache_.emplace(std::string(secret), *info);
+  }
+  return info;
+}
+
+absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
+    const std::string& tenant, const std::string& name, bool admin) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  return store_->CreateApiKey(tenant, name, WallNow(), admin);
+}
+
+absl::Status Controller::EnsureKey(std::string_view secret,
+                                   const std::string& tenant, bool admin) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  return store_->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve",
+                           admin, WallNow())
+      .status();
+}
+
+absl::Status Controller::RevokeKey(const std::string& key_id) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  key_cache_.clear();
+  return store_->RevokeApiKey(key_id, WallNow());
+}
+
+absl::StatusOr<std::vector<runtime::KeyInfo>> Controller::ListKeys(
+    const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  return store_->ListApiKeys(tenant);
+}
+
+absl::StatusOr<std::vector<runtime::Event>> Controller::Events(
+    const runtime::EventFilter& filter) {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  return store_->QueryEvents(filter);
+}
+
+// --- Start and stop ---------------------------------------------------------
+
+std::string Controller::PidFile(const std::string& replica) const {
+  return absl::StrCat(options_.log_dir, "/", replica, ".pid");
+}
+
+void Controller::KillOrphans() {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options_.log_dir, ec)) return;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(options_.log_dir, ec)) {
+    if (entry.path().extension() != ".pid") continue;
+    std::ifstream in(entry.path());
+    pid_t pid = 0;
+    std::string argv0;
+    in >> pid;
+    in.ignore(1);
+    std::getline(in, argv0);
+    std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string running;
+    std::getline(cmd, running, '\0');
+    if (pid > 1 && !argv0.empty() && running == argv0) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      Event("replica.orphan_killed", "",
+            absl::StrCat("killed engine pid ", pid, " (",
+                         entry.path().stem().string(),
+                         ") left running by a previous gpusched"));
+    }
+    std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+absl::Status Controller::Start() {
+  KillOrphans();
+  std::vector<runtime::Document> deployments, tenants;
+  {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    ASSIGN_OR_RETURN(tenants, store_->ListTenants());
+    ASSIGN_OR_RETURN(deployments, store_->ListDeployments());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [docs, what] :
+       {std::pair{&tenants, "tenant"}, std::pair{&deployments, "deployment"}}) {
+    for (const runtime::Document& doc : *docs) {
+      json j = json::parse(doc.manifest_json, nullptr, false);
+      auto m = config::ManifestFromJson(
+          j, absl::StrCat("stored ", what, " ", doc.name));
+      ApplyResult result;
+      absl::Status st =
+          !m.ok() ? m.status()
+          : m->kind == config::Manifest::Kind::kTenant
+              ? ApplyTenant(m->tenant, &result, /*persist=*/false)
+              : ApplyDeployment(m->deployment, &result, /*persist=*/false);
+      if (!st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat("restoring ", what, " '", doc.name,
+                                         "': ", st.message()));
+      }
+      if (what == std::string("tenant")) {
+        tenants_[doc.name].generation = doc.generation;
+        tenants_[doc.name].created = doc.created;
+        tenants_[doc.name].updated = doc.updated;
+      } else {
+        deployments_[doc.name].generation = doc.generation;
+        deployments_[doc.name].created = doc.created;
+        deployments_[doc.name].updated = doc.updated;
+      }
+    }
+  }
+  Event("server.started", "",
+        absl::StrCat("restored ", deployments.size(), " deployments and ",
+                     tenants.size(), " tenants; ", cluster_.nodes.size(),
+                     " nodes (", cluster_.source, ")"));
+  loop_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Controller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (loop_.joinable()) loop_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  const Micros now = SteadyNow();
+  for (auto& [name, d] : deployments_) {
+    for (auto& r : d.replicas) {
+      if (r->pid != 0) (void)launcher_.Stop(r->pid, options_.stop_grace, now);
+    }
+  }
+  const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
+  while (launcher_.size() > 0 && SteadyNow() < deadline) {
+    launcher_.Poll();
+    launcher_.Tick(SteadyNow());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& [name, d] : deployments_) {
+    for (auto& r : d.replicas) {
+      std::error_code ec;
+      std::filesystem::remove(PidFile(r->name), ec);
+    }
+  }
+}
+
+void Controller::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Controller::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    Reconcile(SteadyNow());
+    wake_.wait_for(lock, std::chrono::microseconds(options_.tick),
+                   [this] { return dirty_ || stopping_; });
+    dirty_ = false;
+    lock.unlock();
+    gateway_->Tick();
+    lock.lock();
+  }
+}
+
+// --- Apply ------------------------------------------------------------------
+
+void Controller::CheckRuntime(const config::DeploymentSpec& d,
+                              const std::string& where,
+                              std::vector<std::string>* problems) {
+  auto tmpl = runtime::FindTemplate(d.engine);
+  if (!tmpl.ok()) {
+    problems->push_back(absl::StrCat(where, ": spec.engine.template: ",
+                                     tmpl.status().message()));
+  } else if (tmpl->argv.empty() && d.args.empty() && d.endpoints.empty()) {
+    problems->push_back(absl::StrCat(
+        where,
+        ": spec.engine.args: the 'command' template needs the command line "
+        "in args"));
+  }
+  const inventory::GpuCatalog& catalog = inventory::GpuCatalog::Builtin();
+  for (const std::string& m : d.resources.gpu_models) {
+    if (catalog.Find(m) == nullptr) {
+      problems->push_back(absl::StrCat(
+          where, ": spec.resources.gpuModels: unknown GPU model '", m, "'"));
+    }
+  }
+  if (d.resources.kind == "mig") {
+    bool known = false;
+    for (const inventory::GpuModelSpec& g : catalog.models()) {
+      for (const inventory::MigProfile& p : g.mig_profiles) {
+        known = known || p.name == d.resources.mig_profile;
+      }
+    }
+    if (!known) {
+      problems->push_back(
+          absl::StrCat(where, ": spec.resources.mig: unknown MIG profile '",
+                       d.resources.mig_profile, "'"));
+    }
+  }
+  if (d.resources.kind != "none" && d.endpoints.empty()) {
+    auto pod = placement::CompilePodRequest(ToRequest(d.resources),
+                                            cluster_state_);
+    if (!pod.ok()) {
+      problems->push_back(
+          absl::StrCat(where, ": spec.resources: ", pod.status().message()));
+    }
+  }
+}
+
+absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
+    const std::vector<config::Manifest>& manifests) {
+  std::vector<std::string> problems;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const config::Manifest& m : manifests) {
+    const std::string where =
+        absl::StrCat(m.kind == config::Manifest::Kind::kDeployment
+                         ? "Deployment/"
+                         : "Tenant/",
+                     m.name());
+    if (m.kind == config::Manifest::Kind::kDeployment) {
+      CheckRuntime(m.deployment, where, &problems);
+      auto it = deployments_.find(m.name());
+      if (it != deployments_.end() && it->second.deleting) {
+        problems.push_back(absl::StrCat(
+            where, ": is being deleted; apply it again once it is gone"));
+      }
+    }
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+  }
+  std::vector<ApplyResult> results;
+  // Tenants first, so a deployment's tenants are known when it starts.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const config::Manifest& m : manifests) {
+      const bool tenant = m.kind == config::Manifest::Kind::kTenant;
+      if (tenant != (pass == 0)) continue;
+      ApplyResult r;
+      RETURN_IF_ERROR(tenant ? ApplyTenant(m.tenant, &r, true)
+                             : ApplyDeployment(m.deployment, &r, true));
+      results.push_back(r);
+    }
+  }
+  dirty_ = true;
+  wake_.notify_all();
+  return results;
+}
+
+absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
+                                         ApplyResult* result, bool persist) {
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kDeployment;
+  m.deployment = spec;
+  if (m.deployment.model.empty()) m.deployment.model = spec.name;
+  const json canonical = config::ToJson(m);
+  result->kind = "Deployment";
+  result->name = spec.name;
+  auto it = deployments_.find(spec.name);
+  const bool exists = it != deployments_.end();
+  if (exists && it->second.manifest == canonical) {
+    result->action = "unchanged";
+    return absl::OkStatus();
+  }
+  result->action = exists ? "configured" : "created";
+  const int64_t generation = exists ? it->second.generation + 1 : 1;
+  const Micros wall = WallNow();
+  if (persist) {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    RETURN_IF_ERROR(
+        store_->PutDeployment(spec.name, canonical.dump(), generation, wall));
+  }
+  ASSIGN_OR_RETURN(runtime::EngineTemplate engine,
+                   runtime::FindTemplate(spec.engine));
+  engine.extra_args = spec.args;
+  for (const auto& [k, v] : spec.env) engine.env[k] = v;
+  RETURN_IF_ERROR(
+      gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
+  Deployment& d = deployments_[spec.name];
+  d.spec = m.deployment;
+  d.manifest = canonical;
+  d.generation = generation;
+  if (!exists) d.created = wall;
+  d.updated = wall;
+  d.engine = std::move(engine);
+  d.template_key = TemplateKey(m.deployment);
+  if (persist) {
+    Event(exists ? "deployment.configured" : "deployment.created", spec.name,
+          absl::StrCat("deployment ", spec.name, " ", result->action,
+                       " (generation ", generation, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
+                                     ApplyResult* result, bool persist) {
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kTenant;
+  m.tenant = spec;
+  const json canonical = config::ToJson(m);
+  result->kind = "Tenant";
+  result->name = spec.name;
+  auto it = tenants_.find(spec.name);
+  const bool exists = it != tenants_.end();
+  if (exists && it->second.manifest == canonical) {
+    result->action = "unchanged";
+    return absl::OkStatus();
+  }
+  result->action = exists ? "configured" : "created";
+  const int64_t generation = exists ? it->second.generation + 1 : 1;
+  const Micros wall = WallNow();
+  GatewayTenant gt;
+  gt.spec.name = spec.name;
+  gt.spec.weight = spec.weight;
+  gt.spec.limits = spec.limits;
+  gt.priority = spec.priority_class;
+  gt.models = spec.models;
+  {
+    // Validate in the dispatcher before anything is stored.
+    serving::Dispatcher check(1);
+    RETURN_IF_ERROR(check.AddTenant(gt.spec).status());
+  }
+  if (persist) {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    RETURN_IF_ERROR(
+        store_->PutTenant(spec.name, canonical.dump(), generation, wall));
+  }
+  RETURN_IF_ERROR(gateway_->UpsertTenant(gt));
+  Tenant& t = tenants_[spec.name];
+  t.spec = spec;
+  t.manifest = canonical;
+  t.generation = generation;
+  if (!exists) t.created = wall;
+  t.updated = wall;
+  if (persist) {
+    RecordEvent({0, wall, "tenant.applied", "", spec.name,
+                 absl::StrCat("tenant ", spec.name, " ", result->action),
+                 json::object()});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
+                                               const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ApplyResult result{kind == config::Manifest::Kind::kTenant ? "Tenant"
+                                                             : "Deployment",
+                     name, "deleted"};
+  if (kind == config::Manifest::Kind::kTenant) {
+    if (!tenants_.count(name)) {
+      return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
+    }
+    {
+      std::lock_guard<std::mutex> slock(store_mu_);
+      RETURN_IF_ERROR(store_->DeleteTenant(name));
+      key_cache_.clear();
+    }
+    gateway_->RemoveTenant(name);
+    tenants_.erase(name);
+    RecordEvent({0, WallNow(), "tenant.deleted", "", name,
+                 absl::StrCat("tenant ", name, " deleted with its keys"),
+                 json::object()});
+    return result;
+  }
+  auto it = deployments_.find(name);
+  if (it == deployments_.end() || it->second.deleting) {
+    return absl::NotFoundError(
+        absl::StrCat("deployment '", name, "' not found"));
+  }
+  {
+    std::lock_guard<std::mutex> slock(store_mu_);
+    RETURN_IF_ERROR(store_->DeleteDeployment(name));
+  }
+  gateway_->RemoveDeployment(name);
+  it->second.deleting = true;
+  it->second.delete_deadline = SteadyNow() + options_.drain_grace;
+  Event("deployment.deleted", name,
+        absl::StrCat("deployment ", name,
+                     " deleted: queued requests are served, then its "
+                     "replicas drain and stop"));
+  dirty_ = true;
+  wake_.notify_all();
+  return result;
+}
+
+absl::Status Controller::Scale(const std::string& name, int replicas) {
+  config::DeploymentSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = deployments_.find(name);
+    if (it == deployments_.end() || it->second.deleting) {
+      return absl::NotFoundError(
+          absl::StrCat("deployment '", name, "' not found"));
+    }
+    spec = it->second.spec;
+  }
+  if (!spec.endpoints.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "deployment '", name, "' attaches to endpoints; it has no replicas "
+        "to scale"));
+  }
+  if (replicas < spec.min_replicas || replicas > spec.max_replicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas must be within the deployment's min..max (",
+        spec.min_replicas, "..", spec.max_replicas, "), got ", replicas));
+  }
+  spec.replicas = replicas;
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kDeployment;
+  m.deployment = spec;
+  RETURN_IF_ERROR(Apply({m}).status());
+  Event("deployment.scaled", name,
+        absl::StrCat("deployment ", name, " scaled to ", replicas,
+                     " replicas"),
+        json{{"replicas", replicas}});
+  return absl::OkStatus();
+}
+
+// --- Reconcile --------------------------------------------------------------
+
+void Controller::Reconcile(Micros now) {
+  HandleExits(now);
+  launcher_.Tick(now);
+  for (auto it = deployments_.begin(); it != deployments_.end();) {
+    Deployment& d = it->second;
+    ReconcileDeployment(d, now);
+    if (d.deleting && d.replicas.empty()) {
+      gateway_->SetReplicas(it->first, {});
+      it = deployments_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Controller::HandleExits(Micros now) {
+  for (const runtime::ExitEvent& ev : launcher_.Poll()) {
+    for (auto& [name, d] : deployments_) {
+      for (auto& r : d.replicas) {
+        if (r->pid != ev.id) continue;
+        std::error_code ec;
+        std::filesystem::remove(PidFile(r->name), ec);
+        const std::string how =
+            ev.signaled ? absl::StrCat("signal ", ev.signal)
+                        : absl::StrCat("exit code ", ev.exit_code);
+        r->pid = 0;
+        r->probing = false;
+        if (r->remove_on_exit) {
+          Event("replica.stopped", name,
+                absl::StrCat(r->name, " stopped (", how, ")"));
+          r->state = State::kDraining;
+          r->stop_sent = true;
+          continue;
+        }
+        r->backoff.OnExit(now);
+        r->next_start = r->backoff.NextStart(now);
+        r->state = State::kBackoff;
+        ++r->restarts;
+        r->message = absl::StrCat(
+            "engine exited (", how, "); restarting in ",
+            absl::StrFormat("%.1f", (r->next_start - now) / 1e6), " s; see ",
+            options_.log_dir, "/", r->name, ".err");
+        Event("replica.exited", name, absl::StrCat(r->name, ": ", r->message),
+              json{{"replica", r->name},
+                   {"signaled", ev.signaled},
+                   {"exit_code", ev.exit_code},
+                   {"signal", ev.signal},
+                   {"restarts", r->restarts}});
+      }
+    }
+  }
+}
+
+void Controller::Release(Replica& r) {
+  if (r.placed) cluster_state_.Forget(r.name);
+  r.placed = false;
+}
+
+void Controller::ReconcileDeployment(Deployment& d, Micros now) {
+  auto& reps = d.replicas;
+  if (!d.spec.endpoints.empty()) {
+    // Attached engines: one "replica" per endpoint, probed, never launched.
+    std::vector<std::unique_ptr<Replica>> next;
+    for (size_t i = 0; i < d.spec.endpoints.size() && !d.deleting; ++i) {
+      const runtime::Endpoint ep{d.spec.endpoints[i].host,
+                                 static_cast<uint16_t>(d.spec.endpoints[i].port)};
+      std::unique_ptr<Replica> r;
+      for (auto& old : reps) {
+        if (old && old->state == State::kExternal &&
+            EndpointKey(old->endpoint) == EndpointKey(ep)) {
+          r = std::move(old);
+        }
+      }
+      if (!r) {
+        r = std::make_unique<Replica>();
+        r->name = absl::StrCat(d.spec.name, "-ext-", i);
+        r->state = State::kExternal;
+        r->endpoint = ep;
+      }
+      next.push_back(std::move(r));
+    }
+    // Launched replicas of an earlier version of the deployment drain.
+    for (auto& old : reps) {
+      if (old && old->state != State::kExternal) next.push_back(std::move(old));
+    }
+    reps = std::move(next);
+  }
+  // How many replicas of the current version should run.
+  int desired = d.spec.endpoints.empty() ? d.spec.replicas : 0;
+  if (d.deleting) {
+    const bool queued = gateway_->Load(d.spec.name).queued > 0;
+    desired = queued && now < d.delete_deadline ? -1 : 0;  // -1: keep all
+  }
+  std::vector<Replica*> current;
+  int ready_current = 0;
+  std::set<int> used;
+  for (auto& r : reps) {
+    if (r->state == State::kExternal) continue;
+    used.insert(r->index);
+    if (r->state == State::kDraining) continue;
+    if (r->template_key == d.template_key) {
+      current.push_back(r.get());
+      if (r->state == State::kReady) ++ready_current;
+    }
+  }
+  auto drain = [&](Replica& r, const std::string& why) {
+    r.state = State::kDraining;
+    r.remove_on_exit = true;
+    r.drain_deadline = now + options_.drain_grace;
+    Event("replica.draining", d.spec.name,
+          absl::StrCat(r.name, " draining: ", why));
+  };
+  if (desired >= 0) {
+    while (static_cast<int>(current.size()) < desired) {
+      int index = 0;
+      while (used.count(index)) ++index;
+      used.insert(index);
+      auto r = std::make_unique<Replica>();
+      r->name = absl::StrCat(d.spec.name, "-", index);
+      r->index = index;
+      r->template_key = d.template_key;
+      r->backoff = runtime::RestartBackoff(options_.backoff);
+      current.push_back(r.get());
+      reps.push_back(std::move(r));
+    }
+    // Extra replicas drain, the least ready and highest index first.
+    std::sort(current.begin(), current.end(), [](Replica* a, Replica* b) {
+      const bool ra = a->state == State::kReady, rb = b->state == State::kReady;
+      return ra != rb ? ra : a->index < b->index;
+    });
+    while (static_cast<int>(current.size()) > desired) {
+      drain(*current.back(), d.deleting ? "deployment deleted" : "scaled down");
+      current.pop_back();
+    }
+    // Older versions drain once the new ones are ready (or at once when
+    // they serve nothing anyway).
+    for (auto& r : reps) {
+      if (r->state == State::kExternal || r->state == State::kDraining ||
+          r->template_key == d.template_key) {
+        continue;
+      }
+      if (r->state != State::kReady || ready_current >= desired) {
+        drain(*r, "replaced by the deployment's new version");
+      }
+    }
+  }
+  for (auto& rp : reps) {
+    Replica& r = *rp;
+    switch (r.state) {
+      case State::kPending:
+      case State::kBackoff:
+        if (now >= r.next_start) Launch(d, r, now);
+        break;
+      case State::kStarting:
+        if (now - r.started > d.engine.readiness.startup_timeout) {
+          r.message = absl::StrCat(
+              "not ready after ",
+              d.engine.readiness.startup_timeout / kMicrosPerSecond,
+              " s; restarting");
+          Event("replica.unhealthy", d.spec.name,
+                absl::StrCat(r.name, ": ", r.message));
+          r.state = State::kUnhealthy;
+          (void)launcher_.Kill(r.pid);
+        } else if (!r.probing && now >= r.next_probe) {
+          Probe(d, r, now);
+        }
+        break;
+      case State::kReady:
+      case State::kExternal:
+        if (!r.probing && now >= r.next_probe) Probe(d, r, now);
+        if (!r.scraping && now >= r.next_scrape &&
+            options_.metrics_period > 0 &&
+            (r.state == State::kReady || r.external_ok)) {
+          Scrape(d, r, now);
+        }
+        break;
+      case State::kUnhealthy:
+        break;  // killed; its exit restarts it
+      case State::kDraining:
+        if (!r.stop_sent &&
+            (r.pid == 0 || gateway_->InFlightOn(r.endpoint) == 0 ||
+             now >= r.drain_deadline)) {
+          r.stop_sent = true;
+          if (r.pid != 0) (void)launcher_.Stop(r.pid, options_.stop_grace, now);
+        }
+        break;
+    }
+  }
+  // Stopped replicas are forgotten and their GPUs released.
+  std::erase_if(reps, [&](const std::unique_ptr<Replica>& r) {
+    if (r->state != State::kDraining || !r->stop_sent || r->pid != 0) {
+      return false;
+    }
+    Release(*r);
+    return true;
+  });
+  PushReady(d);
+}
+
+void Controller::PushReady(Deployment& d) {
+  std::vector<runtime::Endpoint> ready;
+  std::vector<std::string> keys;
+  for (const auto& r : d.replicas) {
+    if (r->state == State::kReady ||
+        (r->state == State::kExternal && r->external_ok)) {
+      ready.push_back(r->endpoint);
+      keys.push_back(EndpointKey(r->endpoint));
+    }
+  }
+  if (keys == d.pushed) return;
+  d.pushed = keys;
+  gateway_->SetReplicas(d.spec.name, ready);
+}
+
+void Controller::Launch(Deployment& d, Replica& r, Micros now) {
+  auto fail = [&](const std::string& why) {
+    r.backoff.OnExit(now);
+    r.next_start = r.backoff.NextStart(now);
+    r.state = State::kBackoff;
+    r.message = why;
+    Event("replica.failed", d.spec.name, absl::StrCat(r.name, ": ", why));
+  };
+  if (!r.placed) {
+    if (d.spec.resources.kind == "none") {
+      r.placed = true;
+      r.allocation = {};
+    } else {
+      auto pod = placement::CompilePodRequest(
+          ToRequest(d.spec.resources), cluster_state_,
+          inventory::PodInfo{d.spec.labels.count("tenant")
+                                 ? d.spec.labels.at("tenant")
+                                 : "",
+                             500, true});
+      if (!pod.ok()) {
+        fail(std::string(pod.status().message()));
+        return;
+      }
+      placement::Decision dec = scheduler_->Place(r.name, *pod);
+      if (!dec.placed) {
+        const std::string why = dec.Summary(cluster_state_);
+        r.state = State::kPending;
+        r.next_start = now + kMicrosPerSecond;
+        if (why != r.message) {
+          r.message = why;
+          json reasons = json::object();
+          for (const auto& [reason, n] : dec.reasons) reasons[reason] = n;
+          Event("replica.unschedulable", d.spec.name,
+                absl::StrCat(r.name, ": ", why), json{{"reasons", reasons}});
+        }
+        return;
+      }
+      (void)cluster_state_.Bind(r.name);
+      r.placed = true;
+      r.allocation = dec.allocation;
+      json top = json::array();
+      for (const placement::Candidate& c : dec.top) {
+        top.push_back(
+            {{"node", cluster_state_.spec(c.node).name}, {"score", c.score}});
+      }
+      json gpus = json::array();
+      for (const inventory::GpuShare& g : dec.allocation.gpus) {
+        gpus.push_back({{"gpu", g.gpu},
+                        {"milli", g.milli},
+                        {"memoryMiB", g.memory_mib},
+                        {"mig", g.mig_profile}});
+      }
+      Event("replica.placed", d.spec.name,
+            absl::StrCat(r.name, ": ", dec.Summary(cluster_state_)),
+            json{{"node", cluster_state_.spec(dec.allocation.node).name},
+                 {"gpus", gpus},
+                 {"score", dec.score},
+                 {"top", top},
+                 {"policy", options_.placement_policy}});
+    }
+  }
+  auto port = FreePort();
+  if (!port.ok()) {
+    fail(std::string(port.status().message()));
+    return;
+  }
+  auto metrics_port = d.engine.metrics_on_separate_port
+                          ? FreePort()
+                          : absl::StatusOr<int>(0);
+  if (!metrics_port.ok()) {
+    fail(std::string(metrics_port.status().message()));
+    return;
+  }
+  // GPUs: NVML UUIDs (or MIG UUIDs) on a discovered node, indexes else.
+  std::vector<std::string> ids;
+  double memory_fraction = 0.9;
+  int tensor_parallel = 1;
+  std::optional<int> mps_threads;
+  std::optional<int64_t> mps_memory;
+  if (r.allocation.node >= 0) {
+    const inventory::NodeSpec& node = cluster_state_.spec(r.allocation.node);
+    const bool nvml = !node.simulated && r.allocation.node == 0 &&
+                      !cluster_.gpus.empty();
+    for (const inventory::GpuShare& g : r.allocation.gpus) {
+      std::string id = std::to_string(g.gpu);
+      if (nvml && g.gpu < static_cast<int>(cluster_.gpus.size())) {
+        const inventory::DiscoveredGpu& dg = cluster_.gpus[g.gpu];
+        id = dg.uuid;
+        if (!g.mig_profile.empty()) {
+          id.clear();
+          for (const auto& mi : dg.mig_instances) {
+            if (mi.profile == g.mig_profile &&
+                (mi.start < 0 || mi.start == g.mig_start)) {
+              id = mi.uuid;
+              break;
+            }
+          }
+          if (id.empty()) {
+            fail(absl::StrCat("no MIG instance ", g.mig_profile, " at slot ",
+                              g.mig_start, " on GPU ", g.gpu,
+                              "; create it with nvidia-smi mig -cgi"));
+            return;
+          }
+        }
+      }
+      ids.push_back(id);
+    }
+    if (d.spec.resources.kind == "fraction" && node.gpu_memory_mib > 0) {
+      memory_fraction = static_cast<double>(d.spec.resources.gpu_memory_mib) /
+                        static_cast<double>(node.gpu_memory_mib);
+      if (options_.mps) {
+        mps_threads = std::max(1, d.spec.resources.milli / 10);
+        mps_memory = d.spec.resources.gpu_memory_mib;
+      }
+    }
+    if (d.spec.resources.kind == "whole") tensor_parallel = d.spec.resources.gpus;
+  }
+  absl::flat_hash_map<std::string, std::string> values = {
+      {"self", options_.self_path},
+      {"model", d.spec.model.empty() ? d.spec.name : d.spec.model},
+      {"name", d.spec.name},
+      {"port", std::to_string(*port)},
+      {"metrics_port", std::to_string(*metrics_port)},
+      {"gpu_memory_fraction", absl::StrFormat("%.3f", memory_fraction)},
+      {"tensor_parallel", std::to_string(tensor_parallel)},
+      {"replica", r.name}};
+  auto argv = runtime::ExpandArgv(d.engine, values);
+  if (!argv.ok()) {
+    fail(std::string(argv.status().message()));
+    return;
+  }
+  auto env = runtime::ExpandEnv(d.engine, values);
+  if (!env.ok()) {
+    fail(std::string(env.status().message()));
+    return;
+  }
+  if (r.allocation.node >= 0) {
+    auto gpu_env = runtime::GpuEnv(ids, mps_threads, mps_memory);
+    if (!gpu_env.ok()) {
+      fail(std::string(gpu_env.status().message()));
+      return;
+    }
+    for (auto& [k, v] : *gpu_env) (*env)[k] = v;
+  }
+  runtime::ProcessSpec spec;
+  spec.name = r.name;
+  spec.argv = *argv;
+  spec.env = *env;
+  spec.log_dir = options_.log_dir;
+  auto pid = launcher_.Start(spec);
+  if (!pid.ok()) {
+    fail(std::string(pid.status().message()));
+    return;
+  }
+  {
+    std::ofstream out(PidFile(r.name), std::ios::trunc);
+    out << *pid << "\n" << spec.argv.front() << "\n";
+  }
+  r.pid = *pid;
+  r.endpoint = {"127.0.0.1", static_cast<uint16_t>(*port)};
+  r.metrics_port = static_cast<uint16_t>(*metrics_port);
+  r.state = State::kStarting;
+  r.started = now;
+  r.started_wall = WallNow();
+  r.next_probe = now + 20 * kMicrosPerMilli;
+  r.health_failures = 0;
+  r.message.clear();
+  r.backoff.OnStarted(now);
+  Event("replica.started", d.spec.name,
+        absl::StrCat(r.name, " started: pid ", *pid, ", port ", *port,
+                     ids.empty() ? ""
+                                 : absl::StrCat(", CUDA_VISIBLE_DEVICES=",
+                                                absl::StrJoin(ids, ","))),
+        json{{"replica", r.name},
+             {"pid", *pid},
+             {"port", *port},
+             {"gpus", ids},
+             {"argv", spec.argv}});
+}
+
+void Controller::Probe(Deployment& d, Replica& r, Micros now) {
+  r.probing = true;
+  const std::string deployment = d.spec.name, replica = r.name;
+  const runtime::ProcessId pid = r.pid;
+  runtime::UpstreamCallbacks cb;
+  auto status = std::make_shared<unsigned>(0);
+  cb.on_head = [status](const boost::beast::http::response_header<>& h) {
+    *status = h.result_int();
+  };
+  cb.on_data = [](std::string) {};
+  cb.on_done = [this, deployment, replica, pid, status](absl::Status st) {
+    OnProbe(deployment, replica, pid, st.ok() && *status == 200);
+  };
+  (void)now;
+  probe_->Send(r.endpoint,
+               boost::beast::http::request<boost::beast::http::string_body>{
+                   boost::beast::http::verb::get, d.engine.readiness.path, 11},
+               std::move(cb));
+}
+
+void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
+  const auto names = runtime::MetricNamesFor(d.engine.metrics_prefix);
+  r.next_scrape = now + options_.metrics_period;
+  if (!names) return;
+  r.scraping = true;
+  runtime::Endpoint at = r.endpoint;
+  if (r.metrics_port != 0) at.port = r.metrics_port;
+  const std::string deployment = d.spec.name, replica = r.name;
+  const runtime::Endpoint serving_ep = r.endpoint;
+  auto text = std::make_shared<std::string>();
+  auto status = std::make_shared<unsigned>(0);
+  runtime::UpstreamCallbacks cb;
+  cb.on_head = [status](const boost::beast::http::response_header<>& h) {
+    *status = h.result_int();
+  };
+  cb.on_data = [text](std::string data) {
+    if (text->size() < (4 << 20)) *text += data;
+  };
+  cb.on_done = [this, deployment, replica, serving_ep, text, status,
+                names = *names](absl::Status st) {
+    if (st.ok() && *status == 200) {
+      const runtime::EngineSignals s = runtime::ParseEngineSignals(*text, names);
+      serving::EngineLoad load;
+      load.running = s.running;
+      load.waiting = s.waiting;
+      load.kv_used_fraction = s.kv_used_fraction;
+      gateway_->UpdateEngineLoad(serving_ep, load);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto dit = deployments_.find(deployment);
+    if (dit == deployments_.end()) return;
+    for (auto& rp : dit->second.replicas) {
+      if (rp->name == replica) rp->scraping = false;
+    }
+  };
+  probe_->Send(at,
+               boost::beast::http::request<boost::beast::http::string_body>{
+                   boost::beast::http::verb::get, d.engine.metrics_path, 11},
+               std::move(cb));
+}
+
+void Controller::OnProbe(const std::string& deployment,
+                         const std::string& replica, runtime::ProcessId pid,
+                         bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto dit = deployments_.find(deployment);
+  if (dit == deployments_.end()) return;
+  Deployment& d = dit->second;
+  Replica* r = nullptr;
+  for (auto& rp : d.replicas) {
+    if (rp->name == replica && rp->pid == pid) r = rp.get();
+  }
+  if (r == nullptr) return;
+  r->probing = false;
+  const Micros now = SteadyNow();
+  const Micros health = options_.health_period;
+  switch (r->state) {
+    case State::kStarting:
+      if (ok) {
+        r->state = State::kReady;
+        r->next_probe = now + health;
+        Event("replica.ready", deployment,
+              absl::StrCat(r->name, " ready on ", EndpointKey(r->endpoint),
+                           " after ",
+                           absl::StrFormat("%.2f", (now - r->started) / 1e6),
+                           " s"),
+              json{{"replica", r->name},
+                   {"startup_seconds", (now - r->started) / 1e6}});
+        dirty_ = true;
+      } else {
+        r->next_probe = now + 50 * kMicrosPerMilli;
+      }
+      break;
+    case State::kReady:
+      if (ok) {
+        r->health_failures = 0;
+        r->next_probe = now + health;
+        break;
+      }
+      r->next_probe = now + std::min(health, kMicrosPerSecond);
+      if (++r->health_failures >= d.engine.readiness.failure_threshold) {
+        r->state = State::kUnhealthy;
+        r->message = absl::StrCat("failed ", r->health_failures,
+                                  " health checks in a row; restarting");
+        Event("replica.unhealthy", deployment,
+              absl::StrCat(r->name, ": ", r->message));
+        (void)launcher_.Kill(r->pid);
+        dirty_ = true;
+      }
+      break;
+    case State::kExternal:
+      if (ok != r->external_ok) {
+        Event(ok ? "replica.ready" : "replica.unhealthy", deployment,
+              absl::StrCat("endpoint ", EndpointKey(r->endpoint),
+                           ok ? " answers its health check"
+                              : " fails its health check"));
+        dirty_ = true;
+      }
+      r->external_ok = ok;
+      r->next_probe = now + (ok ? health : kMicrosPerSecond);
+      break;
+    default:
+      break;
+  }
+  if (dirty_) wake_.notify_all();
+}
+
+absl::Status Controller::WaitReady(Micros timeout) {
+  const Micros deadline = SteadyNow() + timeout;
+  while (true) {
+    std::vector<std::string> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, d] : deployments_) {
+        int ready = 0;
+        for (const auto& r : d.replicas) {
+          if (r->state == State::kReady ||
+              (r->state == State::kExternal && r->external_ok)) {
+            ++ready;
+          } else if (r->state != State::kDraining) {
+            waiting.push_back(absl::StrCat(
+                r->name, " (", StateName(r->state),
+                r->message.empty() ? "" : ": " + r->message, ")"));
+          }
+        }
+        const int want = d.spec.endpoints.empty()
+                             ? d.spec.replicas
+                             : static_cast<int>(d.spec.endpoints.size());
+        if (ready < want && waiting.empty()) {
+          waiting.push_back(absl::StrCat(name, " (", ready, "/", want,
+                                         " replicas ready)"));
+        }
+      }
+    }
+    if (waiting.empty()) return absl::OkStatus();
+    if (SteadyNow() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("not ready: ", absl::StrJoin(waiting, "; ")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// --- Views ------------------------------------------------------------------
+
+json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
+  json j = {{"name", r.name},
+            {"deployment", d.spec.name},
+            {"state", StateName(r.state)},
+            {"endpoint", r.endpoint.port ? EndpointKey(r.endpoint) : ""},
+            {"pid", r.pid},
+            {"restarts", r.restarts},
+            {"message", r.message}};
+  if (r.started_wall) j["startedAt"] = Iso(r.started_wall);
+  if (r.placed && r.allocation.node >= 0) {
+    j["node"] = cluster_state_.spec(r.allocation.node).name;
+    json gpus = json::array(), shares = json::array();
+    for (const inventory::GpuShare& g : r.allocation.gpus) {
+      gpus.push_back(g.gpu);
+      shares.push_back({{"gpu", g.gpu},
+                        {"milli", g.milli},
+                        {"memoryMiB", g.memory_mib},
+                        {"mig", g.mig_profile}});
+    }
+    j["gpus"] = gpus;
+    j["gpuShare"] = shares;
+  } else {
+    j["node"] = "";
+    j["gpus"] = json::array();
+    j["gpuShare"] = json::array();
+  }
+  return j;
+}
+
+json Controller::DeploymentJson(const Deployment& d) {
+  json j = d.manifest;
+  j["metadata"]["generation"] = d.generation;
+  j["metadata"]["created"] = Iso(d.created);
+  j["metadata"]["updated"] = Iso(d.updated);
+  const DeploymentLoad load = gateway_->Load(d.spec.name);
+  json reps = json::array();
+  int ready = 0;
+  std::string message;
+  for (const auto& r : d.replicas) {
+    reps.push_back(ReplicaJson(d, *r));
+    if (r->state == State::kReady ||
+        (r->state == State::kExternal && r->external_ok)) {
+      ++ready;
+    }
+    if (message.empty() && !r->message.empty()) message = r->message;
+  }
+  j["status"] = {{"replicas", d.replicas.size()},
+                 {"readyReplicas", ready},
+                 {"queued", load.queued},
+                 {"inFlight", load.in_flight},
+                 {"deleting", d.deleting},
+                 {"message", message},
+                 {"replicaStatus", reps}};
+  return j;
+}
+
+json Controller::DeploymentsJson(const std::string& only) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    if (only.empty() || only == name) items.push_back(DeploymentJson(d));
+  }
+  return items;
+}
+
+json Controller::TenantsJson(const std::string& only) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, t] : tenants_) {
+    if (!only.empty() && only != name) continue;
+    json j = t.manifest;
+    j["metadata"]["generation"] = t.generation;
+    j["metadata"]["created"] = Iso(t.created);
+    j["metadata"]["updated"] = Iso(t.updated);
+    items.push_back(j);
+  }
+  return items;
+}
+
+json Controller::ReplicasJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& r : d.replicas) items.push_back(ReplicaJson(d, *r));
+  }
+  return items;
+}
+
+json Controller::GpusJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    const inventory::NodeSpec& spec = cluster_state_.spec(n);
+    const inventory::NodeState& st = cluster_state_.state(n);
+    for (int g = 0; g < spec.gpu_count; ++g) {
+      json gj = {{"node", spec.name},
+                 {"index", g},
+                 {"model", spec.gpu_model},
+                 {"memoryMiB", spec.gpu_memory_mib},
+                 {"simulated", spec.simulated},
+                 {"healthy", true},
+                 {"uuid", ""},
+                 {"allocatedMilli",
+                  inventory::kMilliPerGpu - st.gpus[g].milli_free},
+                 {"allocatedMemoryMiB",
+                  spec.gpu_memory_mib - st.gpus[g].memory_free_mib}};
+      if (!spec.simulated && n == 0 &&
+          g < static_cast<int>(cluster_.gpus.size())) {
+        const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
+        gj["uuid"] = dg.uuid;
+        gj["healthy"] = dg.healthy;
+        gj["memoryUsedMiB"] = dg.memory_total_mib ? dg.memory_used_mib : 0;
+        gj["utilizationPct"] = dg.utilization_gpu_pct;
+      }
+      json holders = json::array();
+      for (const auto& [name, d] : deployments_) {
+        for (const auto& r : d.replicas) {
+          if (!r->placed || r->allocation.node != n) continue;
+          for (const inventory::GpuShare& s : r->allocation.gpus) {
+            if (s.gpu != g) continue;
+            holders.push_back({{"name", r->name},
+                               {"deployment", name},
+                               {"milli", s.milli},
+                               {"memoryMiB", s.memory_mib},
+                               {"mig", s.mig_profile}});
+          }
+        }
+      }
+      gj["replicas"] = holders;
+      items.push_back(gj);
+    }
+  }
+  return items;
+}
+
+json Controller::NodesJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    const inventory::NodeSpec& spec = cluster_state_.spec(n);
+    const inventory::NodeState& st = cluster_state_.state(n);
+    int64_t allocated = 0;
+    for (const inventory::GpuState& g : st.gpus) {
+      allocated += inventory::kMilliPerGpu - g.milli_free;
+    }
+    items.push_back({{"name", spec.name},
+                     {"simulated", spec.simulated},
+                     {"gpus", spec.gpu_count},
+                     {"gpuModel", spec.gpu_model},
+                     {"cpuMilli", spec.cpu_milli},
+                     {"memoryMiB", spec.memory_mib},
+                     {"allocatedGpuMilli", allocated},
+                     {"cpuFreeMilli", st.cpu_free},
+                     {"memoryFreeMiB", st.memory_free_mib}});
+  }
+  return items;
+}
+
+json Controller::QueuesJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    const DeploymentLoad load = gateway_->Load(name);
+    items.push_back({{"deployment", name},
+                     {"queued", load.queued},
+                     {"inFlight", load.in_flight},
+                     {"replicasReady", load.replicas}});
+  }
+  return items;
+}
+
+bool Controller::HasDeployment(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = deployments_.find(name);
+  return it != deployments_.end() && !it->second.deleting;
+}
+
+bool Controller::HasTenant(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tenants_.count(name) > 0;
+}
+
+std::vector<std::string> Controller::TenantModels(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  auto t = tenants_.find(tenant);
+  if (t == tenants_.end()) return out;
+  for (const auto& [name, d] : deployments_) {
+    const auto& models = t->second.spec.models;
+    if (!d.deleting &&
+        (models.empty() ||
+         std::find(models.begin(), models.end(), name) != models.end())) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
+                                             const std::string& replica,
+                                             const std::string& stream,
+                                             int lines) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = deployments_.find(deployment);
+    if (it == deployments_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("deployment '", deployment, "' not found"));
+    }
+    std::vector<std::string> names;
+    for (const auto& r : it->second.replicas) {
+      if (r->state == State::kExternal) continue;
+      names.push_back(r->name);
+      if (replica.empty() ? name.empty() : r->name == replica) name = r->name;
+    }
+    if (name.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "replica '", replica, "' not found; replicas of ", deployment, ": ",
+          names.empty() ? "none" : absl::StrJoin(names, ", ")));
+    }
+  }
+  if (stream != "stdout" && stream != "stderr") {
+    return absl::InvalidArgumentError("stream must be stdout or stderr");
+  }
+  return TailLines(absl::StrCat(options_.log_dir, "/", name,
+                                stream == "stdout" ? ".out" : ".err"),
+                   lines);
+}
+
+}  // namespace gpusched::api

@@ -1,0 +1,241 @@
+// Controller: the control plane of `gpusched serve`. It owns the desired
+// state (deployments and tenants, persisted in the Store), places each
+// replica on the cluster's GPUs with the placement scheduler (the policy
+// the simulator measures), launches its engine with those GPUs
+// (CUDA_VISIBLE_DEVICES, the engine's memory flag, MPS limits when MPS
+// runs), probes readiness and health, restarts crashed or hung engines with
+// backoff, rolls replicas when a deployment's engine or resources change,
+// drains replicas before stopping them, and keeps the Gateway's view of
+// ready replicas and tenants current. Every decision is an event in the
+// Store's log.
+//
+// After a restart (even `kill -9`), Start() brings back every stored
+// deployment and tenant, kills engines the previous run left behind (their
+// pid files under log_dir) and starts replicas again.
+//
+// Threads: a loop thread reconciles every `tick` (and at once after a
+// change); the API calls come from HTTP threads. One mutex guards the
+// controller's state; the Store has its own (lock order: state, store).
+#ifndef GPUSCHED_API_CONTROLLER_H_
+#define GPUSCHED_API_CONTROLLER_H_
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "api/gateway.h"
+#include "config/manifest.h"
+#include "inventory/cluster_state.h"
+#include "inventory/nvml.h"
+#include "nlohmann/json.hpp"
+#include "placement/scheduler.h"
+#include "runtime/engine_metrics.h"
+#include "runtime/engine_template.h"
+#include "runtime/launcher.h"
+#include "runtime/store.h"
+#include "runtime/upstream.h"
+
+namespace gpusched::api {
+
+struct ControllerOptions {
+  std::string log_dir = "gpusched-logs";
+  std::string self_path;  // this binary, for the reference engine template
+  std::string placement_policy = "fillfrag";
+  std::vector<std::string> classes = {"critical", "standard", "batch",
+                                      "sheddable"};
+  Micros tick = 50 * kMicrosPerMilli;
+  Micros health_period = 5 * kMicrosPerSecond;
+  // How often engine metrics are read for the routers (0: never).
+  Micros metrics_period = 500 * kMicrosPerMilli;
+  // How long a draining replica's in-flight requests may take, and then
+  // how long its engine has between SIGTERM and SIGKILL.
+  Micros drain_grace = 30 * kMicrosPerSecond;
+  Micros stop_grace = 10 * kMicrosPerSecond;
+  runtime::RestartBackoff::Options backoff;
+  bool mps = false;  // an MPS control daemon runs: set MPS limits
+};
+
+// The cluster the controller places onto.
+struct ControllerCluster {
+  std::vector<inventory::NodeSpec> nodes;
+  std::vector<inventory::DiscoveredGpu> gpus;  // NVML GPUs of node 0, if any
+  std::string source;                          // "nvml" or "declared"
+};
+
+struct ApplyResult {
+  std::string kind;  // "Deployment" | "Tenant"
+  std::string name;
+  std::string action;  // created | configured | unchanged | deleted
+};
+
+class Controller {
+ public:
+  static absl::StatusOr<std::unique_ptr<Controller>> Create(
+      ControllerOptions options, ControllerCluster cluster,
+      runtime::Store* store, Gateway* gateway);
+  ~Controller();  // Stop() if not stopped
+
+  // Loads the stored state, cleans up after a previous run and starts the
+  // loop thread.
+  absl::Status Start();
+  // Drains every replica (up to drain_grace) and stops the engines.
+  void Stop();
+
+  // Validates every manifest against what only the runtime knows (engine
+  // templates, GPU models, MIG profiles) and applies them all, or none:
+  // InvalidArgument lists every problem, one per line.
+  absl::StatusOr<std::vector<ApplyResult>> Apply(
+      const std::vector<config::Manifest>& manifests);
+  absl::StatusOr<ApplyResult> Delete(config::Manifest::Kind kind,
+                                     const std::string& name);
+  absl::Status Scale(const std::string& deployment, int replicas);
+
+  // Blocks until every replica of every deployment is ready or `timeout`
+  // passes; DeadlineExceeded names the ones that are not.
+  absl::Status WaitReady(Micros timeout);
+
+  // --- Views for the control API (JSON per docs/control-api.md) ---------
+  nlohmann::json DeploymentsJson(const std::string& only = "");
+  nlohmann::json TenantsJson(const std::string& only = "");
+  nlohmann::json ReplicasJson();
+  nlohmann::json GpusJson();
+  nlohmann::json NodesJson();
+  nlohmann::json QueuesJson();
+  bool HasDeployment(const std::string& name);
+  bool HasTenant(const std::string& name);
+  // Models (deployments) a tenant may use.
+  std::vector<std::string> TenantModels(const std::string& tenant);
+  // The last `lines` lines of a replica's engine log.
+  absl::StatusOr<std::string> Logs(const std::string& deployment,
+                                   const std::string& replica,
+                                   const std::string& stream, int lines);
+
+  // --- Keys and events (Store, serialized) --------------------------------
+  absl::StatusOr<runtime::KeyInfo> Authenticate(std::string_view secret);
+  absl::StatusOr<runtime::NewApiKey> CreateKey(const std::string& tenant,
+                                               const std::string& name,
+                                               bool admin);
+  // Registers `secret` (from a key file or the config) for `tenant` (admin
+  // when empty and `admin`), idempotently.
+  absl::Status EnsureKey(std::string_view secret, const std::string& tenant,
+                         bool admin);
+  absl::Status RevokeKey(const std::string& key_id);
+  absl::StatusOr<std::vector<runtime::KeyInfo>> ListKeys(
+      const std::string& tenant);
+  absl::StatusOr<std::vector<runtime::Event>> Events(
+      const runtime::EventFilter& filter);
+  void RecordEvent(runtime::Event e);
+
+ private:
+  enum class State {
+    kPending,
+    kStarting,
+    kReady,
+    kUnhealthy,
+    kBackoff,
+    kDraining,
+    kExternal
+  };
+  struct Replica {
+    std::string name;
+    int index = 0;
+    std::string template_key;  // what it was launched from
+    State state = State::kPending;
+    runtime::ProcessId pid = 0;
+    runtime::Endpoint endpoint;
+    bool placed = false;
+    inventory::Allocation allocation;
+    runtime::RestartBackoff backoff;
+    int restarts = 0;
+    Micros started = 0;      // steady clock
+    Micros started_wall = 0;
+    Micros next_start = 0;
+    Micros next_probe = 0;
+    Micros drain_deadline = kNever;
+    bool probing = false;
+    bool scraping = false;
+    Micros next_scrape = 0;
+    uint16_t metrics_port = 0;  // 0: the engine's port
+    bool stop_sent = false;
+    bool remove_on_exit = false;  // draining: forget it once stopped
+    bool external_ok = false;
+    int health_failures = 0;
+    std::string message;
+  };
+  struct Deployment {
+    config::DeploymentSpec spec;
+    nlohmann::json manifest;  // canonical
+    int64_t generation = 0;
+    Micros created = 0, updated = 0;  // wall
+    runtime::EngineTemplate engine;
+    std::string template_key;
+    bool deleting = false;
+    Micros delete_deadline = kNever;
+    std::vector<std::unique_ptr<Replica>> replicas;
+    std::vector<std::string> pushed;  // ready endpoints the gateway has
+  };
+  struct Tenant {
+    config::TenantSpec spec;
+    nlohmann::json manifest;
+    int64_t generation = 0;
+    Micros created = 0, updated = 0;
+  };
+
+  Controller() = default;
+  void Loop();
+  void Reconcile(Micros now);                         // mu_ held
+  void ReconcileDeployment(Deployment& d, Micros now);  // mu_ held
+  void Launch(Deployment& d, Replica& r, Micros now);   // mu_ held
+  void Probe(Deployment& d, Replica& r, Micros now);    // mu_ held
+  void Scrape(Deployment& d, Replica& r, Micros now);   // mu_ held
+  void OnProbe(const std::string& deployment, const std::string& replica,
+               runtime::ProcessId pid, bool ok);
+  void HandleExits(Micros now);  // mu_ held
+  void PushReady(Deployment& d);  // mu_ held
+  void Release(Replica& r);       // mu_ held: its GPUs go back
+  void Event(const std::string& kind, const std::string& deployment,
+             const std::string& message, nlohmann::json details = {});
+  absl::Status ApplyDeployment(const config::DeploymentSpec& spec,
+                               ApplyResult* result, bool persist);  // mu_ held
+  absl::Status ApplyTenant(const config::TenantSpec& spec, ApplyResult* result,
+                           bool persist);  // mu_ held
+  void CheckRuntime(const config::DeploymentSpec& d, const std::string& where,
+                    std::vector<std::string>* problems);
+  void KillOrphans();
+  std::string PidFile(const std::string& replica) const;
+  nlohmann::json ReplicaJson(const Deployment& d, const Replica& r) const;
+  nlohmann::json DeploymentJson(const Deployment& d);  // mu_ held
+  static const char* StateName(State s);
+  void Wake();
+
+  ControllerOptions options_;
+  ControllerCluster cluster_;
+  runtime::Store* store_ = nullptr;
+  Gateway* gateway_ = nullptr;
+
+  std::mutex mu_;  // the controller's state
+  std::condition_variable wake_;
+  bool dirty_ = false;
+  bool stopping_ = false;
+  std::map<std::string, Deployment> deployments_;
+  std::map<std::string, Tenant> tenants_;
+  inventory::ClusterState cluster_state_;
+  std::unique_ptr<placement::Scheduler> scheduler_;
+  runtime::LocalLauncher launcher_;
+  std::unique_ptr<runtime::UpstreamClient> probe_;
+  std::thread loop_;
+
+  std::mutex store_mu_;  // the Store and the key cache
+  absl::flat_hash_map<std::string, runtime::KeyInfo> key_cache_;
+};
+
+}  // namespace gpusched::api
+
+#endif  // GPUSCHED_API_CONTROLLER_H_

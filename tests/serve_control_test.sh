@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# End-to-end test of the control plane of `gpusched serve` (the real binary,
+# reference engines, 127.0.0.1, port 0): replicas placed on a declared
+# inventory's GPUs, manifests applied through /api/v1/apply (an invalid one
+# is refused whole with every problem listed), tenant keys limited to their
+# own things, scaling, an engine killed with -9 under load (no request that
+# had not started streaming fails; the engine is restarted), gpusched
+# killed with -9 and restarted (deployments and tenants applied through the
+# API come back, the old engines are cleaned up), delete, logs and events.
+# Usage: serve_control_test.sh GPUSCHED_BINARY SOURCE_DIR
+set -u
+bin="$1"
+source "$(dirname "$0")/lib.sh"
+
+jq_py() {  # python expression over the JSON on stdin, bound to j
+  python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
+}
+
+cat >"$tmp/inventory.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Inventory
+spec:
+  nodes:
+    - name: local
+      cpu: "16"
+      memory: 64Gi
+      gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
+YAML
+cat >"$tmp/serve.yaml" <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+inventory: $tmp/inventory.yaml
+gpu_discovery: declared
+health_check_period_ms: 500
+drain_grace_s: 5
+deployments:
+  - name: chat
+    engine: {template: reference, args: ["--hidden", "16"]}
+    replicas: {min: 1, max: 3}
+    resources: {fraction: {milli: 250, memory: 10Gi}}
+tenants:
+  - name: demo
+YAML
+
+start_serve() {
+  : >"$tmp/out"
+  "$bin" serve --config "$tmp/serve.yaml" >"$tmp/out" 2>>"$tmp/err" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" | head -1)
+}
+api() {  # method path [body] -> body on stdout, status in $tmp/code
+  curl -s -o "$tmp/body" -w '%{http_code}' -X "$1" "$url$2" \
+    -H "Authorization: Bearer ${KEY:-$admin}" --data-binary "${3:-}" >"$tmp/code"
+  cat "$tmp/body"
+}
+wait_for() {  # python condition over GET $1 ; timeout seconds $2
+  for _ in $(seq 1 $(($2 * 20))); do
+    if [ "$(api GET "$1" | jq_py "$3" 2>/dev/null)" = True ]; then return 0; fi
+    sleep 0.05
+  done
+  return 1
+}
+
+start_serve
+if [ -z "$url" ] || ! grep -q "all replicas ready" "$tmp/out"; then
+  fail "serve did not start: $(cat "$tmp/err")"
+  kill -9 "$pid" 2>/dev/null
+  finish serve_control
+fi
+admin=$(cat "$tmp/keys/admin.key")
+demo=$(cat "$tmp/keys/demo.key")
+
+# Placement: chat-0 holds a quarter of a declared GPU.
+api GET /api/v1/gpus >"$tmp/gpus.json"
+[ "$(jq_py 'sum(g["allocatedMilli"] for g in j["items"])' <"$tmp/gpus.json")" = 250 ] ||
+  fail "expected 250 milli allocated: $(cat "$tmp/gpus.json")"
+expect_contains "$tmp/gpus.json" '"name":"chat-0"'
+grep -q "CUDA_VISIBLE_DEVICES=" "$tmp/logs/chat-0.out" 2>/dev/null ||
+  api GET '/api/v1/events?kind=replica.started' | grep -q CUDA_VISIBLE_DEVICES ||
+  fail "replica.started event does not name the GPUs"
+
+# Apply a deployment and a tenant through the API.
+cat >"$tmp/apply.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: embed}
+spec:
+  engine: {template: reference, args: ["--hidden", "8"]}
+  resources: {fraction: {milli: 100, memory: 4Gi}}
+---
+apiVersion: gpusched.io/v1
+kind: Tenant
+metadata: {name: team2}
+spec:
+  models: [embed]
+  limits: {requestsPerMinute: 600}
+YAML
+api POST /api/v1/apply "$(cat "$tmp/apply.yaml")" >"$tmp/applied.json"
+[ "$(cat "$tmp/code")" = 200 ] || fail "apply: $(cat "$tmp/code") $(cat "$tmp/applied.json")"
+expect_contains "$tmp/applied.json" '"action":"created"'
+wait_for /api/v1/deployments/embed 20 'j["status"]["readyReplicas"] == 1' ||
+  fail "embed did not become ready: $(cat "$tmp/body")"
+# Applying the same again changes nothing.
+api POST /api/v1/apply "$(cat "$tmp/apply.yaml")" >"$tmp/again.json"
+expect_contains "$tmp/again.json" '"action":"unchanged"'
+
+# An invalid manifest is refused whole, every problem listed.
+cat >"$tmp/bad.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: ok-one}
+spec:
+  engine: {template: reference}
+---
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: broken}
+spec:
+  replicas: two
+  engine: {template: reference}
+  resources: {fraction: {milli: 5000, memory: 1Gi}}
+  colour: blue
+YAML
+api POST /api/v1/apply "$(cat "$tmp/bad.yaml")" >"$tmp/bad.json"
+[ "$(cat "$tmp/code")" = 422 ] || fail "invalid manifest: expected 422, got $(cat "$tmp/code")"
+n=$(jq_py 'len(j["error"]["problems"])' <"$tmp/bad.json")
+[ "${n:-0}" -ge 3 ] || fail "expected >= 3 problems: $(cat "$tmp/bad.json")"
+api GET /api/v1/deployments/ok-one >/dev/null
+[ "$(cat "$tmp/code")" = 404 ] || fail "a refused apply changed something"
+printf 'apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {engine: {template: vlm}}\n' >"$tmp/bad2.yaml"
+api POST /api/v1/apply "$(cat "$tmp/bad2.yaml")" >"$tmp/bad2.json"
+[ "$(cat "$tmp/code")" = 422 ] || fail "unknown template: expected 422"
+expect_contains "$tmp/bad2.json" "vlm"
+
+# Tenant keys: own things only.
+KEY=$demo api GET /api/v1/gpus >/dev/null
+[ "$(cat "$tmp/code")" = 403 ] || fail "tenant key on /gpus: expected 403"
+KEY=$demo api GET /api/v1/deployments >"$tmp/mine.json"
+[ "$(cat "$tmp/code")" = 200 ] || fail "tenant key on /deployments: $(cat "$tmp/code")"
+api GET /api/v1/tenants/team2/keys >/dev/null
+team2=$(api POST /api/v1/tenants/team2/keys '{"name":"t"}' | jq_py 'j["secret"]')
+code=$(curl -s -o "$tmp/x" -w '%{http_code}' "$url/v1/embeddings" -H "Authorization: Bearer $team2" \
+  -d '{"model":"chat","input":"hi"}')
+[ "$code" = 404 ] || fail "team2 may not use chat: got $code"
+code=$(curl -s -o "$tmp/x" -w '%{http_code}' "$url/v1/embeddings" -H "Authorization: Bearer $team2" \
+  -d '{"model":"embed","input":"hi"}')
+[ "$code" = 200 ] || fail "team2 embeddings: $code $(cat "$tmp/x")"
+code=$(curl -s -o "$tmp/x" -w '%{http_code}' "$url/v2/models/embed/infer" -H "Authorization: Bearer $team2" \
+  -d '{"inputs":[{"name":"text","datatype":"BYTES","shape":[1],"data":["hi"]}]}')
+[ "$code" = 200 ] || fail "team2 KServe infer: $code $(cat "$tmp/x")"
+
+# Scale chat to 2 replicas.
+api POST /api/v1/deployments/chat/scale '{"replicas": 2}' >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "scale: $(cat "$tmp/code") $(cat "$tmp/body")"
+wait_for /api/v1/deployments/chat 20 'j["status"]["readyReplicas"] == 2' ||
+  fail "chat did not scale to 2: $(cat "$tmp/body")"
+api POST /api/v1/deployments/chat/scale '{"replicas": 9}' >/dev/null
+[ "$(cat "$tmp/code")" = 422 ] || fail "scale beyond max: expected 422, got $(cat "$tmp/code")"
+
+# kill -9 an engine under load: every request still succeeds.
+victim=$(api GET /api/v1/deployments/chat | jq_py '[r["pid"] for r in j["status"]["replicaStatus"] if r["name"]=="chat-0"][0]')
+seq 1 60 | xargs -P 6 -I{} curl -s -o /dev/null -w '%{http_code}\n' "$url/v1/completions" \
+  -H "Authorization: Bearer $demo" -d '{"model":"chat","prompt":"load {}","max_tokens":24}' >"$tmp/codes" &
+loader=$!
+sleep 0.3
+kill -9 "$victim"
+wait "$loader"
+bad=$(grep -vc '^200$' "$tmp/codes")
+[ "$bad" = 0 ] || fail "$bad of 60 requests failed when an engine died: $(sort "$tmp/codes" | uniq -c)"
+wait_for /api/v1/deployments/chat 20 \
+  '[r for r in j["status"]["replicaStatus"] if r["name"]=="chat-0"][0]["restarts"] >= 1 and j["status"]["readyReplicas"] == 2' ||
+  fail "chat-0 was not restarted: $(cat "$tmp/body")"
+api GET '/api/v1/events?kind=replica.exited' >"$tmp/exited.json"
+expect_contains "$tmp/exited.json" "chat-0"
+
+# Logs.
+api GET '/api/v1/deployments/chat/logs?replica=chat-1&stream=stderr&tail=5' >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "logs: $(cat "$tmp/code")"
+
+# kill -9 gpusched, restart: what the API applied is back.
+old_engines=$(api GET /api/v1/replicas | jq_py '" ".join(str(r["pid"]) for r in j["items"])')
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+start_serve
+grep -q "all replicas ready" "$tmp/out" || fail "restart: not ready: $(tail -5 "$tmp/err")"
+api GET /api/v1/deployments/embed >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "embed not restored after kill -9"
+api GET /api/v1/tenants/team2 >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "team2 not restored after kill -9"
+code=$(curl -s -o "$tmp/x" -w '%{http_code}' "$url/v1/embeddings" -H "Authorization: Bearer $team2" \
+  -d '{"model":"embed","input":"hi"}')
+[ "$code" = 200 ] || fail "team2 key after restart: $code $(cat "$tmp/x")"
+wait_for /api/v1/deployments/chat 20 'j["status"]["readyReplicas"] == 2' ||
+  fail "chat not back at 2 replicas: $(cat "$tmp/body")"
+for p in $old_engines; do
+  if kill -0 "$p" 2>/dev/null; then fail "engine $p of the killed gpusched still runs"; fi
+done
+
+# Delete: the deployment goes, with its engine.
+embed_pid=$(api GET /api/v1/deployments/embed | jq_py 'j["status"]["replicaStatus"][0]["pid"]')
+api DELETE /api/v1/deployments/embed >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "delete: $(cat "$tmp/code")"
+for _ in $(seq 1 200); do kill -0 "$embed_pid" 2>/dev/null || break; sleep 0.05; done
+kill -0 "$embed_pid" 2>/dev/null && fail "embed engine still runs after delete"
+api GET /api/v1/deployments/embed >/dev/null
+[ "$(cat "$tmp/code")" = 404 ] || fail "deleted deployment still listed"
+api GET '/api/v1/events?deployment=embed&limit=50' >"$tmp/events.json"
+expect_contains "$tmp/events.json" "deployment.deleted"
+expect_contains "$tmp/events.json" "replica.placed"
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || fail "SIGTERM: exit status $rc"
+sleep 0.2
+for p in $(pgrep -f "engine --port .* --hidden 16" || true); do
+  fail "engine $p still running after serve exited"
+done
+finish serve_control
