@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "main/ctl_cmd.h"
 #include "main/engine_cmd.h"
 #include "main/inventory_cmd.h"
 #include "main/profiles_cmd.h"
@@ -18,6 +19,7 @@ int Run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
+  gpusched::AddCtlCommands(app);
   gpusched::AddEngineCommand(app);
   gpusched::AddInventoryCommand(app);
   gpusched::AddProfilesCommand(app);
@@ -26,8 +28,11 @@ int Run(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a command's own status; it said why
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Bad flags: CLI11 says why; the status is 2 (docs/control-api.md).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return 0;
 }

@@ -5,7 +5,7 @@
 
 namespace gpusched {
 
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {
     width.resize(std::max(width.size(), row.size()));
@@ -13,16 +13,21 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
       width[i] = std::max(width[i], row[i].size());
     }
   }
+  std::string text;
   for (const auto& row : rows) {
-    std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
+      text += row[i];
       if (i + 1 < row.size()) {
-        line += std::string(width[i] - row[i].size() + 2, ' ');
+        text += std::string(width[i] - row[i].size() + 2, ' ');
       }
     }
-    std::printf("%s\n", line.c_str());
+    text += '\n';
   }
+  return text;
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::fputs(FormatTable(rows).c_str(), stdout);
 }
 
 }  // namespace gpusched

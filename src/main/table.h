@@ -7,8 +7,11 @@
 
 namespace gpusched {
 
-// Prints rows to stdout with columns padded to their widest cell, two
-// spaces apart.
+// Rows with columns padded to their widest cell, two spaces apart, one line
+// each ending in '\n'.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
+
+// FormatTable to stdout.
 void PrintTable(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace gpusched

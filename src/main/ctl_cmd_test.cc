@@ -1,0 +1,452 @@
+#include "main/ctl_cmd.h"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "api/http_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gpusched {
+namespace {
+
+namespace http = boost::beast::http;
+using api::HttpRequest;
+using api::HttpResponse;
+using api::Responder;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Json = nlohmann::json;
+
+constexpr char kKey[] = "admin-secret";
+
+// Canned answers per docs/control-api.md.
+const char kChat[] = R"({
+  "apiVersion": "gpusched.io/v1", "kind": "Deployment",
+  "metadata": {"name": "chat", "labels": {"team": "search"}, "generation": 2,
+               "created": "2026-11-29T23:10:00Z"},
+  "spec": {"model": "chat", "engine": {"template": "reference", "args": []},
+           "endpoints": [],
+           "resources": {"fraction": {"milli": 250, "memory": "10Gi"}},
+           "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+           "priorityClass": "standard"},
+  "status": {"replicas": 2, "readyReplicas": 1, "queued": 3, "inFlight": 1,
+             "message": "",
+             "replicaStatus": [
+    {"name": "chat-0", "deployment": "chat", "state": "ready",
+     "endpoint": "127.0.0.1:41234", "node": "local", "gpus": [0],
+     "gpuShare": [{"gpu": 0, "milli": 250, "memoryMiB": 10240}],
+     "restarts": 0, "startedAt": "2026-11-29T23:11:00Z", "message": ""},
+    {"name": "chat-1", "deployment": "chat", "state": "pending",
+     "endpoint": "", "gpus": [], "gpuShare": [], "restarts": 0,
+     "message": "0/1 nodes are available: 1 GpuFit: insufficient GPU milli"}]}
+})";
+
+const char kEmbed[] = R"({
+  "apiVersion": "gpusched.io/v1", "kind": "Deployment",
+  "metadata": {"name": "embed", "created": "2026-11-29T20:00:00Z"},
+  "spec": {"model": "bge", "engine": {"template": "vllm"}, "endpoints": [],
+           "resources": {"whole": 1}, "replicas": 1, "minReplicas": 1,
+           "maxReplicas": 4},
+  "status": {"replicas": 1, "readyReplicas": 1, "replicaStatus": []}
+})";
+
+const char kGpus[] = R"({"items": [
+  {"node": "local", "index": 0, "uuid": "GPU-0", "model": "H100-SXM-80GB",
+   "memoryMiB": 81559, "simulated": true, "healthy": true,
+   "allocatedMilli": 250, "allocatedMemoryMiB": 10240,
+   "replicas": [{"name": "chat-0", "deployment": "chat", "milli": 250}]},
+  {"node": "local", "index": 1, "uuid": "GPU-1", "model": "H100-SXM-80GB",
+   "memoryMiB": 81559, "simulated": true, "healthy": true,
+   "allocatedMilli": 0, "allocatedMemoryMiB": 0, "replicas": []}]})";
+
+// Newest first, as the server lists them.
+const char kEvents[] = R"({"items": [
+  {"id": 2, "time": "2026-11-29T23:11:01.5Z", "timeMicros": 1795993861500000,
+   "kind": "replica.ready", "deployment": "chat", "tenant": "",
+   "message": "chat-0 ready on 127.0.0.1:41234 after 0.41 s"},
+  {"id": 1, "time": "2026-11-29T23:10:00Z", "timeMicros": 1795993800000000,
+   "kind": "deployment.applied", "deployment": "chat", "tenant": "",
+   "message": "chat created"}]})";
+
+const char kTenants[] = R"({"items": [
+  {"kind": "Tenant", "metadata": {"name": "team-a"},
+   "spec": {"models": ["chat", "embed"], "weight": 2.5,
+            "priorityClass": "critical"}},
+  {"kind": "Tenant", "metadata": {"name": "team-b"},
+   "spec": {"models": [], "weight": 1, "priorityClass": "batch"}}]})";
+
+struct Seen {
+  std::string method;
+  std::string target;
+  std::string authorization;
+  std::string content_type;
+  std::string body;
+};
+
+HttpResponse JsonAnswer(http::status status, std::string body) {
+  HttpResponse res{status, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = std::move(body);
+  return res;
+}
+
+HttpResponse Error(http::status status, const std::string& message,
+                   std::vector<std::string> problems = {}) {
+  Json e = {{"message", message}, {"type", "error"}};
+  if (!problems.empty()) e["problems"] = problems;
+  return JsonAnswer(status, Json{{"error", e}}.dump());
+}
+
+class CtlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    routes_ = {
+        {"GET /api/v1/deployments",
+         absl::StrCat(R"({"items": [)", kChat, ",", kEmbed, "]}")},
+        {"GET /api/v1/deployments/chat", kChat},
+        {"GET /api/v1/replicas",
+         Json{{"items", Json::parse(kChat)["status"]["replicaStatus"]}}.dump()},
+        {"GET /api/v1/gpus", kGpus},
+        {"GET /api/v1/tenants", kTenants},
+        {"GET /api/v1/tenants/team-a",
+         R"({"kind": "Tenant", "metadata": {"name": "team-a"},
+             "spec": {"models": ["chat"], "weight": 2.5,
+                      "priorityClass": "critical",
+                      "limits": {"requestsPerMinute": 60, "maxQueued": 0}}})"},
+        {"GET /api/v1/events?deployment=chat&limit=10", kEvents},
+        {"GET /api/v1/events?deployment=chat&limit=5&kind=replica.ready&"
+         "kind=deployment.applied",
+         kEvents},
+        {"DELETE /api/v1/deployments/chat",
+         R"({"kind": "Deployment", "name": "chat", "action": "deleted"})"},
+    };
+    auto s = api::HttpServer::Start(
+        {}, [this](HttpRequest req, std::shared_ptr<Responder> r) {
+          r->Send(Handle(req));
+        });
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    o_.server = absl::StrCat("http://127.0.0.1:", server_->port());
+    o_.key = kKey;
+    o_.timeout = std::chrono::milliseconds(10'000);
+    absl::Time now;
+    std::string why;
+    ASSERT_TRUE(
+        absl::ParseTime(absl::RFC3339_full, "2026-11-29T23:15:00Z", &now, &why))
+        << why;
+    o_.now = now;
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::milliseconds(100));
+  }
+
+  HttpResponse Handle(const HttpRequest& req) {
+    Seen s{std::string(req.method_string()), std::string(req.target()),
+           std::string(req[http::field::authorization]),
+           std::string(req[http::field::content_type]), req.body()};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(s);
+    }
+    if (s.authorization != absl::StrCat("Bearer ", kKey)) {
+      return Error(http::status::unauthorized, "unknown API key");
+    }
+    if (s.method == "POST" && s.target == "/api/v1/apply") {
+      if (absl::StrContains(s.body, "replicas: two")) {
+        return Error(http::status::unprocessable_entity, "invalid manifest",
+                     {"-:7: spec.replicas: must be an integer >= 0, got 'two'",
+                      "-:12: spec.weight: must be > 0"});
+      }
+      return JsonAnswer(http::status::ok, R"({"items": [
+        {"kind": "Deployment", "name": "chat", "action": "created"},
+        {"kind": "Tenant", "name": "team-a", "action": "configured"}]})");
+    }
+    if (s.method == "POST" && s.target == "/api/v1/delete") {
+      return JsonAnswer(http::status::ok, R"({"items": [
+        {"kind": "Deployment", "name": "chat", "action": "deleted"}]})");
+    }
+    if (absl::StartsWith(s.target, "/api/v1/deployments/chat/logs")) {
+      HttpResponse res{http::status::ok, 11};
+      res.set(http::field::content_type, "text/plain");
+      res.body() = "line 1\nline 2";
+      return res;
+    }
+    auto it = routes_.find(s.method + " " + s.target);
+    if (it == routes_.end()) {
+      return Error(http::status::not_found,
+                   absl::StrCat("no ", s.method, " ", s.target));
+    }
+    return JsonAnswer(http::status::ok, it->second);
+  }
+
+  std::vector<Seen> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+  // Runs `fn(o_, out, err)`, keeping what it printed.
+  template <typename Fn>
+  int Run(Fn fn) {
+    std::ostringstream out, err;
+    const int rc = fn(o_, out, err);
+    out_ = out.str();
+    err_ = err.str();
+    return rc;
+  }
+  int Get(const std::string& kind, const std::string& name = "",
+          const std::string& output = "table") {
+    return Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+      return RunGet(o, kind, name, output, out, err);
+    });
+  }
+  int Describe(const std::string& kind, const std::string& name) {
+    return Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+      return RunDescribe(o, kind, name, out, err);
+    });
+  }
+  int Apply(const std::string& text) {
+    return Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+      std::istringstream in(text);
+      return RunApply(o, "-", in, out, err);
+    });
+  }
+
+  std::map<std::string, std::string> routes_;
+  std::unique_ptr<api::HttpServer> server_;
+  CtlOptions o_;
+  std::string out_, err_;
+  std::mutex mu_;
+  std::vector<Seen> seen_;
+};
+
+TEST_F(CtlTest, GetDeploymentsPrintsATableAndSendsTheKey) {
+  ASSERT_EQ(Get("deployments"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "NAME   REPLICAS  READY  ENGINE     MODEL  RESOURCES       AGE\n"
+            "chat   2         1/2    reference  chat   250m GPU, 10Gi  5m\n"
+            "embed  1 (1-4)   1/1    vllm       bge    1 GPU           3h\n");
+  EXPECT_EQ(err_, "");
+  ASSERT_EQ(seen().size(), 1u);
+  EXPECT_EQ(seen()[0].method, "GET");
+  EXPECT_EQ(seen()[0].target, "/api/v1/deployments");
+  EXPECT_EQ(seen()[0].authorization, "Bearer admin-secret");
+}
+
+TEST_F(CtlTest, GetReplicasGpusTenantsTables) {
+  ASSERT_EQ(Get("replicas"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "NAME    DEPLOYMENT  STATE    ENDPOINT         GPUS     RESTARTS\n"
+            "chat-0  chat        ready    127.0.0.1:41234  0(250m)  0\n"
+            "chat-1  chat        pending  -                -        0\n");
+  ASSERT_EQ(Get("gpu"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "NODE   INDEX  MODEL          MEMORY  ALLOCATED  REPLICAS\n"
+            "local  0      H100-SXM-80GB  79.6Gi  250m 10Gi  chat-0\n"
+            "local  1      H100-SXM-80GB  79.6Gi  -          -\n");
+  ASSERT_EQ(Get("tenants"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "NAME    MODELS      WEIGHT  PRIORITY\n"
+            "team-a  chat,embed  2.5     critical\n"
+            "team-b  *           1       batch\n");
+}
+
+TEST_F(CtlTest, GetNameFiltersListsAndFetchesObjects) {
+  ASSERT_EQ(Get("replica", "chat-1"), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("chat-1"));
+  EXPECT_THAT(out_, ::testing::Not(HasSubstr("chat-0")));
+
+  EXPECT_EQ(Get("replicas", "nope"), kExitServerError);
+  EXPECT_EQ(err_, "error: replica \"nope\" not found\n");
+
+  ASSERT_EQ(Get("deployment", "chat", "json"), kExitOk) << err_;
+  EXPECT_EQ(Json::parse(out_), Json::parse(kChat));
+  EXPECT_EQ(seen().back().target, "/api/v1/deployments/chat");
+}
+
+TEST_F(CtlTest, NotFoundIsExit1WithTheServersMessage) {
+  EXPECT_EQ(Get("deployment", "nope"), kExitServerError);
+  EXPECT_EQ(err_, "error: no GET /api/v1/deployments/nope\n");
+  EXPECT_EQ(out_, "");
+}
+
+TEST_F(CtlTest, BadArgumentsAreExit2AndSendNothing) {
+  EXPECT_EQ(Get("pods"), kExitUsage);
+  EXPECT_THAT(err_, StartsWith("error: unknown kind 'pods'; known: "));
+  EXPECT_EQ(Get("deployments", "", "yaml"), kExitUsage);
+  EXPECT_EQ(Describe("gpu", "x"), kExitUsage);
+  EXPECT_TRUE(seen().empty());
+}
+
+TEST_F(CtlTest, ApplySendsTheFileAndPrintsWhatWasDone) {
+  const std::string text =
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: chat}\n"
+      "---\napiVersion: gpusched.io/v1\nkind: Tenant\n"
+      "metadata: {name: team-a}\n";
+  ASSERT_EQ(Apply(text), kExitOk) << err_;
+  EXPECT_EQ(out_, "deployment/chat created\ntenant/team-a configured\n");
+  ASSERT_EQ(seen().size(), 1u);
+  EXPECT_EQ(seen()[0].method, "POST");
+  EXPECT_EQ(seen()[0].target, "/api/v1/apply");
+  EXPECT_EQ(seen()[0].content_type, "application/yaml");
+  EXPECT_EQ(seen()[0].body, text);
+  EXPECT_EQ(seen()[0].authorization, "Bearer admin-secret");
+}
+
+TEST_F(CtlTest, InvalidManifestIsExit1WithEveryProblem) {
+  EXPECT_EQ(Apply("kind: Deployment\nspec:\n  replicas: two\n"),
+            kExitServerError);
+  EXPECT_EQ(out_, "");
+  EXPECT_EQ(err_,
+            "error: invalid manifest\n"
+            "  -:7: spec.replicas: must be an integer >= 0, got 'two'\n"
+            "  -:12: spec.weight: must be > 0\n");
+}
+
+TEST_F(CtlTest, ApplyOfAMissingFileIsExit2) {
+  EXPECT_EQ(Run([](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              std::istringstream in;
+              return RunApply(o, "/nonexistent/x.yaml", in, out, err);
+            }),
+            kExitUsage);
+  EXPECT_EQ(err_, "error: cannot read /nonexistent/x.yaml\n");
+  EXPECT_TRUE(seen().empty());
+}
+
+TEST_F(CtlTest, WrongOrMissingKeyIsExit1) {
+  o_.key = "wrong";
+  EXPECT_EQ(Get("deployments"), kExitServerError);
+  EXPECT_EQ(err_, "error: unknown API key\n");
+  EXPECT_EQ(seen().back().authorization, "Bearer wrong");
+  o_.key = "";
+  EXPECT_EQ(Get("deployments"), kExitServerError);
+  EXPECT_EQ(seen().back().authorization, "");
+}
+
+TEST_F(CtlTest, UnreachableServerIsExit2) {
+  const std::string url = o_.server;
+  server_->Shutdown(std::chrono::milliseconds(100));
+  server_.reset();
+  EXPECT_EQ(Get("deployments"), kExitUsage);
+  EXPECT_THAT(err_, StartsWith("cannot reach gpusched at " + url + ": "));
+  EXPECT_EQ(out_, "");
+}
+
+TEST_F(CtlTest, ServerUrlForms) {
+  const std::string port = absl::StrCat(server_->port());
+  for (const std::string& url :
+       {"127.0.0.1:" + port, "http://localhost:" + port + "/"}) {
+    o_.server = url;
+    EXPECT_EQ(Get("gpus"), kExitOk) << url << ": " << err_;
+  }
+  o_.server = "https://127.0.0.1:" + port;
+  EXPECT_EQ(Get("gpus"), kExitUsage);
+  EXPECT_THAT(err_, HasSubstr("https is not supported"));
+  o_.server = "http://127.0.0.1:99999";
+  EXPECT_EQ(Get("gpus"), kExitUsage);
+}
+
+TEST_F(CtlTest, DescribeDeploymentShowsReplicasAndEvents) {
+  ASSERT_EQ(Describe("deployment", "chat"), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("Name:        chat\n"));
+  EXPECT_THAT(out_, HasSubstr("Labels:      team=search\n"));
+  EXPECT_THAT(out_, HasSubstr("Created:     2026-11-29T23:10:00Z (5m ago)\n"));
+  EXPECT_THAT(out_, HasSubstr("Resources:   250m GPU, 10Gi\n"));
+  EXPECT_THAT(out_, HasSubstr("Replicas:    2 desired, 2 running, 1 ready\n"));
+  EXPECT_THAT(out_, HasSubstr("Requests:    3 queued, 1 in flight\n"));
+  EXPECT_THAT(out_, HasSubstr("  chat-1  pending  -   "));
+  EXPECT_THAT(out_, HasSubstr("insufficient GPU milli\n"));
+  // Events oldest first, under the replicas.
+  const size_t applied = out_.find("deployment.applied");
+  const size_t ready = out_.find("replica.ready");
+  ASSERT_NE(applied, std::string::npos);
+  ASSERT_NE(ready, std::string::npos);
+  EXPECT_LT(out_.find("Replica list:"), out_.find("Events:"));
+  EXPECT_LT(applied, ready);
+  EXPECT_THAT(out_, HasSubstr("2026-11-29T23:11:01Z  replica.ready"));
+  ASSERT_EQ(seen().size(), 2u);
+  EXPECT_EQ(seen()[1].target, "/api/v1/events?deployment=chat&limit=10");
+}
+
+// Events the key may not read leave the rest of the view, and exit 0.
+TEST_F(CtlTest, DescribeTenantWithoutEvents) {
+  ASSERT_EQ(Describe("tenant", "team-a"), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("Models:    chat\n"));
+  EXPECT_THAT(out_, HasSubstr("Weight:    2.5\n"));
+  EXPECT_THAT(out_, HasSubstr("Limits:    requestsPerMinute=60 maxQueued=0\n"));
+  EXPECT_THAT(out_, HasSubstr("Events: (unavailable: no GET "
+                              "/api/v1/events?tenant=team-a&limit=10)\n"));
+}
+
+TEST_F(CtlTest, DeleteByNameAndByFile) {
+  ASSERT_EQ(Run([](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              return RunDelete(o, "deployments", "chat", out, err);
+            }),
+            kExitOk)
+      << err_;
+  EXPECT_EQ(out_, "deployment/chat deleted\n");
+  EXPECT_EQ(seen().back().method, "DELETE");
+
+  const std::string text = "apiVersion: gpusched.io/v1\nkind: Deployment\n";
+  ASSERT_EQ(Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              std::istringstream in(text);
+              return RunDeleteFile(o, "-", in, out, err);
+            }),
+            kExitOk)
+      << err_;
+  EXPECT_EQ(out_, "deployment/chat deleted\n");
+  EXPECT_EQ(seen().back().method, "POST");
+  EXPECT_EQ(seen().back().target, "/api/v1/delete");
+  EXPECT_EQ(seen().back().body, text);
+}
+
+TEST_F(CtlTest, LogsPassesTheQueryAndPrintsTheText) {
+  LogsQuery q{
+      .deployment = "chat", .replica = "chat-1", .stream = "stdout", .tail = 5};
+  ASSERT_EQ(Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              return RunLogs(o, q, out, err);
+            }),
+            kExitOk)
+      << err_;
+  EXPECT_EQ(out_, "line 1\nline 2\n");
+  EXPECT_EQ(seen().back().target,
+            "/api/v1/deployments/chat/logs?replica=chat-1&stream=stdout&"
+            "tail=5");
+  q.stream = "both";
+  EXPECT_EQ(Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              return RunLogs(o, q, out, err);
+            }),
+            kExitUsage);
+}
+
+TEST_F(CtlTest, EventsOldestFirst) {
+  EventsQuery q;
+  q.deployment = "chat";
+  q.kinds = {"replica.ready", "deployment.applied"};
+  q.limit = 5;
+  ASSERT_EQ(Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              return RunEvents(o, q, "table", out, err);
+            }),
+            kExitOk)
+      << err_;
+  EXPECT_EQ(out_,
+            "TIME                  KIND                DEPLOYMENT  MESSAGE\n"
+            "2026-11-29T23:10:00Z  deployment.applied  chat        chat "
+            "created\n"
+            "2026-11-29T23:11:01Z  replica.ready       chat        chat-0 "
+            "ready on 127.0.0.1:41234 after 0.41 s\n");
+}
+
+}  // namespace
+}  // namespace gpusched
