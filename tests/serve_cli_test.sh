@@ -20,20 +20,11 @@ deployments:
 tenants:
   - name: demo
 YAML
-"$bin" serve --config "$tmp/serve.yaml" >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-url=""
-for _ in $(seq 1 300); do
-  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 || true)
-  [ -n "$url" ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
+start_serve "$tmp/serve.yaml"
 if [ -z "$url" ]; then
   fail "serve did not start: $(cat "$tmp/err")"
   finish serve_cli
 fi
-key=$(grep -o 'gs-[A-Za-z0-9_-]*' "$tmp/out" | head -1)
 curl -s "$url/v1/chat/completions" -H "Authorization: Bearer $key" \
   -H 'Content-Type: application/json' \
   -d '{"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":3}' >"$tmp/chat.json"

@@ -2,15 +2,22 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/asio.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
+#include "boost/beast/ssl.hpp"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "openssl/err.h"
+#include "openssl/ssl.h"
 
 namespace gpusched::api {
 
@@ -49,50 +56,100 @@ HttpResponse JsonError(http::status status, const std::string& message,
   return res;
 }
 
-// One accepted connection. All state is touched on its strand.
-class Connection : public std::enable_shared_from_this<Connection> {
+// What Responders and the server see of a connection; Session<Stream> is
+// the one implementation, over plain TCP or TLS.
+class Connection {
  public:
-  Connection(tcp::socket socket, HttpServer::Impl* server);
-  ~Connection();
-  void Start();
-  // Called through Responder (any thread): queue bytes on the strand.
-  void Write(std::string bytes, bool ends_response, bool keep_alive);
-  void CloseIfIdle();
-  void Close();
+  virtual ~Connection() = default;
+  // Any thread: queue bytes on the connection's strand.
+  virtual void Write(std::string bytes, bool ends_response,
+                     bool keep_alive) = 0;
+  // Any thread: close unless a request is being handled.
+  virtual void CloseIfIdle() = 0;
+  // Any thread: close the socket now (the end of a server shutdown).
+  virtual void Abort() = 0;
+  virtual bool draining() const = 0;
   const std::shared_ptr<std::atomic<bool>>& gone() const { return gone_; }
-  net::strand<net::io_context::executor_type>& strand() { return strand_; }
-  bool draining() const;
 
- private:
-  void ReadHeader();
-  void OnHeader(beast::error_code ec);
-  void OnBody(beast::error_code ec);
-  void Reject(http::status status, const std::string& message);
-  void WriteNext();
-  void OnWritten(beast::error_code ec);
-  void FinishResponse(bool keep_alive);
-
-  beast::tcp_stream stream_;
-  net::strand<net::io_context::executor_type> strand_;
-  HttpServer::Impl* server_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  struct Pending {
-    std::string bytes;
-    bool ends_response;
-    bool keep_alive;
-  };
-  std::deque<Pending> out_;
-  bool writing_ = false;
-  bool busy_ = false;  // a request is being handled
-  bool closed_ = false;
+ protected:
+  static std::shared_ptr<Responder> NewResponder(
+      std::shared_ptr<Connection> connection, unsigned version,
+      bool keep_alive) {
+    return std::shared_ptr<Responder>(
+        new Responder(std::move(connection), version, keep_alive));
+  }
   std::shared_ptr<std::atomic<bool>> gone_ =
       std::make_shared<std::atomic<bool>>(false);
 };
 
+namespace {
+
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// A TLS peer that does not answer close_notify is dropped after this.
+constexpr std::chrono::seconds kTlsCloseTimeout{5};
+
+// OpenSSL's error queue as text (and cleared), for load errors.
+std::string OpenSslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+// The server's TLS context: TLS 1.2 or later, the certificate chain and its
+// key from PEM files.
+absl::StatusOr<std::unique_ptr<net::ssl::context>> LoadTlsContext(
+    const HttpServerOptions& o) {
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls: set both the certificate and the key file, or neither");
+  }
+  std::unique_ptr<net::ssl::context> ctx;
+  try {  // the context's constructor is Asio's only throwing call here
+    ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  } catch (const boost::system::system_error& e) {
+    return absl::InternalError(absl::StrCat("tls: ", e.what()));
+  }
+  SSL_CTX* native = ctx->native_handle();
+  ERR_clear_error();
+  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
+  if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1) {
+    return absl::InternalError(
+        absl::StrCat("tls: cannot require TLS 1.2: ", OpenSslErrors()));
+  }
+  if (SSL_CTX_use_certificate_chain_file(native, o.tls_cert_file.c_str()) !=
+      1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls: cannot load the certificate (PEM) from '",
+                     o.tls_cert_file, "': ", OpenSslErrors()));
+  }
+  if (SSL_CTX_use_PrivateKey_file(native, o.tls_key_file.c_str(),
+                                  SSL_FILETYPE_PEM) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls: cannot load the private key (PEM) from '",
+                     o.tls_key_file, "': ", OpenSslErrors()));
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls: the private key in '", o.tls_key_file,
+                     "' does not match the certificate in '", o.tls_cert_file,
+                     "': ", OpenSslErrors()));
+  }
+  return ctx;
+}
+
+}  // namespace
+
 struct HttpServer::Impl {
   HttpServerOptions options;
   HttpHandler handler;
+  std::unique_ptr<net::ssl::context> tls;  // null: plain HTTP
   // Declared before the io_context so they outlive it: destroying the
   // io_context destroys pending handlers, and with them connections, which
   // update these.
@@ -110,24 +167,7 @@ struct HttpServer::Impl {
       net::make_work_guard(ioc);
   std::vector<std::thread> threads;
 
-  void Accept() {
-    acceptor.async_accept(
-        net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
-          if (ec) {
-            if (ec == net::error::operation_aborted || draining) return;
-          } else {
-            auto c = std::make_shared<Connection>(std::move(s), this);
-            {
-              std::lock_guard<std::mutex> lock(mu);
-              // Forget connections that have gone.
-              std::erase_if(live, [](const auto& w) { return w.expired(); });
-              live.push_back(c);
-            }
-            c->Start();
-          }
-          if (!draining) Accept();
-        });
-  }
+  void Accept();
 
   std::vector<std::shared_ptr<Connection>> Live() {
     std::lock_guard<std::mutex> lock(mu);
@@ -139,29 +179,114 @@ struct HttpServer::Impl {
   }
 };
 
-bool Connection::draining() const { return server_->draining; }
+namespace {
 
-Connection::Connection(tcp::socket socket, HttpServer::Impl* server)
-    : stream_(std::move(socket)),
-      strand_(net::make_strand(server->ioc)),
-      server_(server) {
-  ++server_->connections;
-}
+// One accepted connection over Stream (PlainStream or TlsStream); the HTTP
+// logic is the same for both, TLS adds the handshake and close_notify. All
+// state is touched on its strand.
+template <class Stream>
+class Session final : public Connection,
+                      public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
-Connection::~Connection() { --server_->connections; }
+  // `args` construct the stream: the socket, and for TLS the context.
+  template <class... Args>
+  explicit Session(HttpServer::Impl* server, Args&&... args)
+      : stream_(std::forward<Args>(args)...),
+        strand_(net::make_strand(server->ioc)),
+        server_(server) {
+    ++server_->connections;
+  }
+  ~Session() override { --server_->connections; }
 
-void Connection::Start() {
+  void Start();
+  void Write(std::string bytes, bool ends_response, bool keep_alive) override;
+  void CloseIfIdle() override;
+  void Abort() override;
+  bool draining() const override { return server_->draining; }
+
+ private:
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
+  // The TCP layer: timeouts and the socket.
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+  // A completion handler run on the strand, holding the session.
+  template <class Fn>
+  auto OnStrand(Fn fn) {
+    return net::bind_executor(
+        strand_, [self = shared_from_this(), fn](auto&&... args) mutable {
+          fn(self.get(), std::forward<decltype(args)>(args)...);
+        });
+  }
+  void Admit();
+  void ReadHeader();
+  void OnHeader(beast::error_code ec);
+  void OnBody(beast::error_code ec);
+  void Reject(http::status status, const std::string& message);
+  void WriteNext();
+  void OnWritten(beast::error_code ec);
+  void FinishResponse(bool keep_alive);
+  // Ends the connection: over TLS, with close_notify when nothing else is
+  // in progress on the stream.
+  void Close();
+  void CloseSocket();
+
+  Stream stream_;
+  net::strand<net::io_context::executor_type> strand_;
+  HttpServer::Impl* server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  struct Pending {
+    std::string bytes;
+    bool ends_response;
+    bool keep_alive;
+  };
+  std::deque<Pending> out_;
+  bool reading_ = false;  // a handshake or read is in progress
+  bool writing_ = false;
+  bool busy_ = false;  // a request is being handled
+  bool closed_ = false;
+  bool socket_closed_ = false;
+};
+
+template <class Stream>
+void Session<Stream>::Start() {
   net::dispatch(strand_, [self = shared_from_this()] {
-    if (self->server_->connections > self->server_->options.max_connections) {
-      self->Reject(http::status::service_unavailable,
-                   "too many connections; retry shortly");
-      return;
+    if constexpr (kTls) {
+      // The handshake must finish within the read timeout; a client that
+      // speaks plain HTTP fails here and is dropped.
+      self->tcp().expires_after(self->server_->options.read_timeout);
+      self->reading_ = true;
+      self->stream_.async_handshake(
+          net::ssl::stream_base::server,
+          self->OnStrand([](Session* s, beast::error_code ec) {
+            s->reading_ = false;
+            if (ec) {
+              s->gone_->store(true);
+              s->closed_ = true;
+              s->CloseSocket();
+              return;
+            }
+            s->Admit();
+          }));
+    } else {
+      self->Admit();
     }
-    self->ReadHeader();
   });
 }
 
-void Connection::ReadHeader() {
+template <class Stream>
+void Session<Stream>::Admit() {
+  if (server_->connections > server_->options.max_connections) {
+    Reject(http::status::service_unavailable,
+           "too many connections; retry shortly");
+    return;
+  }
+  ReadHeader();
+}
+
+template <class Stream>
+void Session<Stream>::ReadHeader() {
   if (closed_) return;
   if (server_->draining) {
     Close();
@@ -171,16 +296,16 @@ void Connection::ReadHeader() {
   parser_->header_limit(
       static_cast<std::uint32_t>(server_->options.max_header_bytes));
   parser_->body_limit(server_->options.max_body_bytes);
-  stream_.expires_after(server_->options.idle_timeout);
-  http::async_read_header(
-      stream_, buffer_, *parser_,
-      net::bind_executor(strand_, [self = shared_from_this()](
-                                      beast::error_code ec, std::size_t) {
-        self->OnHeader(ec);
-      }));
+  tcp().expires_after(server_->options.idle_timeout);
+  reading_ = true;
+  http::async_read_header(stream_, buffer_, *parser_,
+                          OnStrand([](Session* s, beast::error_code ec,
+                                      std::size_t) { s->OnHeader(ec); }));
 }
 
-void Connection::OnHeader(beast::error_code ec) {
+template <class Stream>
+void Session<Stream>::OnHeader(beast::error_code ec) {
+  reading_ = false;
   if (ec == http::error::body_limit) {  // Content-Length over the limit
     Reject(http::status::payload_too_large,
            absl::StrCat("request body larger than ",
@@ -196,7 +321,8 @@ void Connection::OnHeader(beast::error_code ec) {
   if (ec) {  // closed by the client, idle timeout, or garbage
     if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
         ec != net::error::operation_aborted && ec != net::error::eof &&
-        ec != net::error::connection_reset && buffer_.size() > 0) {
+        ec != net::error::connection_reset &&
+        ec != net::ssl::error::stream_truncated && buffer_.size() > 0) {
       Reject(http::status::bad_request,
              absl::StrCat("malformed request: ", ec.message()));
       return;
@@ -212,16 +338,17 @@ void Connection::OnHeader(beast::error_code ec) {
                         server_->options.max_body_bytes, " bytes"));
     return;
   }
-  stream_.expires_after(server_->options.read_timeout);
-  http::async_read(
-      stream_, buffer_, *parser_,
-      net::bind_executor(strand_, [self = shared_from_this()](
-                                      beast::error_code ec, std::size_t) {
-        self->OnBody(ec);
-      }));
+  tcp().expires_after(server_->options.read_timeout);
+  reading_ = true;
+  http::async_read(stream_, buffer_, *parser_,
+                   OnStrand([](Session* s, beast::error_code ec, std::size_t) {
+                     s->OnBody(ec);
+                   }));
 }
 
-void Connection::OnBody(beast::error_code ec) {
+template <class Stream>
+void Session<Stream>::OnBody(beast::error_code ec) {
+  reading_ = false;
   if (ec == http::error::body_limit) {
     Reject(http::status::payload_too_large,
            absl::StrCat("request body larger than ",
@@ -235,7 +362,8 @@ void Connection::OnBody(beast::error_code ec) {
   if (ec) {
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted) {
+        ec == net::error::operation_aborted ||
+        ec == net::ssl::error::stream_truncated) {
       Close();
       return;
     }
@@ -243,17 +371,17 @@ void Connection::OnBody(beast::error_code ec) {
            absl::StrCat("malformed request: ", ec.message()));
     return;
   }
-  stream_.expires_never();
+  tcp().expires_never();
   busy_ = true;
   ++server_->in_flight;
   HttpRequest req = parser_->release();
-  const bool keep_alive = req.keep_alive();
-  std::shared_ptr<Responder> responder(
-      new Responder(shared_from_this(), req.version(), keep_alive));
+  std::shared_ptr<Responder> responder =
+      NewResponder(shared_from_this(), req.version(), req.keep_alive());
   server_->handler(std::move(req), std::move(responder));
 }
 
-void Connection::Reject(http::status status, const std::string& message) {
+template <class Stream>
+void Session<Stream>::Reject(http::status status, const std::string& message) {
   // Errors before a handler ran close the connection: the stream position
   // is unknown.
   HttpResponse res = JsonError(status, message, "invalid_request_error", 11,
@@ -265,7 +393,9 @@ void Connection::Reject(http::status status, const std::string& message) {
   WriteNext();
 }
 
-void Connection::Write(std::string bytes, bool ends_response, bool keep_alive) {
+template <class Stream>
+void Session<Stream>::Write(std::string bytes, bool ends_response,
+                            bool keep_alive) {
   net::dispatch(strand_, [self = shared_from_this(), b = std::move(bytes),
                           ends_response, keep_alive]() mutable {
     if (self->closed_) {
@@ -277,19 +407,19 @@ void Connection::Write(std::string bytes, bool ends_response, bool keep_alive) {
   });
 }
 
-void Connection::WriteNext() {
+template <class Stream>
+void Session<Stream>::WriteNext() {
   if (writing_ || out_.empty() || closed_) return;
   writing_ = true;
-  stream_.expires_after(server_->options.read_timeout);
-  net::async_write(
-      stream_, net::buffer(out_.front().bytes),
-      net::bind_executor(strand_, [self = shared_from_this()](
-                                      beast::error_code ec, std::size_t) {
-        self->OnWritten(ec);
-      }));
+  tcp().expires_after(server_->options.read_timeout);
+  net::async_write(stream_, net::buffer(out_.front().bytes),
+                   OnStrand([](Session* s, beast::error_code ec, std::size_t) {
+                     s->OnWritten(ec);
+                   }));
 }
 
-void Connection::OnWritten(beast::error_code ec) {
+template <class Stream>
+void Session<Stream>::OnWritten(beast::error_code ec) {
   writing_ = false;
   Pending done = std::move(out_.front());
   out_.pop_front();
@@ -308,7 +438,8 @@ void Connection::OnWritten(beast::error_code ec) {
   WriteNext();
 }
 
-void Connection::FinishResponse(bool keep_alive) {
+template <class Stream>
+void Session<Stream>::FinishResponse(bool keep_alive) {
   if (!busy_) return;
   busy_ = false;
   --server_->in_flight;
@@ -319,19 +450,74 @@ void Connection::FinishResponse(bool keep_alive) {
   }
 }
 
-void Connection::CloseIfIdle() {
+template <class Stream>
+void Session<Stream>::CloseIfIdle() {
   net::dispatch(strand_, [self = shared_from_this()] {
     if (!self->busy_) self->Close();
   });
 }
 
-void Connection::Close() {
+template <class Stream>
+void Session<Stream>::Abort() {
+  net::dispatch(strand_, [self = shared_from_this()] {
+    self->closed_ = true;
+    self->gone_->store(true);
+    self->CloseSocket();
+  });
+}
+
+template <class Stream>
+void Session<Stream>::Close() {
   if (closed_) return;
   closed_ = true;
   gone_->store(true);
+  if constexpr (kTls) {
+    // close_notify tells the client the response was not truncated. Only
+    // with the stream quiet: a pending read or write is cancelled instead.
+    if (!reading_ && !writing_ && !socket_closed_) {
+      tcp().expires_after(kTlsCloseTimeout);
+      stream_.async_shutdown(
+          OnStrand([](Session* s, beast::error_code) { s->CloseSocket(); }));
+      return;
+    }
+  }
+  CloseSocket();
+}
+
+template <class Stream>
+void Session<Stream>::CloseSocket() {
+  if (socket_closed_) return;
+  socket_closed_ = true;
   beast::error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  stream_.close();
+  tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  tcp().close();
+}
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec,
+                                                      tcp::socket s) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || draining) return;
+    } else {
+      auto start = [&](auto session) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          // Forget connections that have gone.
+          std::erase_if(live, [](const auto& w) { return w.expired(); });
+          live.push_back(session);
+        }
+        session->Start();
+      };
+      if (tls) {
+        start(std::make_shared<Session<TlsStream>>(this, std::move(s), *tls));
+      } else {
+        start(std::make_shared<Session<PlainStream>>(this, std::move(s)));
+      }
+    }
+    if (!draining) Accept();
+  });
 }
 
 Responder::Responder(std::shared_ptr<Connection> connection, unsigned version,
@@ -395,6 +581,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->handler = std::move(handler);
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    ASSIGN_OR_RETURN(impl->tls, LoadTlsContext(options));
+  }
   beast::error_code ec;
   const auto address = net::ip::make_address(options.address, ec);
   if (ec) {
@@ -428,6 +617,8 @@ uint16_t HttpServer::port() const {
   return ec ? 0 : ep.port();
 }
 
+bool HttpServer::tls() const { return impl_->tls != nullptr; }
+
 int HttpServer::open_connections() const { return impl_->connections.load(); }
 
 int HttpServer::in_flight() const { return impl_->in_flight.load(); }
@@ -452,9 +643,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
   // Close what is left; the I/O threads finish once every connection's
   // pending operations have completed.
   impl_->work.reset();
-  for (auto& c : impl_->Live()) {
-    net::dispatch(c->strand(), [c] { c->Close(); });
-  }
+  for (auto& c : impl_->Live()) c->Abort();
   wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(2),
              [&] { return impl_->connections == 0; });
   impl_->ioc.stop();

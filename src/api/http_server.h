@@ -4,7 +4,8 @@
 // Keep-alive, request limits (header and body size, read and idle
 // timeouts, max connections), complete or streamed (chunked, for SSE)
 // responses, and graceful shutdown: stop accepting, let in-flight requests
-// finish up to a deadline, close idle connections.
+// finish up to a deadline, close idle connections. With a certificate and
+// key it speaks only HTTPS (TLS 1.2 or later), with the same features.
 //
 // Threads: the handler runs on an I/O thread; it may answer at once or keep
 // the Responder and answer later from another thread (the Responder hands
@@ -41,6 +42,11 @@ struct HttpServerOptions {
   // Connections beyond this get 503 and are closed.
   int max_connections = 1024;
   int threads = 1;  // I/O threads
+  // PEM files. Both set: TLS only (1.2 or later), plain HTTP is refused.
+  // Both empty: plain HTTP. The certificate file may hold the chain (leaf
+  // first); the key must match it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 using HttpRequest = http::request<http::string_body>;
@@ -66,7 +72,7 @@ class Responder {
   bool client_gone() const { return gone_->load(); }
 
  private:
-  friend class Connection;
+  friend class Connection;  // the only maker of Responders
   Responder(std::shared_ptr<Connection> connection, unsigned version,
             bool keep_alive);
   std::shared_ptr<Connection> connection_;
@@ -83,11 +89,15 @@ using HttpHandler =
 
 class HttpServer {
  public:
+  // Errors: a bad listen address, a port in use, or (with TLS) a
+  // certificate or key that cannot be loaded, naming the file and OpenSSL's
+  // reason.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const HttpServerOptions& options, HttpHandler handler);
   ~HttpServer();
 
   uint16_t port() const;
+  bool tls() const;  // serving HTTPS
   int open_connections() const;
   int in_flight() const;  // requests read and not yet answered
 

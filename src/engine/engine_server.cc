@@ -1,13 +1,16 @@
 #include "engine/engine_server.h"
 
+#include <bit>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -322,6 +325,20 @@ bool TextsOf(const json& input, std::vector<std::string>* texts) {
   return true;
 }
 
+// The vector's float32 values, little-endian, in base64.
+std::string Base64Floats(const std::vector<float>& values) {
+  static_assert(std::numeric_limits<float>::is_iec559 && sizeof(float) == 4);
+  std::string bytes;
+  bytes.reserve(values.size() * 4);
+  for (float v : values) {
+    const uint32_t bits = std::bit_cast<uint32_t>(v);
+    for (int shift = 0; shift < 32; shift += 8) {
+      bytes.push_back(static_cast<char>((bits >> shift) & 0xff));
+    }
+  }
+  return absl::Base64Escape(bytes);
+}
+
 void HandleEmbeddings(EngineServer::State& st, HttpRequest& req,
                       const std::shared_ptr<Responder>& r) {
   json body = json::parse(req.body(), nullptr, false);
@@ -333,14 +350,31 @@ void HandleEmbeddings(EngineServer::State& st, HttpRequest& req,
           "invalid_request_error");
     return;
   }
+  // OpenAI's clients ask for base64 (little-endian float32) by default and
+  // decode it themselves.
+  const std::optional<std::string> format =
+      Field<std::string>(body, "encoding_format", "float");
+  if (!format || (*format != "float" && *format != "base64")) {
+    Error(r, http::status::bad_request,
+          "'encoding_format' must be \"float\" or \"base64\"",
+          "invalid_request_error");
+    return;
+  }
   json data = json::array();
   int64_t tokens = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<int32_t> t = st.core.Tokenize(texts[i]);
     tokens += static_cast<int64_t>(t.size());
+    std::vector<float> vector = st.core.Embed(t);
+    json embedding;
+    if (*format == "base64") {
+      embedding = Base64Floats(vector);
+    } else {
+      embedding = std::move(vector);
+    }
     data.push_back({{"object", "embedding"},
                     {"index", i},
-                    {"embedding", st.core.Embed(t)}});
+                    {"embedding", std::move(embedding)}});
   }
   r->Send(
       Json({{"object", "list"},

@@ -1,7 +1,10 @@
 #include "engine/engine_server.h"
 
+#include <bit>
+#include <cstdint>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "gmock/gmock.h"
@@ -111,6 +114,32 @@ TEST_F(EngineServerTest, EmbeddingsAndKserveInfer) {
             http::status::ok);
   EXPECT_EQ(Call(http::verb::get, "/v2/health/ready").result(),
             http::status::ok);
+}
+
+TEST_F(EngineServerTest, EmbeddingsInBase64AreTheSameFloats) {
+  auto floats = Call(http::verb::post, "/v1/embeddings",
+                     R"({"model":"tiny","input":"a b c"})");
+  auto b64 =
+      Call(http::verb::post, "/v1/embeddings",
+           R"({"model":"tiny","input":"a b c","encoding_format":"base64"})");
+  ASSERT_EQ(b64.result(), http::status::ok) << b64.body();
+  const json want = json::parse(floats.body())["data"][0]["embedding"];
+  std::string bytes;
+  ASSERT_TRUE(absl::Base64Unescape(
+      json::parse(b64.body())["data"][0]["embedding"].get<std::string>(),
+      &bytes));
+  ASSERT_EQ(bytes.size(), want.size() * 4);
+  for (size_t i = 0; i < want.size(); ++i) {
+    uint32_t bits = 0;
+    for (int b = 3; b >= 0; --b) {
+      bits = (bits << 8) | static_cast<uint8_t>(bytes[i * 4 + b]);
+    }
+    EXPECT_EQ(std::bit_cast<float>(bits), want[i].get<float>()) << i;
+  }
+  EXPECT_EQ(Call(http::verb::post, "/v1/embeddings",
+                 R"({"model":"tiny","input":"a","encoding_format":"int8"})")
+                .result(),
+            http::status::bad_request);
 }
 
 TEST_F(EngineServerTest, ModelsAndMetrics) {
