@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "config/manifest.h"
 #include "nlohmann/json.hpp"
@@ -229,15 +230,26 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
             {{"kind", x.kind}, {"name", x.name}, {"action", x.action}});
       }
     } else {
+      std::vector<std::string> missing;
+      for (const config::Manifest& m : *manifests) {
+        const bool tenant = m.kind == config::Manifest::Kind::kTenant;
+        if (tenant ? !controller_->HasTenant(m.name())
+                   : !controller_->HasDeployment(m.name())) {
+          missing.push_back(
+              absl::StrCat(tenant ? "tenant/" : "deployment/", m.name()));
+        }
+      }
+      if (!missing.empty()) {
+        r->Send(Error(http::status::not_found,
+                      absl::StrCat("not found: ", absl::StrJoin(missing, ", "),
+                                   "; nothing was deleted")));
+        return true;
+      }
       for (const config::Manifest& m : *manifests) {
         auto x = controller_->Delete(m.kind, m.name());
         if (!x.ok()) {
-          items.push_back({{"kind", m.kind == config::Manifest::Kind::kTenant
-                                        ? "Tenant"
-                                        : "Deployment"},
-                           {"name", m.name()},
-                           {"action", "not found"}});
-          continue;
+          r->Send(Error(x.status()));
+          return true;
         }
         items.push_back(
             {{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
