@@ -101,7 +101,7 @@ int RunServe(const ServeFlags& flags) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  for (const config::ServeDeploymentSpec& d : cfg->deployments) {
+  for (const config::DeploymentSpec& d : cfg->deployments) {
     api::GatewayDeployment gd;
     gd.spec.name = d.name;
     gd.spec.router = d.router;
@@ -183,12 +183,12 @@ int RunServe(const ServeFlags& flags) {
 
   // Tenants and their keys (stored hashed; printed once here).
   std::vector<std::pair<std::string, std::string>> keys;
-  for (const config::ServeTenantSpec& t : cfg->tenants) {
+  for (const config::TenantSpec& t : cfg->tenants) {
     api::GatewayTenant gt;
     gt.spec.name = t.name;
     gt.spec.weight = t.weight;
     gt.spec.limits = t.limits;
-    gt.priority = t.priority;
+    gt.priority = t.priority_class;
     gt.models = t.models;
     gateway.tenants.push_back(gt);
     auto existing = (*store)->GetTenant(t.name);
