@@ -14,8 +14,7 @@ state: $tmp/state.db
 log_dir: $tmp/logs
 deployments:
   - name: chat
-    engine: reference
-    args: ["--hidden", "16"]
+    engine: {template: reference, args: ["--hidden", "16"]}
     replicas: 2
 tenants:
   - name: demo
@@ -47,6 +46,6 @@ fi
 printf 'deployments:\n  - name: x\n    replicas: 0\ntenants: [{name: t}]\n' >"$tmp/bad.yaml"
 "$bin" serve --config "$tmp/bad.yaml" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] || fail "bad config: expected exit 2"
-expect_contains "$tmp/err" "bad.yaml:2: deployment 'x': needs replicas >= 1 or endpoints"
+expect_contains "$tmp/err" "bad.yaml:3: deployments[0].replicas: needs replicas >= 1 or endpoints"
 
 finish serve_cli

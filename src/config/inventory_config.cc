@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
+#include "config/quantity.h"
 #include "config/yaml_reader.h"
 #include "yaml-cpp/yaml.h"
 
@@ -26,32 +27,6 @@ constexpr absl::string_view kApiVersion = "gpusched.io/v1";
 constexpr absl::string_view kKind = "Inventory";
 constexpr int kMaxGpusPerNode = 64;
 constexpr int kMaxNodeCount = 1000000;
-
-// "12", "1.5", ".5": a non-negative decimal number.
-bool ParseDecimal(absl::string_view s, long double* out) {
-  if (s.empty()) return false;
-  long double v = 0;
-  long double scale = 0;  // 0 until the decimal point
-  bool digits = false;
-  for (char c : s) {
-    if (c == '.' && scale == 0) {
-      scale = 1;
-    } else if (absl::ascii_isdigit(static_cast<unsigned char>(c))) {
-      digits = true;
-      if (scale == 0) {
-        v = v * 10 + (c - '0');
-      } else {
-        scale /= 10;
-        v += scale * (c - '0');
-      }
-    } else {
-      return false;
-    }
-  }
-  if (!digits) return false;
-  *out = v;
-  return true;
-}
 
 class Parser : public YamlReader {
  public:
@@ -89,16 +64,7 @@ class Parser : public YamlReader {
     if (i) {
       return Int(i, int_key, 0, std::numeric_limits<int64_t>::max() / 2, out);
     }
-    std::string s;
-    if (!Scalar(q, quantity_key, &s)) return false;
-    std::optional<int64_t> v = parse(s);
-    if (!v) {
-      Error(q, absl::StrCat(quantity_key, ": '", s,
-                            "' is not a quantity (e.g. ", example, ")"));
-      return false;
-    }
-    *out = *v;
-    return true;
+    return Quantity(q, quantity_key, parse, example, out);
   }
 
   void ParseRoot(const YAML::Node& root, InventoryConfig& cfg) {
@@ -370,53 +336,6 @@ class Parser : public YamlReader {
 };
 
 }  // namespace
-
-std::optional<int64_t> ParseCpuMilli(absl::string_view q) {
-  q = absl::StripAsciiWhitespace(q);
-  if (absl::ConsumeSuffix(&q, "m")) {
-    int64_t milli = 0;
-    if (!absl::SimpleAtoi(q, &milli) || milli < 0 || q.empty() ||
-        !absl::ascii_isdigit(static_cast<unsigned char>(q[0]))) {
-      return std::nullopt;
-    }
-    return milli;
-  }
-  long double cores = 0;
-  if (!ParseDecimal(q, &cores) || cores > 1e15L) return std::nullopt;
-  return static_cast<int64_t>(std::floor(cores * 1000 + 1e-6L));
-}
-
-std::optional<int64_t> ParseMemoryMib(absl::string_view q) {
-  q = absl::StripAsciiWhitespace(q);
-  struct Unit {
-    absl::string_view suffix;
-    long double bytes;
-  };
-  static constexpr Unit kUnits[] = {
-      {"Ki", 1024.0L},
-      {"Mi", 1024.0L * 1024},
-      {"Gi", 1024.0L * 1024 * 1024},
-      {"Ti", 1024.0L * 1024 * 1024 * 1024},
-      {"Pi", 1024.0L * 1024 * 1024 * 1024 * 1024},
-      {"k", 1e3L},
-      {"M", 1e6L},
-      {"G", 1e9L},
-      {"T", 1e12L},
-      {"P", 1e15L},
-  };
-  long double factor = 1;
-  for (const Unit& u : kUnits) {
-    if (absl::ConsumeSuffix(&q, u.suffix)) {
-      factor = u.bytes;
-      break;
-    }
-  }
-  long double v = 0;
-  if (!ParseDecimal(q, &v)) return std::nullopt;
-  const long double mib = v * factor / (1024.0L * 1024);
-  if (mib > 1e15L) return std::nullopt;
-  return static_cast<int64_t>(std::floor(mib + 1e-6L));
-}
 
 absl::StatusOr<InventoryConfig> ParseInventoryYaml(absl::string_view text,
                                                    std::string source) {

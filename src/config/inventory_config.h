@@ -93,11 +93,6 @@ absl::StatusOr<InventoryConfig> ParseInventoryYaml(absl::string_view text,
 // Reads and parses `path`. NotFound if it cannot be read.
 absl::StatusOr<InventoryConfig> LoadInventoryFile(const std::string& path);
 
-// Kubernetes quantities, exposed for tests. nullopt if malformed or
-// negative.
-std::optional<int64_t> ParseCpuMilli(absl::string_view quantity);
-std::optional<int64_t> ParseMemoryMib(absl::string_view quantity);
-
 }  // namespace gpusched::config
 
 #endif  // GPUSCHED_CONFIG_INVENTORY_CONFIG_H_

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "config/quantity.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -174,9 +175,9 @@ spec:
       ElementsAre(
           "bad.yaml:1: apiVersion must be gpusched.io/v1, got "
           "'gpusched.io/v2'",
+          "bad.yaml:6: cpu: 'lots' is not a quantity (e.g. \"96\")",
           "bad.yaml:8: unknown field 'gpu' in node (known: name, count, cpu, "
           "cpu_milli, memory, memory_mib, labels, simulated, gpus)",
-          "bad.yaml:6: cpu: 'lots' is not a quantity (e.g. \"96\")",
           "bad.yaml:9: node 'b': missing memory (e.g. 768Gi) or memory_mib",
           "bad.yaml:13: gpus.count must be in 1..64, got 0",
           "bad.yaml:17: node 'a': set cpu or cpu_milli, not both",

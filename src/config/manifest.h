@@ -32,13 +32,15 @@
 //       memory: 2Gi                  #   host memory
 //     replicas: 1                    # desired replicas (engine processes);
 //                                    #   or {min: 1, max: 4}: starts at min
+//                                    #   ({min, max, desired}: at desired)
 //     priorityClass: standard        # critical | standard | batch | sheddable
 //     slo: {ttftMs: 0, tpotMs: 0}    # 0: none
 //     maxOngoingRequests: 32         # in flight per replica
 //     router: {policy: least-outstanding}      # serving/router.h knobs:
 //                                    #   policy, loadBoundEpsilon,
 //                                    #   affinityBlocks, sessionFallback
-//     queue: {order: fair, maxQueueSize: 0}    # fair | edf | fcfs; 0: unbounded
+//     queue: {order: fair, maxQueueSize: 0}    # fair | edf | fcfs;
+//                                    #   maxQueueSize 0: unbounded
 //     kvBudgetTokens: 0              # per replica; 0: unbounded
 //
 //   spec:                            # Tenant
@@ -58,6 +60,9 @@
 // Parsing lists every problem, one per line, each with "file:line: "; an
 // invalid document rejects the whole text (nothing is applied). This module
 // parses YAML and throws nothing. Thread-compatible.
+//
+// The spec readers are shared with the serve config through
+// config/spec_reader.h (internal to config/).
 #ifndef GPUSCHED_CONFIG_MANIFEST_H_
 #define GPUSCHED_CONFIG_MANIFEST_H_
 
@@ -85,15 +90,23 @@ struct HostPort {
 // "host:port" with port 0..65535.
 bool ParseHostPort(absl::string_view text, HostPort* out);
 
+// metadata.name (and the serve config's `name`): a DNS-1123 subdomain label
+// with dots, [a-z0-9]([-a-z0-9.]*[a-z0-9])?, at most 63 characters.
+bool ValidObjectName(absl::string_view name);
+
+// The priority classes the parser checks priorityClass against, most
+// important first: critical, standard, batch, sheddable.
+const std::vector<std::string>& DefaultPriorityClasses();
+
 // What one replica asks of the cluster (converted to
 // inventory::ResourceRequest by the runtime; config does not depend on
 // inventory).
 struct ResourceSpec {
-  std::string kind = "none";  // none | whole | fraction | mig
-  int gpus = 0;               // whole
-  int milli = 0;              // fraction: 1..1000
-  int64_t gpu_memory_mib = 0; // fraction: GPU memory
-  std::string mig_profile;    // mig
+  std::string kind = "none";   // none | whole | fraction | mig
+  int gpus = 0;                // whole
+  int milli = 0;               // fraction: 1..1000
+  int64_t gpu_memory_mib = 0;  // fraction: GPU memory
+  std::string mig_profile;     // mig
   std::vector<std::string> gpu_models;
   std::string nvlink = "any";  // any | preferred | required
   int64_t cpu_milli = 0;
@@ -121,12 +134,14 @@ struct DeploymentSpec {
   std::string queue_order = "fair";
   int64_t max_queue_size = 0;
   int64_t kv_budget_tokens = 0;
+  bool operator==(const DeploymentSpec&) const = default;
 };
 
 struct TenantQuotaSpec {
   double gpus = 0;
   double limit = 0;
   double over_quota_weight = 1;
+  bool operator==(const TenantQuotaSpec&) const = default;
 };
 
 struct TenantSpec {
@@ -137,6 +152,7 @@ struct TenantSpec {
   std::string priority_class = "standard";
   serving::TenantLimits limits;
   TenantQuotaSpec quota;
+  bool operator==(const TenantSpec&) const = default;
 };
 
 struct Manifest {
@@ -148,14 +164,21 @@ struct Manifest {
   const std::string& name() const {
     return kind == Kind::kDeployment ? deployment.name : tenant.name;
   }
+  // What the manifest says; `line` is only where it was read from.
+  bool operator==(const Manifest& o) const {
+    return kind == o.kind && deployment == o.deployment && tenant == o.tenant;
+  }
 };
+
+// "Deployment" or "Tenant".
+const char* KindName(Manifest::Kind kind);
 
 // Parses one or more `---`-separated documents (empty documents skipped).
 // InvalidArgument listing every problem ("f.yaml:7: spec.replicas: must be
 // an integer >= 0, got 'two'"), including two documents of the same kind and
 // name. `source` names the text in messages.
 absl::StatusOr<std::vector<Manifest>> ParseManifests(absl::string_view text,
-                                                    std::string source);
+                                                     std::string source);
 
 // The manifest as the canonical JSON the store and the API keep and return:
 // {"apiVersion","kind","metadata":{"name","labels"},"spec":{...}} with every
@@ -176,6 +199,10 @@ absl::StatusOr<Manifest> ManifestFromJson(const nlohmann::json& j,
 void CheckDeployment(const DeploymentSpec& d,
                      const std::vector<std::string>& classes,
                      std::vector<std::string>* problems);
+// The same for a tenant: known priority class, weight > 0, valid limits
+// (serving::ValidateTenantLimits), quota limit 0 or >= gpus.
+void CheckTenant(const TenantSpec& t, const std::vector<std::string>& classes,
+                 std::vector<std::string>* problems);
 
 }  // namespace gpusched::config
 

@@ -1,36 +1,23 @@
 #include "config/serve_config.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
-#include <set>
+#include <limits>
+#include <map>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "config/yaml_reader.h"
-#include "serving/model_queue.h"
+#include "config/spec_reader.h"
 
 namespace gpusched::config {
-
-bool ParseHostPort(absl::string_view text, HostPort* out) {
-  const size_t colon = text.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0) return false;
-  int port = 0;
-  if (!absl::SimpleAtoi(text.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return false;
-  }
-  out->host = std::string(text.substr(0, colon));
-  out->port = port;
-  return true;
-}
-
 namespace {
 
-class Parser : public YamlReader {
+class Parser : public SpecReader {
  public:
-  using YamlReader::YamlReader;
+  Parser(std::string source, std::string base_dir)
+      : SpecReader(std::move(source)), base_dir_(std::move(base_dir)) {}
 
   absl::StatusOr<ServeConfig> Parse(absl::string_view text) {
     ServeConfig cfg;
@@ -41,24 +28,19 @@ class Parser : public YamlReader {
   }
 
  private:
-  void HostPortField(const YAML::Node& n, const char* what, HostPort* out) {
+  // A path relative to the config file's directory.
+  void PathField(const YAML::Node& n, const std::string& field,
+                 std::string* out) {
     std::string s;
-    if (Scalar(n, what, &s) && !ParseHostPort(s, out)) {
-      Error(n, absl::StrCat(what, " must be host:port (port 0..65535), got '",
-                            s, "'"));
-    }
-  }
-
-  void StringList(const YAML::Node& n, const char* what,
-                  std::vector<std::string>* out) {
-    if (!n.IsSequence()) {
-      Error(n, absl::StrCat(what, " must be a list, got ", YamlType(n)));
+    if (!String(n, field, &s)) return;
+    if (s.empty()) {
+      Fail(n, field, "must not be empty");
       return;
     }
-    for (const YAML::Node& v : n) {
-      std::string s;
-      if (Scalar(v, what, &s)) out->push_back(s);
-    }
+    const std::filesystem::path p(s);
+    *out = p.is_relative() && !base_dir_.empty()
+               ? (std::filesystem::path(base_dir_) / p).string()
+               : s;
   }
 
   void ParseRoot(const YAML::Node& root, ServeConfig& cfg) {
@@ -68,136 +50,115 @@ class Parser : public YamlReader {
     }
     CheckKeys(
         root, "the config",
-        {"listen", "state", "admin_key", "log_dir", "deployments", "tenants"});
-    if (const YAML::Node l = root["listen"]) {
-      HostPortField(l, "listen", &cfg.listen);
+        {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
+         "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
+         "drain_grace_s", "deployments", "tenants"});
+    if (const YAML::Node n = root["listen"]) {
+      std::string s;
+      if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
+        Fail(n, "listen",
+             absl::StrCat("must be host:port (port 0..65535), got '", s, "'"));
+      }
     }
-    OptString(root, "state", &cfg.state);
-    OptString(root, "admin_key", &cfg.admin_key);
-    OptString(root, "log_dir", &cfg.log_dir);
-    const YAML::Node deps = root["deployments"];
-    if (!deps || !deps.IsSequence() || deps.size() == 0) {
-      Error(deps ? deps : root, "deployments: at least one is required");
-    } else {
-      std::set<std::string> names;
-      for (const YAML::Node& d : deps) ParseDeployment(d, cfg, names);
+    if (const YAML::Node n = root["state"]) String(n, "state", &cfg.state);
+    if (const YAML::Node n = root["admin_key"]) {
+      String(n, "admin_key", &cfg.admin_key);
     }
-    std::set<std::string> dep_names;
-    for (const auto& d : cfg.deployments) dep_names.insert(d.name);
-    const YAML::Node tenants = root["tenants"];
-    if (!tenants || !tenants.IsSequence() || tenants.size() == 0) {
-      Error(tenants ? tenants : root, "tenants: at least one is required");
-    } else {
-      std::set<std::string> names;
-      for (const YAML::Node& t : tenants) ParseTenant(t, cfg, dep_names, names);
+    if (const YAML::Node n = root["key_dir"]) {
+      String(n, "key_dir", &cfg.key_dir);
+    }
+    if (const YAML::Node n = root["log_dir"])
+      String(n, "log_dir", &cfg.log_dir);
+    if (const YAML::Node n = root["inventory"]) {
+      PathField(n, "inventory", &cfg.inventory);
+    }
+    if (const YAML::Node n = root["gpu_discovery"];
+        n && String(n, "gpu_discovery", &cfg.gpu_discovery) &&
+        cfg.gpu_discovery != "auto" && cfg.gpu_discovery != "nvml" &&
+        cfg.gpu_discovery != "declared") {
+      Fail(n, "gpu_discovery",
+           absl::StrCat("must be auto, nvml or declared, got '",
+                        cfg.gpu_discovery, "'"));
+    }
+    if (const YAML::Node n = root["placement_policy"];
+        n && String(n, "placement_policy", &cfg.placement_policy) &&
+        cfg.placement_policy.empty()) {
+      Fail(n, "placement_policy", "must not be empty");
+    }
+    if (const YAML::Node t = root["tls"]; t && Map(t, "tls")) {
+      CheckKeys(t, "tls", {"cert", "key"});
+      if (!t["cert"] != !t["key"]) {
+        Fail(t, "tls", "set both cert and key, or neither");
+      } else if (t["cert"]) {
+        PathField(t["cert"], "tls.cert", &cfg.tls.cert);
+        PathField(t["key"], "tls.key", &cfg.tls.key);
+      }
+    }
+    if (const YAML::Node n = root["health_check_period_ms"]) {
+      Int(n, "health_check_period_ms", 1, std::numeric_limits<int64_t>::max(),
+          &cfg.health_check_period_ms);
+    }
+    if (const YAML::Node n = root["drain_grace_s"]) {
+      Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);
+    }
+    ParseList(root, "deployments",
+              [&](const YAML::Node& item, const std::string& path) {
+                DeploymentSpec d;
+                ReadName(item, "name", path + ".name", &d.name);
+                ReadDeployment(item, item, path, {"name"},
+                               DefaultPriorityClasses(), &d);
+                if (d.replicas == 0 && d.endpoints.empty()) {
+                  Fail(item["replicas"] ? item["replicas"] : item,
+                       path + ".replicas", "needs replicas >= 1 or endpoints");
+                }
+                cfg.deployments.push_back(std::move(d));
+                return cfg.deployments.back().name;
+              });
+    ParseList(
+        root, "tenants", [&](const YAML::Node& item, const std::string& path) {
+          TenantSpec t;
+          ReadName(item, "name", path + ".name", &t.name);
+          ReadTenant(item, item, path, {"name"}, DefaultPriorityClasses(), &t);
+          cfg.tenants.push_back(std::move(t));
+          return cfg.tenants.back().name;
+        });
+  }
+
+  // `key`, when present, is a list of maps; `read` reads one item and
+  // returns its name, which must be unique.
+  template <typename Read>
+  void ParseList(const YAML::Node& root, const char* key, Read read) {
+    const YAML::Node list = root[key];
+    if (!list || list.IsNull()) return;
+    if (!list.IsSequence()) {
+      Fail(list, key, absl::StrCat("must be a list, got ", YamlType(list)));
+      return;
+    }
+    std::map<std::string, int> first_line;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node item = list[i];
+      const std::string path = absl::StrCat(key, "[", i, "]");
+      if (!Map(item, path)) continue;
+      const std::string name = read(item, path);
+      if (name.empty()) continue;
+      const int line = item.Mark().line + 1;
+      if (auto [it, inserted] = first_line.emplace(name, line); !inserted) {
+        Fail(item["name"], path + ".name",
+             absl::StrCat("'", name, "' is declared twice (first at line ",
+                          it->second, ")"));
+      }
     }
   }
 
-  void ParseDeployment(const YAML::Node& d, ServeConfig& cfg,
-                       std::set<std::string>& names) {
-    if (!d.IsMap()) {
-      Error(d, absl::StrCat("a deployment must be a map, got ", YamlType(d)));
-      return;
-    }
-    CheckKeys(d, "a deployment",
-              {"name", "engine", "model", "args", "replicas", "endpoints",
-               "max_ongoing_requests", "router", "queue"});
-    ServeDeploymentSpec s;
-    if (!d["name"]) Error(d, "a deployment needs a name");
-    OptString(d, "name", &s.name);
-    if (!s.name.empty() && !ValidName(s.name)) {
-      Error(d["name"],
-            absl::StrCat("deployment name '", s.name,
-                         "' may hold letters, digits, '.', '_', '-'"));
-    }
-    if (!s.name.empty() && !names.insert(s.name).second) {
-      Error(d["name"],
-            absl::StrCat("deployment '", s.name, "' is declared twice"));
-    }
-    OptString(d, "engine", &s.engine);
-    s.model = s.name;
-    OptString(d, "model", &s.model);
-    if (const YAML::Node a = d["args"]) StringList(a, "args", &s.args);
-    OptInt(d, "replicas", 0, 1024, &s.replicas);
-    if (const YAML::Node e = d["endpoints"]) {
-      std::vector<std::string> list;
-      StringList(e, "endpoints", &list);
-      for (const std::string& ep : list) {
-        HostPort hp;
-        if (!ParseHostPort(ep, &hp) || hp.port == 0) {
-          Error(e, absl::StrCat("endpoint '", ep, "' must be host:port"));
-        } else {
-          s.endpoints.push_back(hp);
-        }
-      }
-    }
-    if (s.replicas == 0 && s.endpoints.empty()) {
-      Error(d, absl::StrCat("deployment '", s.name,
-                            "': needs replicas >= 1 or endpoints"));
-    }
-    OptInt(d, "max_ongoing_requests", 1, 1 << 20, &s.max_ongoing_requests);
-    if (const YAML::Node r = d["router"]) {
-      CheckKeys(r, "router", {"policy", "load_bound_epsilon"});
-      OptString(r, "policy", &s.router.policy);
-      OptDouble(r, "load_bound_epsilon", 1e-6, 1e6,
-                &s.router.load_bound_epsilon);
-      const auto known = serving::RouterNames();
-      if (std::find(known.begin(), known.end(), s.router.policy) ==
-          known.end()) {
-        Error(r, absl::StrCat("unknown router policy '", s.router.policy,
-                              "' (known: ", absl::StrJoin(known, ", "), ")"));
-      }
-    }
-    if (const YAML::Node q = d["queue"]) {
-      CheckKeys(q, "queue", {"order", "max_queue_size"});
-      OptString(q, "order", &s.queue_order);
-      serving::QueueOrder o;
-      const absl::Status st = serving::ParseQueueOrder(s.queue_order, &o);
-      if (!st.ok()) Error(q, st.message());
-      OptInt(q, "max_queue_size", int64_t{0}, int64_t{1} << 40,
-             &s.max_queue_size);
-    }
-    cfg.deployments.push_back(std::move(s));
-  }
-
-  void ParseTenant(const YAML::Node& t, ServeConfig& cfg,
-                   const std::set<std::string>& deployments,
-                   std::set<std::string>& names) {
-    if (!t.IsMap()) {
-      Error(t, absl::StrCat("a tenant must be a map, got ", YamlType(t)));
-      return;
-    }
-    CheckKeys(t, "a tenant",
-              {"name", "models", "weight", "priority", "requests_per_minute",
-               "tokens_per_minute"});
-    ServeTenantSpec s;
-    if (!t["name"]) Error(t, "a tenant needs a name");
-    OptString(t, "name", &s.name);
-    if (!s.name.empty() && !names.insert(s.name).second) {
-      Error(t["name"], absl::StrCat("tenant '", s.name, "' is declared twice"));
-    }
-    if (const YAML::Node m = t["models"]) {
-      StringList(m, "models", &s.models);
-      for (const std::string& name : s.models) {
-        if (!deployments.count(name)) {
-          Error(m, absl::StrCat("tenant '", s.name, "': model '", name,
-                                "' is not a deployment"));
-        }
-      }
-    }
-    OptDouble(t, "weight", 1e-9, 1e9, &s.weight);
-    OptString(t, "priority", &s.priority);
-    OptDouble(t, "requests_per_minute", 0, 1e12, &s.limits.requests_per_minute);
-    OptDouble(t, "tokens_per_minute", 0, 1e15, &s.limits.tokens_per_minute);
-    cfg.tenants.push_back(std::move(s));
-  }
+  std::string base_dir_;
 };
 
 }  // namespace
 
 absl::StatusOr<ServeConfig> ParseServeYaml(absl::string_view text,
-                                           std::string source) {
-  return Parser(std::move(source)).Parse(text);
+                                           std::string source,
+                                           const std::string& base_dir) {
+  return Parser(std::move(source), base_dir).Parse(text);
 }
 
 absl::StatusOr<ServeConfig> LoadServeFile(const std::string& path) {
@@ -205,7 +166,8 @@ absl::StatusOr<ServeConfig> LoadServeFile(const std::string& path) {
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::stringstream ss;
   ss << f.rdbuf();
-  return ParseServeYaml(ss.str(), path);
+  return ParseServeYaml(ss.str(), path,
+                        std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace gpusched::config

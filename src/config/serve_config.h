@@ -1,30 +1,52 @@
-// The `gpusched serve` configuration (first version: the platform started
-// from one file). Every field, with its default:
+// The `gpusched serve` configuration: the platform started from one file.
+// Deployments and tenants are written exactly as the spec of a Deployment or
+// Tenant manifest (config/manifest.h, camelCase keys) plus a `name`, and are
+// read by the same code. Every field, with its default:
 //
 //   listen: 127.0.0.1:8080        # host:port of the gateway (port 0: any)
 //   state: gpusched-state.db      # SQLite state (":memory:" for none)
 //   admin_key: ""                 # optional admin API key (gs-...)
+//   key_dir: ""                   # keep keys in files here (mode 0600):
+//                                 #   admin.key and <tenant>.key, created
+//                                 #   when missing, reused on restarts.
+//                                 #   "": a new key per tenant each start,
+//                                 #   printed only
 //   log_dir: gpusched-logs        # engine stdout/stderr, one pair per replica
-//   deployments:                  # required, at least one
-//     - name: chat                # required, unique
-//       engine: reference         # engine template (docs/engines.md)
-//       model: chat               # the template's {model}
-//       args: []                  # extra engine arguments, verbatim
-//       replicas: 1               # engine processes to launch
+//   inventory: ""                 # an Inventory manifest
+//                                 #   (config/inventory_config.h); "": none
+//   gpu_discovery: auto           # auto | nvml | declared
+//   placement_policy: fillfrag    # how replicas are placed on GPUs
+//   tls: {cert: PATH, key: PATH}  # both or neither; default none (plain HTTP)
+//   health_check_period_ms: 5000  # engine readiness probes, > 0
+//   drain_grace_s: 30             # on SIGTERM, wait this long for requests
+//   deployments:                  # optional: more come by `gpusched apply`
+//     - name: chat                # required, unique; as metadata.name
+//       engine: {template: reference, args: [], env: {}}
+//       model: chat               # default: name
+//       replicas: 1               # or {min: 1, max: 4}
 //       endpoints: []             # or attach to running engines: host:port
-//       max_ongoing_requests: 32
+//       resources: {fraction: {milli: 250, memory: 10Gi}}
+//       priorityClass: standard
+//       slo: {ttftMs: 0, tpotMs: 0}
+//       maxOngoingRequests: 32
 //       router: {policy: least-outstanding}   # serving/router.h knobs
-//       queue: {order: fair, max_queue_size: 0}
-//   tenants:                      # required, at least one
-//     - name: demo
+//       queue: {order: fair, maxQueueSize: 0}
+//       kvBudgetTokens: 0
+//   tenants:                      # optional
+//     - name: demo                # required, unique
 //       models: []                # deployments it may use; empty = all
 //       weight: 1
-//       priority: standard
-//       requests_per_minute: 0    # 0: unlimited
-//       tokens_per_minute: 0
+//       priorityClass: standard
+//       limits: {requestsPerMinute: 0, tokensPerMinute: 0, burstMinutes: 1,
+//                maxQueued: 0}
+//       quota: {gpus: 0, limit: 0, overQuotaWeight: 1}
 //
-// Each start creates one API key per tenant and prints it (keys are stored
-// hashed only). Errors name the file and line; every problem is listed.
+// Relative input paths (inventory, tls) are resolved against the directory
+// of the config file; the places gpusched writes (state, key_dir, log_dir)
+// are relative to the working directory. A deployment launched here needs replicas >= 1 or endpoints.
+// The deployments and tenants here are applied at each start like
+// `gpusched apply`; ones applied through the API persist in `state` too.
+// Errors name the file and line; every problem is listed.
 #ifndef GPUSCHED_CONFIG_SERVE_CONFIG_H_
 #define GPUSCHED_CONFIG_SERVE_CONFIG_H_
 
@@ -34,35 +56,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "serving/admission.h"
-#include "serving/router.h"
+#include "config/manifest.h"
 
 namespace gpusched::config {
 
-struct HostPort {
-  std::string host = "127.0.0.1";
-  int port = 0;
-};
-
-struct ServeDeploymentSpec {
-  std::string name;
-  std::string engine = "reference";
-  std::string model;
-  std::vector<std::string> args;
-  int replicas = 1;
-  std::vector<HostPort> endpoints;
-  int max_ongoing_requests = 32;
-  serving::RouterConfig router;
-  std::string queue_order = "fair";
-  int64_t max_queue_size = 0;
-};
-
-struct ServeTenantSpec {
-  std::string name;
-  std::vector<std::string> models;
-  double weight = 1;
-  std::string priority = "standard";
-  serving::TenantLimits limits;
+struct TlsFiles {
+  std::string cert;  // PEM certificate chain; empty: no TLS
+  std::string key;   // PEM private key
 };
 
 struct ServeConfig {
@@ -70,16 +70,24 @@ struct ServeConfig {
   HostPort listen{"127.0.0.1", 8080};
   std::string state = "gpusched-state.db";
   std::string admin_key;
+  std::string key_dir;  // empty: keys printed, not kept
   std::string log_dir = "gpusched-logs";
-  std::vector<ServeDeploymentSpec> deployments;
-  std::vector<ServeTenantSpec> tenants;
+  std::string inventory;  // resolved path; empty: none
+  std::string gpu_discovery = "auto";
+  std::string placement_policy = "fillfrag";
+  TlsFiles tls;
+  int64_t health_check_period_ms = 5000;
+  double drain_grace_s = 30;
+  std::vector<DeploymentSpec> deployments;
+  std::vector<TenantSpec> tenants;
 };
 
-// "host:port" with port 0..65535.
-bool ParseHostPort(absl::string_view text, HostPort* out);
-
+// `source` names the text in messages; relative paths are resolved against
+// `base_dir` (kept relative when it is empty).
 absl::StatusOr<ServeConfig> ParseServeYaml(absl::string_view text,
-                                           std::string source);
+                                           std::string source,
+                                           const std::string& base_dir = "");
+// Reads `path`; relative paths in it are resolved against its directory.
 absl::StatusOr<ServeConfig> LoadServeFile(const std::string& path);
 
 }  // namespace gpusched::config

@@ -2,12 +2,15 @@
 
 #include <string>
 
+#include "absl/strings/str_split.h"
+#include "config/manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gpusched::config {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(ServeConfigTest, ParsesWithDefaults) {
@@ -15,29 +18,88 @@ TEST(ServeConfigTest, ParsesWithDefaults) {
 listen: 0.0.0.0:9000
 deployments:
   - name: chat
-    args: ["--hidden", "32"]
+    engine: {template: reference, args: ["--hidden", "32"]}
     replicas: 2
     router: {policy: power-of-two}
+    resources: {fraction: {milli: 250, memory: 10Gi}}
   - name: ext
     replicas: 0
     endpoints: ["127.0.0.1:8001"]
 tenants:
   - name: demo
     models: [chat]
-    requests_per_minute: 60
+    limits: {requestsPerMinute: 60}
 )",
                             "s.yaml");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->listen.host, "0.0.0.0");
   EXPECT_EQ(cfg->listen.port, 9000);
   EXPECT_EQ(cfg->state, "gpusched-state.db");
+  EXPECT_EQ(cfg->inventory, "");
+  EXPECT_EQ(cfg->gpu_discovery, "auto");
+  EXPECT_EQ(cfg->placement_policy, "fillfrag");
+  EXPECT_EQ(cfg->tls.cert, "");
+  EXPECT_EQ(cfg->health_check_period_ms, 5000);
+  EXPECT_EQ(cfg->drain_grace_s, 30);
   ASSERT_EQ(cfg->deployments.size(), 2u);
   EXPECT_EQ(cfg->deployments[0].engine, "reference");
   EXPECT_EQ(cfg->deployments[0].model, "chat");
   EXPECT_EQ(cfg->deployments[0].args.size(), 2u);
+  EXPECT_EQ(cfg->deployments[0].replicas, 2);
   EXPECT_EQ(cfg->deployments[0].router.policy, "power-of-two");
+  EXPECT_EQ(cfg->deployments[0].resources.milli, 250);
   EXPECT_EQ(cfg->deployments[1].endpoints[0].port, 8001);
   EXPECT_EQ(cfg->tenants[0].limits.requests_per_minute, 60);
+}
+
+TEST(ServeConfigTest, PlatformFields) {
+  auto cfg = ParseServeYaml(R"(
+inventory: inv.yaml
+gpu_discovery: declared
+placement_policy: binpack
+tls: {cert: certs/server.pem, key: /etc/gpusched/key.pem}
+health_check_period_ms: 250
+drain_grace_s: 2.5
+deployments: [{name: chat}]
+tenants: [{name: demo}]
+)",
+                            "s.yaml", "/etc/gpusched");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->inventory, "/etc/gpusched/inv.yaml");
+  EXPECT_EQ(cfg->gpu_discovery, "declared");
+  EXPECT_EQ(cfg->placement_policy, "binpack");
+  EXPECT_EQ(cfg->tls.cert, "/etc/gpusched/certs/server.pem");
+  EXPECT_EQ(cfg->tls.key, "/etc/gpusched/key.pem");
+  EXPECT_EQ(cfg->health_check_period_ms, 250);
+  EXPECT_EQ(cfg->drain_grace_s, 2.5);
+}
+
+// A deployment item is a Deployment manifest's spec plus its name, read by
+// the same code: the same fields give the same struct.
+TEST(ServeConfigTest, DeploymentItemsAreManifestSpecs) {
+  const std::string spec = R"(
+    model: qwen
+    engine: {template: vllm, args: [--x], env: {A: b}}
+    resources: {whole: 2, nvlink: required, cpu: "4", memory: 16Gi}
+    replicas: {min: 1, max: 3}
+    priorityClass: batch
+    slo: {ttftMs: 100}
+    maxOngoingRequests: 8
+    router: {policy: prefix-affinity, affinityBlocks: 2}
+    queue: {order: edf, maxQueueSize: 5}
+    kvBudgetTokens: 1000
+)";
+  auto cfg = ParseServeYaml(
+      "deployments:\n  - name: chat" + spec + "tenants: [{name: t}]\n",
+      "s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto manifests = ParseManifests(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: chat}\n"
+      "spec:" +
+          spec,
+      "m.yaml");
+  ASSERT_TRUE(manifests.ok()) << manifests.status();
+  EXPECT_EQ(cfg->deployments[0], manifests->front().deployment);
 }
 
 TEST(ServeConfigTest, ListsEveryProblem) {
@@ -46,18 +108,47 @@ deployments:
   - name: chat
     replicas: 0
     router: {policy: magic}
+  - name: chat
+    engine: reference
 tenants:
   - name: demo
     models: [nope]
+    limits: {requests_per_minute: 5}
+gpu_discovery: cuda
+tls: {cert: a.pem}
 )",
                             "s.yaml");
   ASSERT_FALSE(cfg.ok());
-  const std::string m(cfg.status().message());
-  EXPECT_THAT(m, HasSubstr("s.yaml:1: listen must be host:port"));
-  EXPECT_THAT(m, HasSubstr("needs replicas >= 1 or endpoints"));
-  EXPECT_THAT(m, HasSubstr("unknown router policy 'magic'"));
-  EXPECT_THAT(m, HasSubstr("model 'nope' is not a deployment"));
-  EXPECT_FALSE(ParseServeYaml("tenants: [{name: a}]\n", "s.yaml").ok());
+  const std::vector<std::string> lines =
+      absl::StrSplit(cfg.status().message(), '\n');
+  EXPECT_THAT(
+      lines,
+      ElementsAre(
+          "s.yaml:1: listen: must be host:port (port 0..65535), got 'nowhere'",
+          "s.yaml:4: deployments[0].replicas: needs replicas >= 1 or endpoints",
+          HasSubstr("s.yaml:5: deployments[0].router.policy: unknown policy "
+                    "'magic'; known: round-robin"),
+          "s.yaml:6: deployments[1].name: 'chat' is declared twice (first at "
+          "line 3)",
+          "s.yaml:7: deployments[1].engine: must be a map, got 'reference'",
+          HasSubstr("s.yaml:11: unknown field 'requests_per_minute' in "
+                    "tenants[0].limits (known: requestsPerMinute"),
+          "s.yaml:12: gpu_discovery: must be auto, nvml or declared, got "
+          "'cuda'",
+          "s.yaml:13: tls: set both cert and key, or neither"));
+  // Deployments and tenants are optional (more come through the API).
+  EXPECT_TRUE(ParseServeYaml("tenants: [{name: a}]\n", "s.yaml").ok());
+  EXPECT_FALSE(ParseServeYaml("tenants: {name: a}\n", "s.yaml").ok());
+}
+
+TEST(ServeConfigTest, ExampleQuickstartParses) {
+  auto cfg = LoadServeFile(GPUSCHED_SOURCE_DIR "/examples/quickstart.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->inventory,
+            GPUSCHED_SOURCE_DIR "/examples/quickstart-inventory.yaml");
+  ASSERT_EQ(cfg->deployments.size(), 2u);
+  EXPECT_EQ(cfg->deployments[0].resources.kind, "fraction");
+  EXPECT_EQ(cfg->deployments[0].resources.gpu_memory_mib, 10 * 1024);
 }
 
 }  // namespace

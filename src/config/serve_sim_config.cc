@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "config/manifest.h"
 #include "config/yaml_reader.h"
 
 namespace gpusched::config {
@@ -69,7 +70,7 @@ class Parser : public YamlReader {
         if (cfg.classes.empty()) Error(pc, "priority_classes is empty");
       }
     } else {
-      for (const char* n : {"critical", "standard", "batch", "sheddable"}) {
+      for (const std::string& n : DefaultPriorityClasses()) {
         cfg.classes.push_back({n, 0, ""});
       }
     }

@@ -48,8 +48,7 @@ absl::Status YamlReader::Load(absl::string_view text, YAML::Node* root) {
   try {
     *root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+    return SyntaxError(e);
   }
   return absl::OkStatus();
 }
@@ -58,24 +57,53 @@ absl::Status YamlReader::ParseDocument(
     absl::string_view text, absl::FunctionRef<void(const YAML::Node&)> parse) {
   YAML::Node root;
   RETURN_IF_ERROR(Load(text, &root));
+  Guarded([&] { parse(root); });
+  return Result();
+}
+
+absl::Status YamlReader::ParseDocuments(
+    absl::string_view text, absl::FunctionRef<void(const YAML::Node&)> parse) {
+  std::vector<YAML::Node> docs;
   try {
-    parse(root);
+    docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return SyntaxError(e);
+  }
+  for (const YAML::Node& doc : docs) Guarded([&] { parse(doc); });
+  return Result();
+}
+
+absl::Status YamlReader::SyntaxError(const YAML::Exception& e) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+}
+
+void YamlReader::Guarded(absl::FunctionRef<void()> parse) {
+  try {
+    parse();
   } catch (const YAML::Exception& e) {
     Error(e.mark, absl::StrCat("cannot read the document: ", e.msg));
   }
-  return Result();
 }
 
 absl::Status YamlReader::Result() const {
   if (errors_.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+  // Readers check fields in their own order; people read files top down.
+  std::vector<std::pair<int, std::string>> sorted = errors_;
+  std::stable_sort(
+      sorted.begin(), sorted.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  return absl::InvalidArgumentError(absl::StrJoin(
+      sorted, "\n",
+      [](std::string* out, const auto& e) { out->append(e.second); }));
 }
 
 void YamlReader::Error(const YAML::Mark& mark, absl::string_view what) {
   if (mark.is_null()) {
-    errors_.push_back(absl::StrCat(source_, ": ", what));
+    errors_.emplace_back(0, absl::StrCat(source_, ": ", what));
   } else {
-    errors_.push_back(absl::StrCat(source_, ":", mark.line + 1, ": ", what));
+    errors_.emplace_back(mark.line + 1,
+                         absl::StrCat(source_, ":", mark.line + 1, ": ", what));
   }
 }
 
@@ -151,6 +179,21 @@ bool YamlReader::Bool(const YAML::Node& n, absl::string_view field, bool* out) {
     Error(n, absl::StrCat(field, " must be true or false, got '", s, "'"));
     return false;
   }
+  return true;
+}
+
+bool YamlReader::Quantity(const YAML::Node& n, absl::string_view field,
+                          std::optional<int64_t> (*parse)(absl::string_view),
+                          absl::string_view example, int64_t* out) {
+  std::string s;
+  if (!Scalar(n, field, &s)) return false;
+  const std::optional<int64_t> v = parse(s);
+  if (!v) {
+    Error(n, absl::StrCat(field, ": '", s, "' is not a quantity (e.g. ",
+                          example, ")"));
+    return false;
+  }
+  *out = *v;
   return true;
 }
 

@@ -8,7 +8,9 @@
 #define GPUSCHED_CONFIG_YAML_READER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -35,7 +37,11 @@ class YamlReader {
   // nodes, so this is defensive). Returns Result().
   absl::Status ParseDocument(absl::string_view text,
                              absl::FunctionRef<void(const YAML::Node&)> parse);
-  // OK, or every error collected, one per line.
+  // The same over a `---`-separated stream: `parse` runs on each document's
+  // root in order (marks count lines from the start of `text`).
+  absl::Status ParseDocuments(absl::string_view text,
+                              absl::FunctionRef<void(const YAML::Node&)> parse);
+  // OK, or every error collected, one per line, in file order.
   absl::Status Result() const;
   bool has_errors() const { return !errors_.empty(); }
 
@@ -50,6 +56,11 @@ class YamlReader {
   bool Double(const YAML::Node& n, absl::string_view field, double lo,
               double hi, double* out);
   bool Bool(const YAML::Node& n, absl::string_view field, bool* out);
+  // A Kubernetes quantity (config/quantity.h) read by `parse`; `example`
+  // goes into the message when it is malformed.
+  bool Quantity(const YAML::Node& n, absl::string_view field,
+                std::optional<int64_t> (*parse)(absl::string_view),
+                absl::string_view example, int64_t* out);
 
   // Optional fields of `map`: leave `out` unchanged when absent.
   void OptString(const YAML::Node& map, const char* key, std::string* out);
@@ -61,8 +72,12 @@ class YamlReader {
   void OptBool(const YAML::Node& map, const char* key, bool* out);
 
  private:
+  // Runs `parse`, turning a yaml-cpp exception into an error at its mark.
+  void Guarded(absl::FunctionRef<void()> parse);
+  absl::Status SyntaxError(const YAML::Exception& e) const;
+
   std::string source_;
-  std::vector<std::string> errors_;
+  std::vector<std::pair<int, std::string>> errors_;  // (line, message)
 };
 
 }  // namespace gpusched::config

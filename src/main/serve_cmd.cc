@@ -184,8 +184,8 @@ int RunServe(const ServeFlags& flags) {
   api::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
-  http.tls_cert_file = cfg->tls_cert;
-  http.tls_key_file = cfg->tls_key;
+  http.tls_cert_file = cfg->tls.cert;
+  http.tls_key_file = cfg->tls.key;
   api::Gateway* g = gateway->get();
   auto server = api::HttpServer::Start(
       http, [g, &control](api::HttpRequest req,
@@ -195,7 +195,7 @@ int RunServe(const ServeFlags& flags) {
       });
   if (!server.ok()) return Fail(std::string(server.status().message()));
   const std::string url =
-      absl::StrCat(cfg->tls_cert.empty() ? "http" : "https", "://",
+      absl::StrCat(cfg->tls.cert.empty() ? "http" : "https", "://",
                    cfg->listen.host, ":", (*server)->port());
   std::printf("gpusched serve: listening on %s (%zu nodes, %s)\n", url.c_str(),
               cluster.nodes.size(), cluster.source.c_str());

@@ -76,6 +76,7 @@ struct TenantLimits {
   // Bucket depth as minutes of the rate (1: a minute's allowance at once).
   double burst_minutes = 1.0;
   int64_t max_queued = 0;  // requests waiting across models; 0: unbounded
+  bool operator==(const TenantLimits&) const = default;
 };
 
 absl::Status ValidateTenantLimits(const TenantLimits& limits);

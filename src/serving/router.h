@@ -57,6 +57,7 @@ struct TtftPredictorOptions {
   // Output length assumed for running sequences when the request's
   // max_output_tokens is 0 (used only for the KV-full wait).
   int32_t default_output_tokens = 256;
+  bool operator==(const TtftPredictorOptions&) const = default;
 };
 
 struct RouterConfig {
@@ -84,6 +85,7 @@ struct RouterConfig {
   double queue_weight = 1.0;
   // latency-predictive: the TTFT predictor's knobs.
   TtftPredictorOptions ttft;
+  bool operator==(const RouterConfig&) const = default;
 };
 
 class Router {
