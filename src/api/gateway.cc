@@ -303,11 +303,14 @@ void Gateway::Tick() {
     // Suspects get another chance after a while.
     const Micros now = NowMicros();
     bool expired_suspect = false;
-    std::erase_if(suspect_until_, [&](const auto& kv) {
-      const bool done = kv.second <= now;
-      expired_suspect = expired_suspect || done;
-      return done;
-    });
+    for (auto it = suspect_until_.begin(); it != suspect_until_.end();) {
+      if (it->second <= now) {
+        expired_suspect = true;
+        suspect_until_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
     if (expired_suspect) {
       for (auto& [name, m] : models_) SyncAll(m);
     }
