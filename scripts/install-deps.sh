@@ -10,6 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libsqlite3-dev libssl-dev curl
+  nginx  # bench/gateway_vs_nginx.sh: the peer proxy
 )
 
 missing=()
