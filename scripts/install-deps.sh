@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libsqlite3-dev libssl-dev curl
   nodejs npm
+  nginx  # bench/gateway_vs_nginx.sh: the peer proxy
 )
 
 # node and npm from elsewhere (NodeSource's nodejs bundles npm and conflicts

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "boost/asio.hpp"
 #include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
@@ -28,15 +27,27 @@ using tcp = net::ip::tcp;
 namespace {
 
 // The head of a response: status line and fields, ending with CRLF CRLF.
-std::string FormatHead(const HttpResponse& res) {
-  std::string out = absl::StrFormat(
-      "HTTP/%d.%d %d %s\r\n", res.version() / 10, res.version() % 10,
-      res.result_int(), std::string(http::obsolete_reason(res.result())));
+// `body` is appended after it (one buffer, one write).
+std::string FormatHead(const HttpResponse& res, std::string_view body = {}) {
+  const boost::beast::string_view reason = http::obsolete_reason(res.result());
+  size_t size = 32 + reason.size() + body.size();
   for (const auto& field : res) {
-    absl::StrAppend(&out, std::string(field.name_string()), ": ",
-                    std::string(field.value()), "\r\n");
+    size += field.name_string().size() + field.value().size() + 4;
+  }
+  std::string out;
+  out.reserve(size);
+  absl::StrAppend(&out, "HTTP/", res.version() / 10, ".", res.version() % 10,
+                  " ", res.result_int(), " ");
+  out.append(reason.data(), reason.size());
+  out += "\r\n";
+  for (const auto& field : res) {
+    out.append(field.name_string().data(), field.name_string().size());
+    out += ": ";
+    out.append(field.value().data(), field.value().size());
+    out += "\r\n";
   }
   out += "\r\n";
+  out.append(body.data(), body.size());
   return out;
 }
 
@@ -197,6 +208,10 @@ class Session final : public Connection,
         strand_(net::make_strand(server->ioc)),
         server_(server) {
     ++server_->connections;
+    // Streamed chunks are small writes: without this, Nagle holds each one
+    // until the client ACKs the last (up to 40 ms with delayed ACKs).
+    beast::error_code ignored;
+    tcp().socket().set_option(net::ip::tcp::no_delay(true), ignored);
   }
   ~Session() override { --server_->connections; }
 
@@ -338,6 +353,18 @@ void Session<Stream>::OnHeader(beast::error_code ec) {
                         server_->options.max_body_bytes, " bytes"));
     return;
   }
+  // Usually the whole body came with the head: parse it from the buffer
+  // rather than through another asynchronous read.
+  while (!parser_->is_done() && buffer_.size() > 0) {
+    const size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    if (ec == http::error::need_more) ec = {};
+    if (ec || used == 0) break;
+  }
+  if (ec || parser_->is_done()) {
+    OnBody(ec);
+    return;
+  }
   tcp().expires_after(server_->options.read_timeout);
   reading_ = true;
   http::async_read(stream_, buffer_, *parser_,
@@ -389,7 +416,7 @@ void Session<Stream>::Reject(http::status status, const std::string& message) {
   res.prepare_payload();
   busy_ = true;
   ++server_->in_flight;
-  out_.push_back({FormatHead(res) + res.body(), true, false});
+  out_.push_back({FormatHead(res, res.body()), true, false});
   WriteNext();
 }
 
@@ -545,7 +572,7 @@ void Responder::Send(HttpResponse response) {
                       !connection_->draining());
   const bool keep = response.keep_alive();
   response.prepare_payload();
-  connection_->Write(FormatHead(response) + response.body(), true, keep);
+  connection_->Write(FormatHead(response, response.body()), true, keep);
 }
 
 void Responder::StartStream(HttpResponse head) {
@@ -564,9 +591,9 @@ void Responder::StartStream(HttpResponse head) {
 void Responder::SendChunk(std::string data) {
   // An empty chunk would end the stream.
   if (!streaming_ || ended_ || data.empty()) return;
-  std::string framed = absl::StrFormat("%x\r\n", data.size());
-  framed += data;
-  framed += "\r\n";
+  std::string framed;
+  framed.reserve(data.size() + 20);
+  absl::StrAppend(&framed, absl::Hex(data.size()), "\r\n", data, "\r\n");
   connection_->Write(std::move(framed), false, keep_alive_);
 }
 

@@ -87,6 +87,11 @@ class Call : public std::enable_shared_from_this<Call> {
                                self->Done(self->Failure("connect", ec));
                                return;
                              }
+                             // Requests go out in one write; this keeps
+                             // any later small write from waiting on ACKs.
+                             beast::error_code ignored;
+                             self->stream_->socket().set_option(
+                                 tcp::no_delay(true), ignored);
                              self->Write();
                            });
   }
