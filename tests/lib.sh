@@ -22,18 +22,21 @@ finish() {  # name
   echo "$1: all checks passed"
 }
 
-# Starts `$bin serve --config FILE` in the background and waits until it
-# prints its URL: sets pid, url (http://127.0.0.1:PORT, empty when serve did
-# not start; its stderr is in $tmp/err) and key (the first tenant's API key).
+# Starts `$bin serve --config FILE` in the background and waits until its
+# replicas are ready and it has printed the tenants' keys: sets pid, url
+# (http://127.0.0.1:PORT, empty when serve did not start; its stderr is in
+# $tmp/err) and key (the first tenant's API key).
 start_serve() {  # config file
   "$bin" serve --config "$1" >"$tmp/out" 2>"$tmp/err" &
   pid=$!
   url=""
-  for _ in $(seq 1 300); do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 || true)
-    [ -n "$url" ] && break
+  key=""
+  for _ in $(seq 1 600); do
+    key=$(grep -o 'key: gs-[A-Za-z0-9_-]*' "$tmp/out" 2>/dev/null | head -1 || true)
+    [ -n "$key" ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
-  key=$(grep -o 'gs-[A-Za-z0-9_-]*' "$tmp/out" | head -1)
+  key=${key#key: }
+  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 || true)
 }

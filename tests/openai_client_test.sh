@@ -32,12 +32,10 @@ state: $tmp/state.db
 log_dir: $tmp/logs
 deployments:
   - name: chat
-    engine: reference
-    args: ["--hidden", "20"]
+    engine: {template: reference, args: ["--hidden", "20"]}
     replicas: 1
   - name: embed
-    engine: reference
-    args: ["--hidden", "24"]
+    engine: {template: reference, args: ["--hidden", "24"]}
     replicas: 1
 tenants:
   - name: demo

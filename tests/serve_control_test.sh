@@ -37,7 +37,12 @@ health_check_period_ms: 500
 drain_grace_s: 5
 deployments:
   - name: chat
-    engine: {template: reference, args: ["--hidden", "16"]}
+    engine:
+      template: reference
+      # ~30 ms per token (baichuan-7b on an A10): requests are in flight
+      # long enough for the crash drill.
+      args: ["--hidden", "16", "--mode", "profile", "--profile-model",
+             "baichuan-7b", "--gpu", "A10-24GB"]
     replicas: {min: 1, max: 3}
     resources: {fraction: {milli: 250, memory: 10Gi}}
 tenants:
@@ -169,7 +174,12 @@ victim=$(api GET /api/v1/deployments/chat | jq_py '[r["pid"] for r in j["status"
 seq 1 60 | xargs -P 6 -I{} curl -s -o /dev/null -w '%{http_code}\n' "$url/v1/completions" \
   -H "Authorization: Bearer $demo" -d '{"model":"chat","prompt":"load {}","max_tokens":24}' >"$tmp/codes" &
 loader=$!
-sleep 0.3
+# Kill it while it has requests in flight.
+for _ in $(seq 1 100); do
+  [ "$(api GET /api/v1/queues | jq_py '[q["inFlight"] for q in j["items"] if q["deployment"]=="chat"][0] >= 4')" = True ] && break
+  sleep 0.02
+done
+sleep 0.2
 kill -9 "$victim"
 wait "$loader"
 bad=$(grep -vc '^200$' "$tmp/codes")
@@ -199,21 +209,64 @@ code=$(curl -s -o "$tmp/x" -w '%{http_code}' "$url/v1/embeddings" -H "Authorizat
 [ "$code" = 200 ] || fail "team2 key after restart: $code $(cat "$tmp/x")"
 wait_for /api/v1/deployments/chat 20 'j["status"]["readyReplicas"] == 2' ||
   fail "chat not back at 2 replicas: $(cat "$tmp/body")"
+running() {  # pid: alive and not a zombie awaiting its reaper
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  case "$st" in Z*) return 1 ;; esac
+  return 0
+}
 for p in $old_engines; do
-  if kill -0 "$p" 2>/dev/null; then fail "engine $p of the killed gpusched still runs"; fi
+  for _ in $(seq 1 40); do running "$p" || break; sleep 0.05; done
+  if running "$p"; then fail "engine $p of the killed gpusched still runs: $(ps -o pid,stat,cmd -p "$p")"; fi
 done
 
 # Delete: the deployment goes, with its engine.
 embed_pid=$(api GET /api/v1/deployments/embed | jq_py 'j["status"]["replicaStatus"][0]["pid"]')
 api DELETE /api/v1/deployments/embed >/dev/null
 [ "$(cat "$tmp/code")" = 200 ] || fail "delete: $(cat "$tmp/code")"
-for _ in $(seq 1 200); do kill -0 "$embed_pid" 2>/dev/null || break; sleep 0.05; done
-kill -0 "$embed_pid" 2>/dev/null && fail "embed engine still runs after delete"
-api GET /api/v1/deployments/embed >/dev/null
-[ "$(cat "$tmp/code")" = 404 ] || fail "deleted deployment still listed"
+for _ in $(seq 1 200); do running "$embed_pid" || break; sleep 0.05; done
+running "$embed_pid" && fail "embed engine still runs after delete"
+for _ in $(seq 1 100); do
+  api GET /api/v1/deployments/embed >/dev/null
+  [ "$(cat "$tmp/code")" = 404 ] && break
+  sleep 0.05
+done
+[ "$(cat "$tmp/code")" = 404 ] || fail "deleted deployment still listed: $(cat "$tmp/body")"
 api GET '/api/v1/events?deployment=embed&limit=50' >"$tmp/events.json"
 expect_contains "$tmp/events.json" "deployment.deleted"
 expect_contains "$tmp/events.json" "replica.placed"
+
+# The CLI against the running server.
+export GPUSCHED_SERVER="$url" GPUSCHED_KEY="$admin"
+cat >"$tmp/cli.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: cli-demo}
+spec:
+  engine: {template: reference, args: ["--hidden", "8"]}
+YAML
+"$bin" apply -f "$tmp/cli.yaml" >"$tmp/cli.out" 2>&1 || fail "gpusched apply: $(cat "$tmp/cli.out")"
+expect_contains "$tmp/cli.out" "deployment/cli-demo created"
+wait_for /api/v1/deployments/cli-demo 20 'j["status"]["readyReplicas"] == 1' ||
+  fail "cli-demo not ready: $(cat "$tmp/body")"
+"$bin" get deployments >"$tmp/cli.out" 2>&1 || fail "gpusched get: $(cat "$tmp/cli.out")"
+expect_contains "$tmp/cli.out" "cli-demo"
+"$bin" get replicas >"$tmp/cli.out" 2>&1 || fail "gpusched get replicas"
+expect_contains "$tmp/cli.out" "cli-demo-0"
+"$bin" get gpus >"$tmp/cli.out" 2>&1 || fail "gpusched get gpus"
+expect_contains "$tmp/cli.out" "H100"
+"$bin" describe deployment chat >"$tmp/cli.out" 2>&1 || fail "gpusched describe: $(cat "$tmp/cli.out")"
+expect_contains "$tmp/cli.out" "chat-0"
+"$bin" logs chat --tail 3 >"$tmp/cli.out" 2>&1 || fail "gpusched logs: $(cat "$tmp/cli.out")"
+"$bin" events --deployment chat --limit 5 >"$tmp/cli.out" 2>&1 || fail "gpusched events"
+expect_contains "$tmp/cli.out" "replica."
+"$bin" apply -f "$tmp/bad.yaml" >"$tmp/cli.out" 2>&1
+[ $? -eq 1 ] || fail "gpusched apply of an invalid manifest: expected exit 1"
+expect_contains "$tmp/cli.out" "replicas"
+"$bin" delete -f "$tmp/cli.yaml" >"$tmp/cli.out" 2>&1 || fail "gpusched delete -f: $(cat "$tmp/cli.out")"
+expect_contains "$tmp/cli.out" "deployment/cli-demo deleted"
+GPUSCHED_KEY=$demo "$bin" get gpus >"$tmp/cli.out" 2>&1
+[ $? -eq 1 ] || fail "gpusched get gpus with a tenant key: expected exit 1"
 
 kill -TERM "$pid"
 wait "$pid"

@@ -1370,6 +1370,13 @@ bool Controller::HasDeployment(const std::string& name) {
   return it != deployments_.end() && !it->second.deleting;
 }
 
+std::optional<int> Controller::DesiredReplicas(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = deployments_.find(name);
+  if (it == deployments_.end() || it->second.deleting) return std::nullopt;
+  return it->second.spec.replicas;
+}
+
 bool Controller::HasTenant(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   return tenants_.count(name) > 0;

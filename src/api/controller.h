@@ -109,6 +109,8 @@ class Controller {
   nlohmann::json NodesJson();
   nlohmann::json QueuesJson();
   bool HasDeployment(const std::string& name);
+  // The desired replica count of a live deployment (as scaled), if any.
+  std::optional<int> DesiredReplicas(const std::string& name);
   bool HasTenant(const std::string& name);
   // Models (deployments) a tenant may use.
   std::vector<std::string> TenantModels(const std::string& tenant);

@@ -140,6 +140,11 @@ int RunServe(const ServeFlags& flags) {
     config::Manifest m;
     m.kind = config::Manifest::Kind::kDeployment;
     m.deployment = d;
+    // A restart keeps the replica count a scale chose, within min..max.
+    if (std::optional<int> now = controller->DesiredReplicas(d.name);
+        now && *now >= d.min_replicas && *now <= d.max_replicas) {
+      m.deployment.replicas = *now;
+    }
     manifests.push_back(m);
   }
   if (!manifests.empty()) {
