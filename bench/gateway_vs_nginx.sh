@@ -114,7 +114,7 @@ deployments:
   - name: stub
     replicas: 0
     endpoints: [127.0.0.1:$stub_port]
-    max_ongoing_requests: 4096
+    maxOngoingRequests: 4096
 tenants:
   - name: bench
 YAML

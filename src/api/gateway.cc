@@ -71,14 +71,28 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
   std::unique_ptr<Gateway> g(new Gateway());
   g->authenticate_ = std::move(authenticate);
   g->config_ = config;
-  g->upstream_ = std::make_unique<runtime::UpstreamClient>(upstream);
+  g->upstream_options_ = upstream;
+  g->upstreams_.push_back(std::make_unique<runtime::UpstreamClient>(upstream));
   g->dispatcher_ = std::make_unique<serving::Dispatcher>(config.seed);
   return g;
 }
 
 Gateway::~Gateway() {
-  // The upstream client's threads stop first: no callback runs after this.
-  upstream_.reset();
+  // The upstream clients' threads stop first: no callback runs after this.
+  for (auto& u : upstreams_) u.reset();
+}
+
+void Gateway::UseIoContext(boost::asio::io_context& ioc) {
+  runtime::UpstreamOptions o = upstream_options_;
+  o.io_context = &ioc;
+  auto client = std::make_unique<runtime::UpstreamClient>(o);
+  std::lock_guard<std::mutex> lock(mu_);
+  upstreams_.push_back(std::move(client));
+}
+
+runtime::UpstreamClient* Gateway::Upstream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return upstreams_.back().get();
 }
 
 // --- Run-time changes -----------------------------------------------------
@@ -558,7 +572,7 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
       res.body() = std::move(*body);
       r->Send(std::move(res));
     };
-    upstream_->Send(ready.front(), std::move(up), std::move(cb));
+    Upstream()->Send(ready.front(), std::move(up), std::move(cb));
     return;
   }
   if (req.method() != http::verb::post) {
@@ -684,8 +698,10 @@ void Gateway::Proxy(serving::Assignment a) {
   Protocol protocol;
   std::shared_ptr<Responder> responder;
   runtime::Endpoint ep;
+  runtime::UpstreamClient* upstream;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    upstream = upstreams_.back().get();
     Pending& p = pending_.at(a.request.id);
     p.request = a.request;  // as dispatched
     ++p.attempts;
@@ -794,7 +810,7 @@ void Gateway::Proxy(serving::Assignment a) {
     }
     Finished(req, replica, std::max(0, output));
   };
-  upstream_->Send(ep, std::move(up), std::move(cb));
+  upstream->Send(ep, std::move(up), std::move(cb));
 }
 
 void Gateway::Finished(const serving::Request& r, serving::ReplicaId replica,

@@ -91,6 +91,11 @@ class Gateway {
 
   void Handle(HttpRequest request, std::shared_ptr<Responder> responder);
 
+  // From now on, proxy on `ioc` (the HTTP server's, so that a request is
+  // read, proxied and answered on one thread without hand-offs); `ioc`
+  // must outlive the gateway or be stopped before it is destroyed.
+  void UseIoContext(boost::asio::io_context& ioc);
+
   // Creates the deployment, or updates it (see the file comment).
   absl::Status UpsertDeployment(const GatewayDeployment& d);
   // New requests for it get 404; queued ones are still served until
@@ -172,8 +177,12 @@ class Gateway {
   // Queued requests of a deleted, replica-less deployment: answered 503.
   void FailQueued(serving::ModelId id, std::vector<Pending>* out);  // mu_ held
 
+  // The upstream client the proxy uses now; its options; replaced ones are
+  // kept until the gateway is destroyed (their requests may be in flight).
+  runtime::UpstreamClient* Upstream();
   Authenticator authenticate_;
-  std::unique_ptr<runtime::UpstreamClient> upstream_;
+  runtime::UpstreamOptions upstream_options_;
+  std::vector<std::unique_ptr<runtime::UpstreamClient>> upstreams_;
   GatewayConfig config_;
   std::mutex mu_;
   // Everything below is guarded by mu_.

@@ -638,6 +638,8 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Shutdown(std::chrono::milliseconds(0)); }
 
+boost::asio::io_context& HttpServer::io_context() { return impl_->ioc; }
+
 uint16_t HttpServer::port() const {
   beast::error_code ec;
   const auto ep = impl_->acceptor.local_endpoint(ec);

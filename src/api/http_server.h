@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
 #include "boost/beast/http.hpp"
 
 namespace gpusched::api {
@@ -97,6 +98,11 @@ class HttpServer {
   ~HttpServer();
 
   uint16_t port() const;
+  // The I/O context the server's threads run: an upstream client may run
+  // on it too (runtime::UpstreamOptions::io_context), so a proxied request
+  // stays on one thread. Valid until the server is destroyed; stopped by
+  // Shutdown.
+  boost::asio::io_context& io_context();
   bool tls() const;  // serving HTTPS
   int open_connections() const;
   int in_flight() const;  // requests read and not yet answered

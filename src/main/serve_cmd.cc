@@ -199,6 +199,8 @@ int RunServe(const ServeFlags& flags) {
         g->Handle(std::move(req), std::move(r));
       });
   if (!server.ok()) return Fail(std::string(server.status().message()));
+  // Requests are read, proxied and answered on the server's threads.
+  g->UseIoContext((*server)->io_context());
   const std::string url =
       absl::StrCat(cfg->tls.cert.empty() ? "http" : "https", "://",
                    cfg->listen.host, ":", (*server)->port());

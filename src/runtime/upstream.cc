@@ -21,10 +21,14 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 struct UpstreamClient::Impl {
+  explicit Impl(const UpstreamOptions& o)
+      : options(o),
+        ioc(o.io_context != nullptr ? *o.io_context : own),
+        work(net::make_work_guard(own)) {}
   UpstreamOptions options;
-  net::io_context ioc;
-  net::executor_work_guard<net::io_context::executor_type> work =
-      net::make_work_guard(ioc);
+  net::io_context own;  // unused when options.io_context is set
+  net::io_context& ioc;
+  net::executor_work_guard<net::io_context::executor_type> work;
   std::vector<std::thread> threads;
   mutable std::mutex mu;
   // Idle keep-alive connections per endpoint.
@@ -212,10 +216,10 @@ class Call : public std::enable_shared_from_this<Call> {
 }  // namespace
 
 UpstreamClient::UpstreamClient(UpstreamOptions options)
-    : impl_(std::make_shared<Impl>()) {
-  impl_->options = options;
+    : impl_(std::make_shared<Impl>(options)) {
+  if (options.io_context != nullptr) return;
   for (int i = 0; i < std::max(1, options.threads); ++i) {
-    impl_->threads.emplace_back([impl = impl_.get()] { impl->ioc.run(); });
+    impl_->threads.emplace_back([impl = impl_.get()] { impl->own.run(); });
   }
 }
 
@@ -225,7 +229,8 @@ UpstreamClient::~UpstreamClient() {
     impl_->idle.clear();
   }
   impl_->work.reset();
-  impl_->ioc.stop();
+  if (impl_->options.io_context != nullptr) return;  // its owner runs it
+  impl_->own.stop();
   for (std::thread& t : impl_->threads) t.join();
 }
 
@@ -234,7 +239,9 @@ void UpstreamClient::Send(const Endpoint& to,
                           UpstreamCallbacks callbacks) {
   auto call = std::make_shared<Call>(impl_, to, std::move(request),
                                      std::move(callbacks));
-  net::post(impl_->ioc, [call] { call->Start(); });
+  // On the client's own thread (an HTTP thread sharing the context) the
+  // call starts at once; elsewhere it is queued there.
+  net::dispatch(impl_->ioc, [call] { call->Start(); });
 }
 
 absl::StatusOr<UpstreamClient::Result> UpstreamClient::Fetch(

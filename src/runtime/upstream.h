@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
 #include "boost/beast/http.hpp"
 
 namespace gpusched::runtime {
@@ -31,7 +32,10 @@ struct Endpoint {
 };
 
 struct UpstreamOptions {
-  int threads = 1;
+  // Run on this I/O context (run by its owner, who keeps it alive until
+  // the client is gone) instead of the client's own threads.
+  boost::asio::io_context* io_context = nullptr;
+  int threads = 1;  // own threads, when io_context is null
   std::chrono::milliseconds connect_timeout{2'000};
   // From sending the request to the response head.
   std::chrono::milliseconds first_byte_timeout{60'000};
