@@ -12,7 +12,7 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libboost-dev libsqlite3-dev libssl-dev curl
+  libboost-dev libsqlite3-dev libssl-dev openssl curl
   nodejs npm
   nginx  # bench/gateway_vs_nginx.sh: the peer proxy
 )

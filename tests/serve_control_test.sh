@@ -236,6 +236,42 @@ api GET '/api/v1/events?deployment=embed&limit=50' >"$tmp/events.json"
 expect_contains "$tmp/events.json" "deployment.deleted"
 expect_contains "$tmp/events.json" "replica.placed"
 
+# Quotas: a tenant's GPU limit bounds what its deployments hold; its
+# concurrency limit bounds its requests in flight.
+cat >"$tmp/quota.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Tenant
+metadata: {name: capped}
+spec:
+  quota: {limit: 0.3}
+  limits: {maxConcurrency: 1}
+---
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: capped-a}
+spec:
+  tenant: capped
+  replicas: 2
+  engine: {template: reference, args: ["--hidden", "8"]}
+  resources: {fraction: {milli: 250, memory: 1Gi}}
+YAML
+api POST /api/v1/apply "$(cat "$tmp/quota.yaml")" >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "quota apply: $(cat "$tmp/body")"
+wait_for /api/v1/deployments/capped-a 20 \
+  'j["status"]["readyReplicas"] == 1 and any("GPU limit" in r["message"] for r in j["status"]["replicaStatus"])' ||
+  fail "the tenant's GPU limit did not hold the second replica: $(cat "$tmp/body")"
+capped=$(api POST /api/v1/tenants/capped/keys '{}' | jq_py 'j["secret"]')
+curls=()
+for i in 1 2; do
+  curl -s -o /dev/null -w '%{http_code}\n' "$url/v1/completions" -H "Authorization: Bearer $capped" \
+    -d '{"model":"chat","prompt":"slow","max_tokens":30}' >>"$tmp/capped_codes" &
+  curls+=($!)
+done
+wait "${curls[@]}"
+sort "$tmp/capped_codes" | tr '\n' ' ' | grep -q "200 429" ||
+  fail "maxConcurrency 1: expected one 200 and one 429, got $(cat "$tmp/capped_codes")"
+api DELETE /api/v1/deployments/capped-a >/dev/null
+
 # The CLI against the running server.
 export GPUSCHED_SERVER="$url" GPUSCHED_KEY="$admin"
 cat >"$tmp/cli.yaml" <<YAML
@@ -276,4 +312,32 @@ sleep 0.2
 for p in $(pgrep -f "engine --port .* --hidden 16" || true); do
   fail "engine $p still running after serve exited"
 done
+# HTTPS when the config names a certificate.
+if command -v openssl >/dev/null 2>&1; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
+    -days 1 -subj /CN=127.0.0.1 >/dev/null 2>&1
+  cat >"$tmp/tls.yaml" <<YAML
+listen: 127.0.0.1:0
+state: ":memory:"
+log_dir: $tmp/tls-logs
+tls: {cert: $tmp/cert.pem, key: $tmp/key.pem}
+deployments:
+  - name: chat
+    engine: {template: reference, args: ["--hidden", "12"]}
+tenants:
+  - name: demo
+YAML
+  "$bin" serve --config "$tmp/tls.yaml" >"$tmp/tls.out" 2>"$tmp/tls.err" &
+  tls_pid=$!
+  for _ in $(seq 1 200); do grep -q "key: gs-" "$tmp/tls.out" && break; sleep 0.05; done
+  tls_url=$(grep -o 'https://127.0.0.1:[0-9]*' "$tmp/tls.out" | head -1)
+  tls_key=$(grep -o 'key: gs-[A-Za-z0-9_-]*' "$tmp/tls.out" | head -1 | cut -c6-)
+  code=$(curl -s -k -o "$tmp/x" -w '%{http_code}' "$tls_url/v1/chat/completions" \
+    -H "Authorization: Bearer $tls_key" -d '{"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2}')
+  [ "$code" = 200 ] || fail "HTTPS chat: $code $(cat "$tmp/x") $(cat "$tmp/tls.err")"
+  kill -TERM "$tls_pid"
+  wait "$tls_pid"
+else
+  echo "serve_control: TLS part skipped (no openssl binary)"
+fi
 finish serve_control

@@ -436,6 +436,15 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
                      m.name());
     if (m.kind == config::Manifest::Kind::kDeployment) {
       CheckRuntime(m.deployment, where, &problems);
+      if (!m.deployment.tenant.empty() && !tenants_.count(m.deployment.tenant) &&
+          std::none_of(manifests.begin(), manifests.end(),
+                       [&](const config::Manifest& o) {
+                         return o.kind == config::Manifest::Kind::kTenant &&
+                                o.name() == m.deployment.tenant;
+                       })) {
+        problems.push_back(absl::StrCat(where, ": spec.tenant: unknown tenant '",
+                                        m.deployment.tenant, "'"));
+      }
       auto it = deployments_.find(m.name());
       if (it != deployments_.end() && it->second.deleting) {
         problems.push_back(absl::StrCat(
@@ -863,13 +872,40 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
     } else {
       auto pod = placement::CompilePodRequest(
           ToRequest(d.spec.resources), cluster_state_,
-          inventory::PodInfo{d.spec.labels.count("tenant")
-                                 ? d.spec.labels.at("tenant")
-                                 : "",
-                             500, true});
+          inventory::PodInfo{d.spec.tenant, 500, true});
       if (!pod.ok()) {
         fail(std::string(pod.status().message()));
         return;
+      }
+      // The owner's GPU limit (quota.limit, in GPUs) bounds what its
+      // deployments hold.
+      if (auto t = tenants_.find(d.spec.tenant);
+          t != tenants_.end() && t->second.spec.quota.limit > 0) {
+        int64_t used = 0;
+        for (const auto& [name, other] : deployments_) {
+          if (other.spec.tenant != d.spec.tenant) continue;
+          for (const auto& o : other.replicas) {
+            if (o->placed) used += o->allocation.GpuMilli();
+          }
+        }
+        const int64_t limit =
+            static_cast<int64_t>(t->second.spec.quota.limit * 1000 + 0.5);
+        if (used + pod->TotalGpuMilli() > limit) {
+          const std::string why = absl::StrFormat(
+              "tenant %s's GPU limit: %.2f of %.2f GPUs in use, this replica "
+              "needs %.2f more",
+              d.spec.tenant, used / 1000.0, limit / 1000.0,
+              pod->TotalGpuMilli() / 1000.0);
+          r.state = State::kPending;
+          r.next_start = now + kMicrosPerSecond;
+          if (why != r.message) {
+            r.message = why;
+            Event("replica.unschedulable", d.spec.name,
+                  absl::StrCat(r.name, ": ", why),
+                  json{{"reasons", {{"TenantQuota", 1}}}});
+          }
+          return;
+        }
       }
       placement::Decision dec = scheduler_->Place(r.name, *pod);
       if (!dec.placed) {

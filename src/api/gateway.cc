@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -42,6 +44,99 @@ int32_t CompletionTokens(const std::string& body) {
   return any ? n : -1;
 }
 
+// The top-level fields of an OpenAI request the gateway needs, read with
+// nlohmann's SAX interface: the body is checked to be JSON but no document
+// is built.
+struct OpenAiFields {
+  bool object = false;
+  std::optional<std::string> model;
+  bool model_wrong_type = false;
+  std::optional<bool> stream;
+  bool stream_wrong_type = false;
+  // max_tokens, max_completion_tokens: value, or -1 when of a wrong type.
+  std::optional<int64_t> max_tokens[2];
+};
+
+class OpenAiScan : public json::json_sax_t {
+ public:
+  explicit OpenAiScan(OpenAiFields* out) : out_(out) {}
+  bool null() override { return Scalar(Kind::kNull, 0, nullptr); }
+  bool boolean(bool v) override { return Scalar(Kind::kBool, v, nullptr); }
+  bool number_integer(number_integer_t v) override {
+    return Scalar(Kind::kInt, v, nullptr);
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Scalar(Kind::kInt,
+                  static_cast<int64_t>(std::min<number_unsigned_t>(
+                      v, std::numeric_limits<int64_t>::max())),
+                  nullptr);
+  }
+  bool number_float(number_float_t, const string_t&) override {
+    return Scalar(Kind::kOther, 0, nullptr);
+  }
+  bool string(string_t& v) override { return Scalar(Kind::kString, 0, &v); }
+  bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, nullptr); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) out_->object = true;
+    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    ++depth_;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    out_->object = false;
+    return false;
+  }
+
+ private:
+  enum class Kind { kNull, kBool, kInt, kString, kOther };
+  bool Scalar(Kind kind, int64_t v, string_t* s) {
+    if (depth_ == 1) Field(kind, v, s);
+    return true;
+  }
+  void Field(Kind kind, int64_t v, string_t* s) {
+    if (key_ == "model") {
+      if (kind == Kind::kString) {
+        out_->model = std::move(*s);
+      } else {
+        out_->model_wrong_type = true;
+      }
+    } else if (key_ == "stream") {
+      if (kind == Kind::kBool) {
+        out_->stream = v != 0;
+      } else if (kind != Kind::kNull) {
+        out_->stream_wrong_type = true;
+      }
+    } else if (key_ == "max_tokens" || key_ == "max_completion_tokens") {
+      if (kind != Kind::kNull) {
+        out_->max_tokens[key_ == "max_tokens" ? 0 : 1] =
+            kind == Kind::kInt && v >= 1 ? v : -1;
+      }
+    }
+    key_.clear();
+  }
+  OpenAiFields* out_;
+  int depth_ = 0;
+  std::string key_;
+};
+
 HttpResponse JsonResponse(http::status status, const json& body) {
   HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
@@ -53,7 +148,8 @@ bool IsLimit(RejectReason reason) {
   return reason == RejectReason::kRateLimitedRequests ||
          reason == RejectReason::kRateLimitedTokens ||
          reason == RejectReason::kModelQueueFull ||
-         reason == RejectReason::kTenantQueueFull;
+         reason == RejectReason::kTenantQueueFull ||
+         reason == RejectReason::kTenantConcurrency;
 }
 
 }  // namespace
@@ -180,7 +276,7 @@ void Gateway::SyncReplicas(serving::ModelId id, const Model& m) {
     const serving::ReplicaId r = next_replica_++;
     dispatcher_->AddReplica(id, r, m.config.max_ongoing_requests,
                             m.config.kv_budget_tokens);
-    endpoints_[r] = ep;
+    endpoints_[r] = {ep, key};
     keep[key] = r;
   }
   for (const auto& [key, r] : q.replicas) {
@@ -454,37 +550,36 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
            "unknown path " + target, "not_found_error");
     return;
   }
-  json body = json::parse(req.body(), nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("model") ||
-      !body["model"].is_string()) {
+  OpenAiFields f;
+  OpenAiScan scan(&f);
+  const bool parsed = json::sax_parse(req.body(), &scan);
+  if (!parsed || !f.object || !f.model || f.model_wrong_type) {
     Reject(Protocol::kOpenAi, r, http::status::bad_request,
            "the body must be a JSON object with a 'model'",
            "invalid_request_error");
     return;
   }
   int64_t max_tokens = 16;
-  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
-    if (!body.contains(k) || body[k].is_null()) continue;
-    if (!body[k].is_number_integer() || body[k].get<int64_t>() < 1) {
+  for (int i = 0; i < 2; ++i) {
+    if (!f.max_tokens[i]) continue;
+    if (*f.max_tokens[i] < 1) {
       Reject(Protocol::kOpenAi, r, http::status::bad_request,
-             absl::StrCat("'", k, "' must be a positive integer"),
+             absl::StrCat("'",
+                          i == 0 ? "max_tokens" : "max_completion_tokens",
+                          "' must be a positive integer"),
              "invalid_request_error");
       return;
     }
-    max_tokens = body[k].get<int64_t>();
+    max_tokens = *f.max_tokens[i];
   }
-  if (body.contains("stream") && !body["stream"].is_boolean() &&
-      !body["stream"].is_null()) {
+  if (f.stream_wrong_type) {
     Reject(Protocol::kOpenAi, r, http::status::bad_request,
            "'stream' must be true or false", "invalid_request_error");
     return;
   }
-  const bool stream = body.contains("stream") && body["stream"].is_boolean() &&
-                      body["stream"].get<bool>();
   if (target == "/v1/embeddings") max_tokens = 0;
-  Submit(Protocol::kOpenAi, req, std::move(r),
-         body["model"].get<std::string>(), target, stream, max_tokens,
-         *tenant);
+  Submit(Protocol::kOpenAi, req, std::move(r), *f.model, target,
+         f.stream.value_or(false), max_tokens, *tenant);
 }
 
 void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
@@ -593,7 +688,7 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
          *tenant);
 }
 
-void Gateway::Submit(Protocol protocol, const HttpRequest& req,
+void Gateway::Submit(Protocol protocol, HttpRequest& req,
                      std::shared_ptr<Responder> r, const std::string& model,
                      std::string engine_target, bool stream,
                      int64_t max_tokens, const Tenant& tenant) {
@@ -636,12 +731,13 @@ void Gateway::Submit(Protocol protocol, const HttpRequest& req,
       static_cast<int32_t>(std::min<int64_t>(max_tokens, 1 << 30));
   Pending p;
   p.target = std::move(engine_target);
-  p.body = req.body();
+  p.body = std::make_shared<const std::string>(std::move(req.body()));
   p.stream = stream;
   p.protocol = protocol;
   p.responder = std::move(r);
   serving::Verdict v;
   std::vector<std::string> allowed;
+  std::vector<Job> jobs;
   bool known = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -653,9 +749,13 @@ void Gateway::Submit(Protocol protocol, const HttpRequest& req,
       sr.id = next_id_++;
       p.request = sr;
       v = dispatcher_->Submit(sr, now);
-      if (v.admitted()) pending_.emplace(sr.id, std::move(p));
+      if (v.admitted()) {
+        pending_.emplace(sr.id, std::move(p));
+        DispatchLocked(&jobs);
+      }
     }
   }
+  for (Job& j : jobs) Proxy(std::move(j));
   if (!known) {
     Reject(protocol, p.responder, http::status::not_found,
            absl::StrCat("model '", model,
@@ -678,45 +778,39 @@ void Gateway::Submit(Protocol protocol, const HttpRequest& req,
                                   " s")
                    : ""),
            limit ? "rate_limit_error" : "overloaded_error", v.retry_after);
-    return;
   }
-  Pump();
 }
 
 void Gateway::Pump() {
-  std::vector<serving::Assignment> out;
+  std::vector<Job> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    dispatcher_->Dispatch(NowMicros(), &out);
+    DispatchLocked(&jobs);
   }
-  for (serving::Assignment& a : out) Proxy(std::move(a));
+  for (Job& j : jobs) Proxy(std::move(j));
 }
 
-void Gateway::Proxy(serving::Assignment a) {
-  std::string target, body;
-  bool stream;
-  Protocol protocol;
-  std::shared_ptr<Responder> responder;
-  runtime::Endpoint ep;
-  runtime::UpstreamClient* upstream;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    upstream = upstreams_.back().get();
+void Gateway::DispatchLocked(std::vector<Job>* jobs) {
+  assigned_.clear();
+  dispatcher_->Dispatch(NowMicros(), &assigned_);
+  runtime::UpstreamClient* upstream = upstreams_.back().get();
+  for (const serving::Assignment& a : assigned_) {
     Pending& p = pending_.at(a.request.id);
     p.request = a.request;  // as dispatched
     ++p.attempts;
-    target = p.target;
-    body = p.body;
-    stream = p.stream;
-    protocol = p.protocol;
-    responder = p.responder;
-    ep = endpoints_.at(a.replica);
-    p.endpoint = EndpointKey(ep);
-    ++in_flight_[p.endpoint];
+    const Replica& rep = endpoints_.at(a.replica);
+    p.endpoint = rep.key;
+    ++in_flight_[rep.key];
+    jobs->push_back(
+        {a, p.body, p.target, p.stream, p.protocol, p.responder, rep.ep,
+         upstream});
   }
-  HttpRequest up{http::verb::post, target, 11};
+}
+
+void Gateway::Proxy(Job job) {
+  HttpRequest up{http::verb::post, job.target, 11};
   up.set(http::field::content_type, "application/json");
-  up.body() = std::move(body);
+  up.body() = *job.body;
   struct Relay {
     unsigned status = 0;
     bool head = false;
@@ -725,8 +819,11 @@ void Gateway::Proxy(serving::Assignment a) {
   };
   auto relay = std::make_shared<Relay>();
   runtime::UpstreamCallbacks cb;
-  const serving::Request req = a.request;
-  const serving::ReplicaId replica = a.replica;
+  const bool stream = job.stream;
+  const Protocol protocol = job.protocol;
+  const serving::Request req = job.a.request;
+  const serving::ReplicaId replica = job.a.replica;
+  std::shared_ptr<Responder> responder = std::move(job.responder);
   cb.on_head = [relay, stream, responder](const http::response_header<>& h) {
     relay->head = true;
     relay->status = h.result_int();
@@ -741,8 +838,8 @@ void Gateway::Proxy(serving::Assignment a) {
     if (stream && relay->status == 200) {
       relay->events +=
           static_cast<int32_t>(std::count(data.begin(), data.end(), '\n') / 2);
-      // Keep the tail for the usage chunk, if the engine sends one.
-      relay->text = data.size() > 4096 ? data.substr(data.size() - 4096) : data;
+      // Keep the usage chunk (the engine sends it last), not every chunk.
+      if (data.find("\"usage\"") != std::string::npos) relay->text = data;
       responder->SendChunk(std::move(data));
     } else {
       relay->text += data;
@@ -750,6 +847,7 @@ void Gateway::Proxy(serving::Assignment a) {
   };
   cb.on_done = [this, relay, stream, protocol, responder, req,
                 replica](absl::Status st) {
+    std::vector<Job> jobs;
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
       bool retried = false;
@@ -776,6 +874,7 @@ void Gateway::Proxy(serving::Assignment a) {
           retried = dispatcher_->Submit(again, NowMicros()).admitted();
         }
         if (!retried) pending_.erase(req.id);
+        DispatchLocked(&jobs);
       }
       if (!retried) {
         Reject(protocol, responder, http::status::bad_gateway,
@@ -783,7 +882,7 @@ void Gateway::Proxy(serving::Assignment a) {
                             st.message()),
                "server_error");
       }
-      Pump();
+      for (Job& j : jobs) Proxy(std::move(j));
       return;
     }
     int32_t output = CompletionTokens(relay->text);
@@ -808,23 +907,19 @@ void Gateway::Proxy(serving::Assignment a) {
              absl::StrCat("the replica failed mid-response: ", st.message()),
              "server_error");
     }
-    Finished(req, replica, std::max(0, output));
-  };
-  upstream->Send(ep, std::move(up), std::move(cb));
-}
-
-void Gateway::Finished(const serving::Request& r, serving::ReplicaId replica,
-                       int32_t output_tokens) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(r.id);
-    if (it != pending_.end()) {
-      --in_flight_[it->second.endpoint];
-      pending_.erase(it);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(req.id);
+      if (it != pending_.end()) {
+        --in_flight_[it->second.endpoint];
+        pending_.erase(it);
+      }
+      dispatcher_->OnFinished(req, replica, std::max(0, output), NowMicros());
+      DispatchLocked(&jobs);
     }
-    dispatcher_->OnFinished(r, replica, output_tokens, NowMicros());
-  }
-  Pump();
+    for (Job& j : jobs) Proxy(std::move(j));
+  };
+  job.upstream->Send(job.ep, std::move(up), std::move(cb));
 }
 
 }  // namespace gpusched::api

@@ -125,7 +125,7 @@ class Gateway {
   struct Pending {
     serving::Request request;
     std::string target;  // path on the engine
-    std::string body;
+    std::shared_ptr<const std::string> body;
     bool stream = false;
     Protocol protocol = Protocol::kOpenAi;
     std::shared_ptr<Responder> responder;
@@ -150,16 +150,32 @@ class Gateway {
     bool deleted = false;
   };
 
+  // A dispatched request, ready to proxy (without mu_).
+  struct Job {
+    serving::Assignment a;
+    std::shared_ptr<const std::string> body;
+    std::string target;
+    bool stream = false;
+    Protocol protocol = Protocol::kOpenAi;
+    std::shared_ptr<Responder> responder;
+    runtime::Endpoint ep;
+    runtime::UpstreamClient* upstream = nullptr;
+  };
+  struct Replica {
+    runtime::Endpoint ep;
+    std::string key;  // EndpointKey(ep)
+  };
+
   Gateway() = default;
   // Dispatches what can go and proxies it; call without mu_ held.
   void Pump();
-  void Proxy(serving::Assignment a);
-  void Finished(const serving::Request& r, serving::ReplicaId replica,
-                int32_t output_tokens);
+  // mu_ held: dispatches what can go; the jobs are proxied after unlocking.
+  void DispatchLocked(std::vector<Job>* jobs);
+  void Proxy(Job job);
   void Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);
-  void Submit(Protocol protocol, const HttpRequest& req,
+  void Submit(Protocol protocol, HttpRequest& req,
               std::shared_ptr<Responder> r, const std::string& model,
               std::string engine_target, bool stream, int64_t max_tokens,
               const Tenant& tenant);
@@ -193,7 +209,8 @@ class Gateway {
   std::map<std::string, Model> models_;
   std::vector<Queue> queues_;  // by ModelId
   std::map<std::string, Tenant> tenants_;
-  absl::flat_hash_map<serving::ReplicaId, runtime::Endpoint> endpoints_;
+  absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
+  std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
   absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
   // Endpoints that refused or dropped a connection: routed around until
   // the time given (the controller's health checks decide for good).

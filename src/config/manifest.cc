@@ -213,6 +213,7 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
         {"sessionFallback", d.router.session_fallback}}},
       {"queue", {{"order", d.queue_order}, {"maxQueueSize", d.max_queue_size}}},
       {"kvBudgetTokens", d.kv_budget_tokens},
+      {"tenant", d.tenant},
   };
 }
 
@@ -225,7 +226,8 @@ nlohmann::json TenantSpecJson(const TenantSpec& t) {
        {{"requestsPerMinute", t.limits.requests_per_minute},
         {"tokensPerMinute", t.limits.tokens_per_minute},
         {"burstMinutes", t.limits.burst_minutes},
-        {"maxQueued", t.limits.max_queued}}},
+        {"maxQueued", t.limits.max_queued},
+        {"maxConcurrency", t.limits.max_concurrency}}},
       {"quota",
        {{"gpus", t.quota.gpus},
         {"limit", t.quota.limit},

@@ -42,6 +42,8 @@
 //     queue: {order: fair, maxQueueSize: 0}    # fair | edf | fcfs;
 //                                    #   maxQueueSize 0: unbounded
 //     kvBudgetTokens: 0              # per replica; 0: unbounded
+//     tenant: ""                     # owner: its replicas' GPUs count
+//                                    #   against the tenant's quota.limit
 //
 //   spec:                            # Tenant
 //     models: []                     # deployments it may use; empty = all
@@ -52,6 +54,7 @@
 //       tokensPerMinute: 0           # input + output tokens
 //       burstMinutes: 1
 //       maxQueued: 0                 # requests waiting; 0: unbounded
+//       maxConcurrency: 0            # requests waiting or running; 0: unbounded
 //     quota:                         # GPU share for placement (KAI-style)
 //       gpus: 0                      # guaranteed GPUs (may be fractional)
 //       limit: 0                     # at most this many GPUs; 0: no limit
@@ -134,6 +137,7 @@ struct DeploymentSpec {
   std::string queue_order = "fair";
   int64_t max_queue_size = 0;
   int64_t kv_budget_tokens = 0;
+  std::string tenant;  // owner whose GPU quota its replicas count against
   bool operator==(const DeploymentSpec&) const = default;
 };
 

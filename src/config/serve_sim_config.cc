@@ -277,6 +277,7 @@ class Parser : public YamlReader {
                                            "tokens_per_minute",
                                            "burst_minutes",
                                            "max_queued",
+                                           "max_concurrency",
                                            "slo"};
     if (named) keys.push_back("name");
     CheckKeys(t, named ? "a tenant" : "tenant_defaults", keys);
@@ -300,6 +301,8 @@ class Parser : public YamlReader {
     OptDouble(t, "tokens_per_minute", 0, kBig, &spec.limits.tokens_per_minute);
     OptDouble(t, "burst_minutes", 1e-9, kBig, &spec.limits.burst_minutes);
     OptInt(t, "max_queued", int64_t{0}, kBigInt, &spec.limits.max_queued);
+    OptInt(t, "max_concurrency", int64_t{0}, kBigInt,
+           &spec.limits.max_concurrency);
     if (const YAML::Node s = t["slo"]; s && IsMap(s, "slo")) {
       CheckKeys(s, "slo", {"ttft_s", "tpot_s", "e2e_s"});
       OptDouble(s, "ttft_s", 0, kBig, &spec.slo.ttft_s);

@@ -61,6 +61,7 @@
 //       tokens_per_minute: 0
 //       burst_minutes: 1
 //       max_queued: 0
+//       max_concurrency: 0         # waiting or running; 0: unbounded
 //       slo: {ttft_s: 0, tpot_s: 0, e2e_s: 0}   # 0: no such SLO
 //   tenant_defaults: {...}         # same fields as a tenant, without name
 //   workload:                      # exactly one of trace and synthetic

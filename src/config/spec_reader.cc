@@ -167,7 +167,7 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     CheckKeys(spec, path,
               Keys({"model", "engine", "endpoints", "resources", "replicas",
                     "priorityClass", "slo", "maxOngoingRequests", "router",
-                    "queue", "kvBudgetTokens"},
+                    "queue", "kvBudgetTokens", "tenant"},
                    extra));
     if (const YAML::Node n = spec["model"]) {
       String(n, Join(path, "model"), &d->model);
@@ -263,6 +263,9 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     if (const YAML::Node n = spec["kvBudgetTokens"]) {
       Int(n, Join(path, "kvBudgetTokens"), 0,
           std::numeric_limits<int64_t>::max(), &d->kv_budget_tokens);
+    }
+    if (const YAML::Node n = spec["tenant"]) {
+      String(n, Join(path, "tenant"), &d->tenant);
     }
   }
   std::vector<std::string> problems;
@@ -381,7 +384,7 @@ void SpecReader::ReadTenant(const YAML::Node& spec, const YAML::Node& at,
       if (Map(l, p)) {
         CheckKeys(l, p,
                   {"requestsPerMinute", "tokensPerMinute", "burstMinutes",
-                   "maxQueued"});
+                   "maxQueued", "maxConcurrency"});
         if (const YAML::Node n = l["requestsPerMinute"]) {
           Number(n, Join(p, "requestsPerMinute"), 0, false,
                  &t->limits.requests_per_minute);
@@ -396,6 +399,11 @@ void SpecReader::ReadTenant(const YAML::Node& spec, const YAML::Node& at,
         if (const YAML::Node n = l["maxQueued"]) {
           Int(n, Join(p, "maxQueued"), 0, std::numeric_limits<int64_t>::max(),
               &t->limits.max_queued);
+        }
+        if (const YAML::Node n = l["maxConcurrency"]) {
+          Int(n, Join(p, "maxConcurrency"), 0,
+              std::numeric_limits<int64_t>::max(),
+              &t->limits.max_concurrency);
         }
       }
     }

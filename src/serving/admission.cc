@@ -27,6 +27,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "prompt_too_long";
     case RejectReason::kNoReplica:
       return "no_replica";
+    case RejectReason::kTenantConcurrency:
+      return "tenant_concurrency_limit";
   }
   return "unknown";
 }
@@ -86,8 +88,9 @@ absl::Status ValidateTenantLimits(const TenantLimits& l) {
     return absl::InvalidArgumentError(
         absl::StrCat("burst_minutes must be > 0, got ", l.burst_minutes));
   }
-  if (l.max_queued < 0) {
-    return absl::InvalidArgumentError("max_queued must be >= 0");
+  if (l.max_queued < 0 || l.max_concurrency < 0) {
+    return absl::InvalidArgumentError(
+        "max_queued and max_concurrency must be >= 0 (0 is unbounded)");
   }
   return absl::OkStatus();
 }
@@ -129,6 +132,9 @@ Verdict Admission::Admit(const Request& r, const QueueOutlook& outlook,
     v = {RejectReason::kModelQueueFull, outlook.predicted_drain};
   } else if (s.limits.max_queued > 0 && s.queued >= s.limits.max_queued) {
     v = {RejectReason::kTenantQueueFull, outlook.predicted_drain};
+  } else if (s.limits.max_concurrency > 0 &&
+             s.active >= s.limits.max_concurrency) {
+    v = {RejectReason::kTenantConcurrency, outlook.predicted_drain};
   } else if (r.deadline != kNever && outlook.predicted_first_token != kNever &&
              outlook.predicted_first_token > r.deadline) {
     v = {RejectReason::kDeadlineInfeasible, outlook.predicted_drain};
@@ -139,6 +145,7 @@ Verdict Admission::Admit(const Request& r, const QueueOutlook& outlook,
   }
   s.requests.TryTake(1, now);
   ++s.queued;
+  ++s.active;
   return v;
 }
 
@@ -150,6 +157,7 @@ void Admission::OnDequeued(const Request& r) {
 void Admission::OnCompleted(const Request& r, int32_t output_tokens,
                             Micros now) {
   TenantState& s = State(r.tenant);
+  if (s.active > 0) --s.active;
   const double delta = static_cast<double>(std::max(0, r.max_output_tokens)) -
                        static_cast<double>(output_tokens);
   if (delta > 0) {
@@ -161,6 +169,7 @@ void Admission::OnCompleted(const Request& r, int32_t output_tokens,
 
 void Admission::OnNotServed(const Request& r, Micros now) {
   TenantState& s = State(r.tenant);
+  if (s.active > 0) --s.active;
   s.tokens.Give(
       static_cast<double>(r.input_tokens) + std::max(0, r.max_output_tokens),
       now);

@@ -33,8 +33,9 @@ enum class RejectReason : uint8_t {
   kQueueTimeout,         // waited longer than its class timeout
   kPromptTooLong,        // can never fit a replica's KV cache
   kNoReplica,            // the deployment cannot get a replica
+  kTenantConcurrency,    // the tenant's max_concurrency
 };
-inline constexpr int kNumRejectReasons = 9;
+inline constexpr int kNumRejectReasons = 10;
 // Stable snake_case name, used in reports, metrics labels and API errors.
 const char* RejectReasonName(RejectReason reason);
 
@@ -76,6 +77,9 @@ struct TenantLimits {
   // Bucket depth as minutes of the rate (1: a minute's allowance at once).
   double burst_minutes = 1.0;
   int64_t max_queued = 0;  // requests waiting across models; 0: unbounded
+  // Requests admitted and not yet finished (waiting or running), across
+  // models; 0: unbounded.
+  int64_t max_concurrency = 0;
   bool operator==(const TenantLimits&) const = default;
 };
 
@@ -110,6 +114,9 @@ class Admission {
   int64_t tenant_queued(TenantId tenant) const {
     return tenant < tenants_.size() ? tenants_[tenant].queued : 0;
   }
+  int64_t tenant_active(TenantId tenant) const {
+    return tenant < tenants_.size() ? tenants_[tenant].active : 0;
+  }
 
  private:
   struct TenantState {
@@ -117,6 +124,7 @@ class Admission {
     TokenBucket requests;
     TokenBucket tokens;
     int64_t queued = 0;
+    int64_t active = 0;  // admitted, not yet finished
   };
   TenantState& State(TenantId t);
   std::vector<TenantState> tenants_;

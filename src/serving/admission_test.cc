@@ -182,6 +182,26 @@ TEST(AdmissionTest, NotServedRefundsAndDequeueFreesTenantSlot) {
   EXPECT_TRUE(a.Admit(r, {}, 0).admitted());
 }
 
+TEST(AdmissionTest, ConcurrencyCountsUntilFinished) {
+  Admission a;
+  TenantLimits l;
+  l.max_concurrency = 2;
+  a.SetTenantLimits(0, l, 0);
+  const Request r = Req(0, 1, 1);
+  ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  // Dispatched (dequeued) requests still count until they finish.
+  a.OnDequeued(r);
+  a.OnDequeued(r);
+  EXPECT_EQ(a.Admit(r, {}, 0).reason, RejectReason::kTenantConcurrency);
+  a.OnCompleted(r, 1, 0);
+  EXPECT_TRUE(a.Admit(r, {}, 0).admitted());
+  EXPECT_EQ(a.Admit(r, {}, 0).reason, RejectReason::kTenantConcurrency);
+  a.OnNotServed(r, 0);
+  EXPECT_EQ(a.tenant_active(0), 1);
+  EXPECT_TRUE(a.Admit(r, {}, 0).admitted());
+}
+
 TEST(AdmissionTest, ValidateLimits) {
   TenantLimits l;
   EXPECT_TRUE(ValidateTenantLimits(l).ok());
