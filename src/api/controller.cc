@@ -181,6 +181,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
 }
 
 Controller::~Controller() {
+  if (options_.metrics) options_.metrics->SetSource(nullptr);
   Stop();
   probe_.reset();  // no probe callback runs after this
 }
