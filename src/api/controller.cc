@@ -173,10 +173,15 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   probe.idle_timeout = std::chrono::milliseconds(5000);
   probe.max_idle_per_endpoint = 2;
   c->probe_ = std::make_unique<runtime::UpstreamClient>(probe);
+  if (c->options_.metrics) {
+    Controller* self = c.get();
+    c->options_.metrics->SetSource([self] { return self->MetricsSnapshot(); });
+  }
   return c;
 }
 
 Controller::~Controller() {
+  if (options_.metrics) options_.metrics->SetSource(nullptr);
   Stop();
   probe_.reset();  // no probe callback runs after this
 }
@@ -502,6 +507,11 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   RETURN_IF_ERROR(
       gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
   Deployment& d = deployments_[spec.name];
+  if (options_.metrics) {
+    if (exists)
+      options_.metrics->Scaled(spec.name, d.spec.replicas, spec.replicas);
+    options_.metrics->SetSlo(spec.name, spec.ttft_slo_ms, spec.tpot_slo_ms);
+  }
   d.spec = m.deployment;
   d.manifest = canonical;
   d.generation = generation;
@@ -644,6 +654,7 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
 // --- Reconcile --------------------------------------------------------------
 
 void Controller::Reconcile(Micros now) {
+  AccrueGpuTime(now);
   HandleExits(now);
   launcher_.Tick(now);
   for (auto it = deployments_.begin(); it != deployments_.end();) {
@@ -907,7 +918,11 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
           return;
         }
       }
+      const Micros place_start = SteadyNow();
       placement::Decision dec = scheduler_->Place(r.name, *pod);
+      if (options_.metrics) {
+        options_.metrics->Placement(dec, ToSeconds(SteadyNow() - place_start));
+      }
       if (!dec.placed) {
         const std::string why = dec.Summary(cluster_state_);
         r.state = State::kPending;
@@ -1052,6 +1067,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   r.health_failures = 0;
   r.message.clear();
   r.backoff.OnStarted(now);
+  if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
   Event("replica.started", d.spec.name,
         absl::StrCat(r.name, " started: pid ", *pid, ", port ", *port,
                      ids.empty() ? ""
@@ -1104,8 +1120,12 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
   };
   cb.on_done = [this, deployment, replica, serving_ep, text, status,
                 names = *names](absl::Status st) {
+    runtime::EngineSignals s;
     if (st.ok() && *status == 200) {
-      const runtime::EngineSignals s = runtime::ParseEngineSignals(*text, names);
+      s = runtime::ParseEngineSignals(*text, names);
+      if (options_.metrics) {
+        options_.metrics->EngineScraped(deployment, replica, s);
+      }
       serving::EngineLoad load;
       load.running = s.running;
       load.waiting = s.waiting;
@@ -1116,7 +1136,9 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
     auto dit = deployments_.find(deployment);
     if (dit == deployments_.end()) return;
     for (auto& rp : dit->second.replicas) {
-      if (rp->name == replica) rp->scraping = false;
+      if (rp->name != replica) continue;
+      rp->scraping = false;
+      rp->signals = s;
     }
   };
   probe_->Send(at,
@@ -1145,6 +1167,10 @@ void Controller::OnProbe(const std::string& deployment,
       if (ok) {
         r->state = State::kReady;
         r->next_probe = now + health;
+        if (options_.metrics) {
+          options_.metrics->ReplicaReady(deployment,
+                                         ToSeconds(now - r->started));
+        }
         Event("replica.ready", deployment,
               absl::StrCat(r->name, " ready on ", EndpointKey(r->endpoint),
                            " after ",
@@ -1322,26 +1348,21 @@ json Controller::GpusJson() {
   json items = json::array();
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
     const inventory::NodeSpec& spec = cluster_state_.spec(n);
-    const inventory::NodeState& st = cluster_state_.state(n);
     for (int g = 0; g < spec.gpu_count; ++g) {
-      json gj = {{"node", spec.name},
+      const ControllerMetrics::Snapshot::Gpu v = GpuView(n, g);
+      json gj = {{"node", v.node},
                  {"index", g},
-                 {"model", spec.gpu_model},
-                 {"memoryMiB", spec.gpu_memory_mib},
-                 {"simulated", spec.simulated},
-                 {"healthy", true},
+                 {"model", v.model},
+                 {"memoryMiB", v.memory_mib},
+                 {"simulated", v.simulated},
+                 {"healthy", v.healthy},
                  {"uuid", ""},
-                 {"allocatedMilli",
-                  inventory::kMilliPerGpu - st.gpus[g].milli_free},
-                 {"allocatedMemoryMiB",
-                  spec.gpu_memory_mib - st.gpus[g].memory_free_mib}};
-      if (!spec.simulated && n == 0 &&
-          g < static_cast<int>(cluster_.gpus.size())) {
-        const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
-        gj["uuid"] = dg.uuid;
-        gj["healthy"] = dg.healthy;
-        gj["memoryUsedMiB"] = dg.memory_total_mib ? dg.memory_used_mib : 0;
-        gj["utilizationPct"] = dg.utilization_gpu_pct;
+                 {"allocatedMilli", v.allocated_milli},
+                 {"allocatedMemoryMiB", v.allocated_memory_mib}};
+      if (v.nvml) {
+        gj["uuid"] = cluster_.gpus[g].uuid;
+        gj["memoryUsedMiB"] = v.nvml_memory_used_mib;
+        gj["utilizationPct"] = v.nvml_utilization_pct;
       }
       json holders = json::array();
       for (const auto& [name, d] : deployments_) {
@@ -1464,6 +1485,87 @@ absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
   return TailLines(absl::StrCat(options_.log_dir, "/", name,
                                 stream == "stdout" ? ".out" : ".err"),
                    lines);
+}
+
+// --- Metrics ----------------------------------------------------------------
+
+ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
+  const inventory::NodeSpec& spec = cluster_state_.spec(n);
+  const inventory::GpuState& st = cluster_state_.state(n).gpus[g];
+  ControllerMetrics::Snapshot::Gpu v;
+  v.node = spec.name;
+  v.model = spec.gpu_model;
+  v.index = g;
+  v.simulated = spec.simulated;
+  v.memory_mib = spec.gpu_memory_mib;
+  v.allocated_milli = inventory::kMilliPerGpu - st.milli_free;
+  v.allocated_memory_mib = spec.gpu_memory_mib - st.memory_free_mib;
+  // NVML GPUs are node 0's (ControllerCluster::gpus).
+  if (!spec.simulated && n == 0 && g < static_cast<int>(cluster_.gpus.size())) {
+    const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
+    v.nvml = true;
+    v.healthy = dg.healthy;
+    v.nvml_memory_used_mib = dg.memory_total_mib ? dg.memory_used_mib : 0;
+    v.nvml_utilization_pct = dg.utilization_gpu_pct;
+  }
+  return v;
+}
+
+ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
+  static constexpr State kStates[] = {
+      State::kPending, State::kStarting, State::kReady,   State::kUnhealthy,
+      State::kBackoff, State::kDraining, State::kExternal};
+  std::lock_guard<std::mutex> lock(mu_);
+  ControllerMetrics::Snapshot snap;
+  for (const auto& [name, d] : deployments_) {
+    ControllerMetrics::Snapshot::Deployment sd;
+    sd.name = name;
+    sd.desired = d.deleting ? 0
+                 : d.spec.endpoints.empty()
+                     ? d.spec.replicas
+                     : static_cast<int>(d.spec.endpoints.size());
+    for (State st : kStates) {
+      int count = 0;
+      for (const auto& r : d.replicas) count += r->state == st;
+      sd.replicas.emplace_back(StateName(st), count);
+    }
+    const DeploymentLoad load = gateway_->Load(name);
+    sd.queued = load.queued;
+    sd.in_flight = load.in_flight;
+    snap.deployments.push_back(std::move(sd));
+    for (const auto& r : d.replicas) {
+      if (r->state == State::kReady ||
+          (r->state == State::kExternal && r->external_ok)) {
+        snap.replicas.push_back({name, r->name, r->signals});
+      }
+    }
+  }
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    for (int g = 0; g < cluster_state_.spec(n).gpu_count; ++g) {
+      snap.gpus.push_back(GpuView(n, g));
+    }
+  }
+  return snap;
+}
+
+void Controller::AccrueGpuTime(Micros now) {
+  if (options_.metrics == nullptr) return;
+  if (last_accrue_ == 0) last_accrue_ = now;
+  if (now - last_accrue_ < kMicrosPerSecond) return;
+  const double seconds = ToSeconds(now - last_accrue_);
+  last_accrue_ = now;
+  for (const auto& [name, d] : deployments_) {
+    std::map<std::string, double> by_model;  // GPU model -> GPUs held
+    for (const auto& r : d.replicas) {
+      if (!r->placed || r->allocation.node < 0) continue;
+      const std::string& model =
+          cluster_state_.spec(r->allocation.node).gpu_model;
+      for (const inventory::GpuShare& g : r->allocation.gpus) {
+        by_model[model] += g.milli / 1000.0;
+      }
+    }
+    options_.metrics->Accrue(name, {by_model.begin(), by_model.end()}, seconds);
+  }
 }
 
 }  // namespace gpusched::api

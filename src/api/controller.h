@@ -30,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "api/controller_metrics.h"
 #include "api/gateway.h"
 #include "config/manifest.h"
 #include "inventory/cluster_state.h"
@@ -60,6 +61,9 @@ struct ControllerOptions {
   Micros stop_grace = 10 * kMicrosPerSecond;
   runtime::RestartBackoff::Options backoff;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
+  // Control-plane metrics (docs/metrics.md); optional, outlives the
+  // controller, which becomes its snapshot source.
+  ControllerMetrics* metrics = nullptr;
 };
 
 // The cluster the controller places onto.
@@ -108,6 +112,8 @@ class Controller {
   nlohmann::json GpusJson();
   nlohmann::json NodesJson();
   nlohmann::json QueuesJson();
+  // For the metrics collector (one lock per scrape).
+  ControllerMetrics::Snapshot MetricsSnapshot();
   bool HasDeployment(const std::string& name);
   // The desired replica count of a live deployment (as scaled), if any.
   std::optional<int> DesiredReplicas(const std::string& name);
@@ -168,6 +174,7 @@ class Controller {
     bool stop_sent = false;
     bool remove_on_exit = false;  // draining: forget it once stopped
     bool external_ok = false;
+    runtime::EngineSignals signals;  // the last scrape
     int health_failures = 0;
     std::string message;
   };
@@ -202,6 +209,9 @@ class Controller {
   void HandleExits(Micros now);  // mu_ held
   void PushReady(Deployment& d);  // mu_ held
   void Release(Replica& r);       // mu_ held: its GPUs go back
+  // Adds the GPU time held since the last call to the metrics (about once
+  // a second).
+  void AccrueGpuTime(Micros now);  // mu_ held
   void Event(const std::string& kind, const std::string& deployment,
              const std::string& message, nlohmann::json details = {});
   absl::Status ApplyDeployment(const config::DeploymentSpec& spec,
@@ -215,6 +225,8 @@ class Controller {
   nlohmann::json ReplicaJson(const Deployment& d, const Replica& r) const;
   nlohmann::json DeploymentJson(const Deployment& d);  // mu_ held
   static const char* StateName(State s);
+  // GPU `g` of node `n`: allocation, and NVML readings where there are.
+  ControllerMetrics::Snapshot::Gpu GpuView(int n, int g) const;  // mu_ held
   void Wake();
 
   ControllerOptions options_;
@@ -233,6 +245,7 @@ class Controller {
   runtime::LocalLauncher launcher_;
   std::unique_ptr<runtime::UpstreamClient> probe_;
   std::thread loop_;
+  Micros last_accrue_ = 0;  // guarded by mu_
 
   std::mutex store_mu_;  // the Store and the key cache
   absl::flat_hash_map<std::string, runtime::KeyInfo> key_cache_;

@@ -30,11 +30,12 @@ Micros NowMicros() {
       .count();
 }
 
-// Output tokens reported by an OpenAI response (usage), or -1.
-int32_t CompletionTokens(const std::string& body) {
-  const size_t at = body.rfind("\"completion_tokens\":");
+// A count in an OpenAI response's usage (`key` is "\"completion_tokens\":"
+// or "\"prompt_tokens\":"), or -1.
+int32_t UsageTokens(const std::string& body, std::string_view key) {
+  const size_t at = body.rfind(key);
   if (at == std::string::npos) return -1;
-  size_t p = at + 20;
+  size_t p = at + key.size();
   int32_t n = 0;
   bool any = false;
   while (p < body.size() && body[p] >= '0' && body[p] <= '9') {
@@ -317,6 +318,7 @@ void Gateway::SetReplicas(const std::string& name,
     }
   }
   for (Pending& p : failed) {
+    GatewayMetrics::Rejected(p.cells, RejectReason::kNoReplica);
     Reject(p.protocol, p.responder, http::status::service_unavailable,
            "the deployment was deleted before the request could be served",
            "overloaded_error");
@@ -439,6 +441,7 @@ void Gateway::Tick() {
     }
   }
   for (Pending& p : failed) {
+    GatewayMetrics::Rejected(p.cells, RejectReason::kQueueTimeout);
     Reject(p.protocol, p.responder, http::status::service_unavailable,
            "request rejected: queue_timeout (no replica could take it in "
            "time; the deployment may be starting or overloaded)",
@@ -485,6 +488,7 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
   const std::string_view auth(req[http::field::authorization].data(),
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
+    Invalid("unauthenticated");
     Reject(protocol, r, http::status::unauthorized,
            "missing API key: send 'Authorization: Bearer <key>'",
            "authentication_error");
@@ -492,6 +496,7 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
   }
   auto key = authenticate_(auth.substr(7));
   if (!key.ok()) {
+    Invalid("unauthenticated");
     Reject(protocol, r, http::status::unauthorized,
            std::string(key.status().message()), "authentication_error");
     return std::nullopt;
@@ -499,6 +504,7 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tenants_.find(key->tenant);
   if (it == tenants_.end() || it->second.deleted) {
+    Invalid("forbidden");
     Reject(protocol, r, http::status::forbidden,
            key->admin ? "an admin key is not a tenant: use a tenant's key "
                         "for inference"
@@ -703,6 +709,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
     auto it = std::find(config_.classes.begin(), config_.classes.end(),
                         absl::AsciiStrToLower(cls_name));
     if (it == config_.classes.end()) {
+      Invalid("unknown_priority");
       Reject(protocol, r, http::status::bad_request,
              absl::StrCat("unknown priority class '", cls_name,
                           "' (classes: ", absl::StrJoin(config_.classes, ", "),
@@ -716,6 +723,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   if (!deadline.empty()) {
     int64_t ms = 0;
     if (!absl::SimpleAtoi(deadline, &ms) || ms <= 0) {
+      Invalid("bad_deadline");
       Reject(protocol, r, http::status::bad_request,
              "X-Gpusched-Deadline-Ms must be a positive integer "
              "(milliseconds)",
@@ -745,7 +753,9 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
     if (!known) allowed = AllowedModels(tenant);
     if (known) {
       sr.tenant = tenant.id;
-      sr.model = models_.at(model).current;
+      Model& m = models_.at(model);
+      sr.model = m.current;
+      p.cells = CellsFor(m, tenant, sr.priority);
       sr.id = next_id_++;
       p.request = sr;
       v = dispatcher_->Submit(sr, now);
@@ -757,6 +767,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   }
   for (Job& j : jobs) Proxy(std::move(j));
   if (!known) {
+    Invalid("unknown_model");
     Reject(protocol, p.responder, http::status::not_found,
            absl::StrCat("model '", model,
                         "' does not exist or is not yours; your models: ",
@@ -765,6 +776,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
     return;
   }
   if (!v.admitted()) {
+    GatewayMetrics::Rejected(p.cells, v.reason);
     const bool limit = IsLimit(v.reason);
     Reject(protocol, p.responder,
            limit ? http::status::too_many_requests
@@ -801,9 +813,8 @@ void Gateway::DispatchLocked(std::vector<Job>* jobs) {
     const Replica& rep = endpoints_.at(a.replica);
     p.endpoint = rep.key;
     ++in_flight_[rep.key];
-    jobs->push_back(
-        {a, p.body, p.target, p.stream, p.protocol, p.responder, rep.ep,
-         upstream});
+    jobs->push_back({a, p.body, p.target, p.stream, p.protocol, p.responder,
+                     rep.ep, upstream, p.cells});
   }
 }
 
@@ -816,6 +827,7 @@ void Gateway::Proxy(Job job) {
     bool head = false;
     std::string text;  // non-streamed body, or the tail of a stream
     int32_t events = 0;
+    Micros first_byte = 0;  // the head (not streamed) or first chunk
   };
   auto relay = std::make_shared<Relay>();
   runtime::UpstreamCallbacks cb;
@@ -824,9 +836,11 @@ void Gateway::Proxy(Job job) {
   const serving::Request req = job.a.request;
   const serving::ReplicaId replica = job.a.replica;
   std::shared_ptr<Responder> responder = std::move(job.responder);
+  GatewayMetrics::RequestCells* cells = job.cells;
   cb.on_head = [relay, stream, responder](const http::response_header<>& h) {
     relay->head = true;
     relay->status = h.result_int();
+    if (!stream) relay->first_byte = NowMicros();
     if (stream && relay->status == 200) {
       HttpResponse head{http::status::ok, 11};
       head.set(http::field::content_type, "text/event-stream");
@@ -836,6 +850,7 @@ void Gateway::Proxy(Job job) {
   };
   cb.on_data = [relay, stream, responder](std::string data) {
     if (stream && relay->status == 200) {
+      if (relay->first_byte == 0) relay->first_byte = NowMicros();
       relay->events +=
           static_cast<int32_t>(std::count(data.begin(), data.end(), '\n') / 2);
       // Keep the usage chunk (the engine sends it last), not every chunk.
@@ -845,8 +860,8 @@ void Gateway::Proxy(Job job) {
       relay->text += data;
     }
   };
-  cb.on_done = [this, relay, stream, protocol, responder, req,
-                replica](absl::Status st) {
+  cb.on_done = [this, relay, stream, protocol, responder, req, replica,
+                cells](absl::Status st) {
     std::vector<Job> jobs;
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
@@ -877,6 +892,8 @@ void Gateway::Proxy(Job job) {
         DispatchLocked(&jobs);
       }
       if (!retried) {
+        GatewayMetrics::Finished(cells, false, stream, req.arrival, 0,
+                                 NowMicros(), 0, 0);
         Reject(protocol, responder, http::status::bad_gateway,
                absl::StrCat("no replica could serve the request: ",
                             st.message()),
@@ -885,7 +902,8 @@ void Gateway::Proxy(Job job) {
       for (Job& j : jobs) Proxy(std::move(j));
       return;
     }
-    int32_t output = CompletionTokens(relay->text);
+    int32_t output = UsageTokens(relay->text, "\"completion_tokens\":");
+    const int32_t input = UsageTokens(relay->text, "\"prompt_tokens\":");
     if (stream) {
       if (output < 0) output = std::max(0, relay->events - 1);
       if (relay->status == 200) {
@@ -907,6 +925,10 @@ void Gateway::Proxy(Job job) {
              absl::StrCat("the replica failed mid-response: ", st.message()),
              "server_error");
     }
+    GatewayMetrics::Finished(cells, st.ok() && relay->status / 100 == 2, stream,
+                             req.arrival, relay->first_byte, NowMicros(),
+                             input >= 0 ? input : req.input_tokens,
+                             std::max(0, output));
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = pending_.find(req.id);
@@ -920,6 +942,24 @@ void Gateway::Proxy(Job job) {
     for (Job& j : jobs) Proxy(std::move(j));
   };
   job.upstream->Send(job.ep, std::move(up), std::move(cb));
+}
+
+// --- Metrics ----------------------------------------------------------------
+
+GatewayMetrics::RequestCells* Gateway::CellsFor(Model& m, const Tenant& t,
+                                                serving::ClassId c) {
+  if (config_.metrics == nullptr) return nullptr;
+  const size_t i = t.id * config_.classes.size() + c;
+  if (i >= m.cells.size()) m.cells.resize(i + 1, nullptr);
+  if (m.cells[i] == nullptr) {
+    m.cells[i] = config_.metrics->Cells(m.config.spec.name, t.config->spec.name,
+                                        config_.classes[c]);
+  }
+  return m.cells[i];
+}
+
+void Gateway::Invalid(const char* reason) {
+  if (config_.metrics) config_.metrics->Invalid(reason);
 }
 
 }  // namespace gpusched::api

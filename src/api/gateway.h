@@ -44,6 +44,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "api/gateway_metrics.h"
 #include "api/http_server.h"
 #include "runtime/store.h"
 #include "runtime/upstream.h"
@@ -69,6 +70,8 @@ struct GatewayConfig {
   std::vector<std::string> classes = {"critical", "standard", "batch",
                                       "sheddable"};
   uint64_t seed = 1;
+  // Request metrics (docs/metrics.md); optional, outlives the gateway.
+  GatewayMetrics* metrics = nullptr;
 };
 
 // What the gateway holds for one deployment now.
@@ -131,6 +134,7 @@ class Gateway {
     std::shared_ptr<Responder> responder;
     int attempts = 0;
     std::string endpoint;  // where it is in flight, "" when queued
+    GatewayMetrics::RequestCells* cells = nullptr;  // null: no metrics
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -143,6 +147,8 @@ class Gateway {
     std::vector<serving::ModelId> retired;
     std::vector<runtime::Endpoint> ready;
     bool deleted = false;
+    // Metric cells by tenant id * classes + class, made at first use.
+    std::vector<GatewayMetrics::RequestCells*> cells;
   };
   struct Tenant {
     std::shared_ptr<const GatewayTenant> config;  // replaced, never mutated
@@ -160,6 +166,7 @@ class Gateway {
     std::shared_ptr<Responder> responder;
     runtime::Endpoint ep;
     runtime::UpstreamClient* upstream = nullptr;
+    GatewayMetrics::RequestCells* cells = nullptr;
   };
   struct Replica {
     runtime::Endpoint ep;
@@ -192,6 +199,9 @@ class Gateway {
   void SyncAll(const Model& m);                                   // mu_ held
   // Queued requests of a deleted, replica-less deployment: answered 503.
   void FailQueued(serving::ModelId id, std::vector<Pending>* out);  // mu_ held
+  GatewayMetrics::RequestCells* CellsFor(Model& m, const Tenant& t,
+                                         serving::ClassId c);  // mu_ held
+  void Invalid(const char* reason);  // counts a refused request
 
   // The upstream client the proxy uses now; its options; replaced ones are
   // kept until the gateway is destroyed (their requests may be in flight).

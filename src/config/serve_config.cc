@@ -52,7 +52,7 @@ class Parser : public SpecReader {
         root, "the config",
         {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
          "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
-         "drain_grace_s", "deployments", "tenants"});
+         "drain_grace_s", "gpu_prices", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -100,6 +100,16 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["drain_grace_s"]) {
       Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);
+    }
+    if (const YAML::Node n = root["gpu_prices"]; n && Map(n, "gpu_prices")) {
+      for (const auto& kv : n) {
+        const std::string model = kv.first.as<std::string>();
+        double price = 0;
+        if (Number(kv.second, absl::StrCat("gpu_prices.", model), 0, false,
+                   &price)) {
+          cfg.gpu_prices[model] = price;
+        }
+      }
     }
     ParseList(root, "deployments",
               [&](const YAML::Node& item, const std::string& path) {

@@ -19,6 +19,10 @@
 //   tls: {cert: PATH, key: PATH}  # both or neither; default none (plain HTTP)
 //   health_check_period_ms: 5000  # engine readiness probes, > 0
 //   drain_grace_s: 30             # on SIGTERM, wait this long for requests
+//   gpu_prices: {}                # price per GPU-hour by GPU model (catalog
+//                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
+//                                 #   the cost metrics; a model not listed
+//                                 #   costs 0 (docs/metrics.md)
 //   deployments:                  # optional: more come by `gpusched apply`
 //     - name: chat                # required, unique; as metadata.name
 //       engine: {template: reference, args: [], env: {}}
@@ -51,6 +55,7 @@
 #define GPUSCHED_CONFIG_SERVE_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -78,6 +83,7 @@ struct ServeConfig {
   TlsFiles tls;
   int64_t health_check_period_ms = 5000;
   double drain_grace_s = 30;
+  std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;
 };

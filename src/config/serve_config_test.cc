@@ -41,6 +41,7 @@ tenants:
   EXPECT_EQ(cfg->tls.cert, "");
   EXPECT_EQ(cfg->health_check_period_ms, 5000);
   EXPECT_EQ(cfg->drain_grace_s, 30);
+  EXPECT_TRUE(cfg->gpu_prices.empty());
   ASSERT_EQ(cfg->deployments.size(), 2u);
   EXPECT_EQ(cfg->deployments[0].engine, "reference");
   EXPECT_EQ(cfg->deployments[0].model, "chat");
@@ -60,6 +61,7 @@ placement_policy: binpack
 tls: {cert: certs/server.pem, key: /etc/gpusched/key.pem}
 health_check_period_ms: 250
 drain_grace_s: 2.5
+gpu_prices: {H100-SXM-80GB: 4.0, L4-24GB: 0.8}
 deployments: [{name: chat}]
 tenants: [{name: demo}]
 )",
@@ -72,6 +74,11 @@ tenants: [{name: demo}]
   EXPECT_EQ(cfg->tls.key, "/etc/gpusched/key.pem");
   EXPECT_EQ(cfg->health_check_period_ms, 250);
   EXPECT_EQ(cfg->drain_grace_s, 2.5);
+  EXPECT_EQ(cfg->gpu_prices, (std::map<std::string, double>{
+                                 {"H100-SXM-80GB", 4.0}, {"L4-24GB", 0.8}}));
+  auto bad = ParseServeYaml("gpu_prices: {H100-SXM-80GB: -1}\n", "s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("gpu_prices.H100-SXM-80GB"));
 }
 
 // A deployment item is a Deployment manifest's spec plus its name, read by

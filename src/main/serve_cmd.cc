@@ -16,10 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_api.h"
 #include "api/controller.h"
+#include "api/controller_metrics.h"
 #include "api/gateway.h"
+#include "api/gateway_metrics.h"
 #include "api/http_server.h"
 #include "config/serve_config.h"
 #include "main/inventory_source.h"
+#include "metrics/registry.h"
 #include "runtime/store.h"
 
 namespace gpusched {
@@ -102,7 +105,15 @@ int RunServe(const ServeFlags& flags) {
   auto store = runtime::Store::Open(cfg->state);
   if (!store.ok()) return Fail(std::string(store.status().message()));
 
+  // Metrics (GET /metrics): declared before the gateway and the
+  // controller, which update them, so they outlive both.
+  metrics::Registry registry;
+  api::GatewayMetrics gateway_metrics(&registry);
+  api::ControllerMetrics controller_metrics(&registry, &gateway_metrics,
+                                            cfg->gpu_prices);
+
   api::GatewayConfig gateway_config;
+  gateway_config.metrics = &gateway_metrics;
   std::unique_ptr<api::Controller> controller;
   api::Controller* ctl = nullptr;
   auto gateway = api::Gateway::Create(
@@ -117,6 +128,7 @@ int RunServe(const ServeFlags& flags) {
   options.classes = gateway_config.classes;
   options.health_period = cfg->health_check_period_ms * kMicrosPerMilli;
   options.drain_grace = static_cast<Micros>(cfg->drain_grace_s * 1e6);
+  options.metrics = &controller_metrics;
   options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
                 getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
   auto made = api::Controller::Create(options, cluster, store->get(),
@@ -193,8 +205,17 @@ int RunServe(const ServeFlags& flags) {
   http.tls_key_file = cfg->tls.key;
   api::Gateway* g = gateway->get();
   auto server = api::HttpServer::Start(
-      http, [g, &control](api::HttpRequest req,
-                          std::shared_ptr<api::Responder> r) {
+      http, [g, &control, &registry](api::HttpRequest req,
+                                     std::shared_ptr<api::Responder> r) {
+        if (req.method() == api::http::verb::get &&
+            req.target().substr(0, req.target().find('?')) == "/metrics") {
+          api::HttpResponse res{api::http::status::ok, 11};
+          res.set(api::http::field::content_type,
+                  "text/plain; version=0.0.4; charset=utf-8");
+          res.body() = registry.Expose();
+          r->Send(std::move(res));
+          return;
+        }
         if (control.Handle(req, r)) return;
         g->Handle(std::move(req), std::move(r));
       });

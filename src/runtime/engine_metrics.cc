@@ -10,11 +10,13 @@ namespace gpusched::runtime {
 
 std::optional<EngineMetricNames> MetricNamesFor(absl::string_view prefix) {
   // vLLM (and the reference engine): vllm/engine/metrics.py. Newer vLLM
-  // renamed the KV gauge to kv_cache_usage_perc; both are read.
+  // renamed the KV gauge to kv_cache_usage_perc; both are read. The prefix
+  // cache counters (tokens) are vLLM v1's; v0 had only a hit-rate gauge.
   if (prefix == "vllm:") {
-    return EngineMetricNames{"vllm:num_requests_running",
-                             "vllm:num_requests_waiting",
-                             "vllm:gpu_cache_usage_perc|vllm:kv_cache_usage_perc"};
+    return EngineMetricNames{
+        "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:gpu_cache_usage_perc|vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"};
   }
   if (prefix == "sglang:") {
     return EngineMetricNames{"sglang:num_running_reqs", "sglang:num_queue_reqs",
@@ -48,17 +50,19 @@ bool Matches(absl::string_view name, absl::string_view wanted) {
 
 EngineSignals ParseEngineSignals(absl::string_view text,
                                  const EngineMetricNames& names) {
-  double sums[3] = {0, 0, 0};
-  bool seen[3] = {false, false, false};
+  double sums[5] = {0, 0, 0, 0, 0};
+  bool seen[5] = {false, false, false, false, false};
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (line.empty() || line[0] == '#') continue;
     const size_t name_end = line.find_first_of("{ ");
     if (name_end == absl::string_view::npos) continue;
     const absl::string_view name = line.substr(0, name_end);
-    int which = Matches(name, names.running)   ? 0
-                : Matches(name, names.waiting) ? 1
-                : Matches(name, names.kv_usage) ? 2
-                                                : -1;
+    int which = Matches(name, names.running)          ? 0
+                : Matches(name, names.waiting)        ? 1
+                : Matches(name, names.kv_usage)       ? 2
+                : Matches(name, names.prefix_queries) ? 3
+                : Matches(name, names.prefix_hits)    ? 4
+                                                      : -1;
     if (which < 0) continue;
     size_t value_at = name_end;
     if (line[name_end] == '{') {
@@ -66,8 +70,8 @@ EngineSignals ParseEngineSignals(absl::string_view text,
       if (close == absl::string_view::npos) continue;
       value_at = close + 1;
     }
-    absl::string_view rest = absl::StripLeadingAsciiWhitespace(
-        line.substr(value_at));
+    absl::string_view rest =
+        absl::StripLeadingAsciiWhitespace(line.substr(value_at));
     const std::string value(rest.substr(0, rest.find(' ')));
     char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
@@ -79,6 +83,8 @@ EngineSignals ParseEngineSignals(absl::string_view text,
   if (seen[0]) s.running = static_cast<int>(std::lround(sums[0]));
   if (seen[1]) s.waiting = static_cast<int>(std::lround(sums[1]));
   if (seen[2]) s.kv_used_fraction = sums[2];
+  if (seen[3]) s.prefix_cache_queries = sums[3];
+  if (seen[4]) s.prefix_cache_hits = sums[4];
   return s;
 }
 

@@ -1,7 +1,8 @@
 // Routing signals from an engine's Prometheus metrics: requests running and
-// waiting inside the engine, and KV-cache usage. The names differ per
-// engine; the template's metrics prefix chooses the set ("vllm:" for vLLM
-// and the reference engine, "sglang:", "llamacpp:", "tgi_", "nv_" for
+// waiting inside the engine, KV-cache usage, and the prefix cache's
+// counters (queried and hit tokens, for the hit rate in /metrics). The names
+// differ per engine; the template's metrics prefix chooses the set ("vllm:" for
+// vLLM and the reference engine, "sglang:", "llamacpp:", "tgi_", "nv_" for
 // Triton). Values of one metric with several label sets are summed (one
 // engine may serve several models). Pure functions; thread-safe.
 #ifndef GPUSCHED_RUNTIME_ENGINE_METRICS_H_
@@ -19,12 +20,16 @@ struct EngineSignals {
   int running = -1;
   int waiting = -1;
   double kv_used_fraction = -1;  // 0..1
+  // Counters since the engine started (they restart with it).
+  double prefix_cache_queries = -1;
+  double prefix_cache_hits = -1;
 };
 
 // The metric names an engine with `prefix` exports, or nullopt when
 // gpusched knows none for it.
 struct EngineMetricNames {
   std::string running, waiting, kv_usage;
+  std::string prefix_queries, prefix_hits;  // "" where unknown
 };
 std::optional<EngineMetricNames> MetricNamesFor(absl::string_view prefix);
 

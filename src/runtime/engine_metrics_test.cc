@@ -16,25 +16,30 @@ TEST(EngineMetricsTest, ReadsVllmSignalsSummedOverLabels) {
       "vllm:num_requests_waiting{model_name=\"a\"} 7 1700000000\n"
       "vllm:gpu_cache_usage_perc{model_name=\"a\"} 0.25\n"
       "vllm:num_requests_running_total 99\n"
+      "vllm:prefix_cache_queries_total{model_name=\"a\"} 1000\n"
+      "vllm:prefix_cache_hits_total{model_name=\"a\"} 250\n"
       "garbage line\n",
       *names);
   EXPECT_EQ(s.running, 5);
+  EXPECT_EQ(s.prefix_cache_queries, 1000);
+  EXPECT_EQ(s.prefix_cache_hits, 250);
   EXPECT_EQ(s.waiting, 7);
   EXPECT_DOUBLE_EQ(s.kv_used_fraction, 0.25);
 }
 
 TEST(EngineMetricsTest, AbsentMetricsStayUnknown) {
-  const EngineSignals s =
-      ParseEngineSignals("sglang:num_queue_reqs 4\n", *MetricNamesFor("sglang:"));
+  const EngineSignals s = ParseEngineSignals("sglang:num_queue_reqs 4\n",
+                                             *MetricNamesFor("sglang:"));
   EXPECT_EQ(s.running, -1);
   EXPECT_EQ(s.waiting, 4);
   EXPECT_EQ(s.kv_used_fraction, -1);
+  EXPECT_EQ(s.prefix_cache_hits, -1);
   EXPECT_FALSE(MetricNamesFor("unknown_").has_value());
   // The newer vLLM name for the KV gauge is read as well.
-  EXPECT_DOUBLE_EQ(
-      ParseEngineSignals("vllm:kv_cache_usage_perc 0.5\n", *MetricNamesFor("vllm:"))
-          .kv_used_fraction,
-      0.5);
+  EXPECT_DOUBLE_EQ(ParseEngineSignals("vllm:kv_cache_usage_perc 0.5\n",
+                                      *MetricNamesFor("vllm:"))
+                       .kv_used_fraction,
+                   0.5);
 }
 
 }  // namespace

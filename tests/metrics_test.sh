@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# End-to-end test of GET /metrics on `gpusched serve` (the real binary,
+# reference engines on a declared inventory, 127.0.0.1, port 0):
+# tests/e2e/metrics.mjs sends chat (whole and streamed) and embedding
+# requests, an unknown priority class and requests over a tenant's rate
+# limit, scales a deployment, then parses the whole exposition with a
+# Prometheus text-format parser from npm (parse-prometheus-text-format,
+# pinned in tests/e2e/package-lock.json) and checks every family (HELP,
+# TYPE, names), the expected families and types, request counters against
+# what it sent, cumulative histogram buckets and bounded label values.
+# Skipped only where node is absent; scripts/install-deps.sh installs node
+# and runs `npm ci` in tests/e2e.
+# Usage: metrics_test.sh GPUSCHED_BINARY SOURCE_DIR
+set -u
+bin="$1"
+e2e="$2/tests/e2e"
+source "$(dirname "$0")/lib.sh"
+
+if ! command -v node >/dev/null 2>&1; then
+  echo "metrics: skipped (node is not installed; scripts/install-deps.sh installs it)"
+  exit 0
+fi
+if [ ! -f "$e2e/node_modules/parse-prometheus-text-format/package.json" ]; then
+  fail "no parse-prometheus-text-format in $e2e/node_modules: run scripts/install-deps.sh (npm ci there)"
+  finish metrics
+fi
+
+cat >"$tmp/inventory.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Inventory
+spec:
+  nodes:
+    - name: local
+      cpu: "16"
+      memory: 64Gi
+      gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
+YAML
+# Engine sizes unlike the other tests': they look for their own engines by
+# their command line, and ctest runs tests at once.
+cat >"$tmp/serve.yaml" <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+inventory: $tmp/inventory.yaml
+gpu_discovery: declared
+gpu_prices: {H100-SXM-80GB: 3.6}
+deployments:
+  - name: chat
+    engine: {template: reference, args: ["--hidden", "28"]}
+    replicas: {min: 1, max: 2}
+    resources: {fraction: {milli: 250, memory: 10Gi}}
+    slo: {ttftMs: 30000, tpotMs: 5000}
+  - name: embed
+    engine: {template: reference, args: ["--hidden", "32"]}
+    replicas: 1
+    resources: {fraction: {milli: 250, memory: 10Gi}}
+tenants:
+  - name: demo
+  - name: limited
+    models: [chat]
+    limits: {requestsPerMinute: 1}
+YAML
+start_serve "$tmp/serve.yaml"
+if [ -z "$url" ]; then
+  fail "serve did not start: $(cat "$tmp/err")"
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  finish metrics
+fi
+limited=$(grep -o 'tenant limited key: gs-[A-Za-z0-9_-]*' "$tmp/out" | head -1)
+limited=${limited#tenant limited key: }
+
+METRICS_DUMP="${METRICS_DUMP:-$tmp/metrics.txt}" node "$e2e/metrics.mjs" "$url" "$key" "$limited" "$(cat "$tmp/keys/admin.key")" \
+  >"$tmp/node.out" 2>&1
+rc=$?
+cat "$tmp/node.out"
+[ "$rc" -eq 0 ] || fail "the metrics checks failed (exit $rc); the exposition:
+$(cat "$tmp/metrics.txt" 2>/dev/null)"
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || fail "SIGTERM: exit status $rc: $(cat "$tmp/err")"
+finish metrics
