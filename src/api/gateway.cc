@@ -665,6 +665,7 @@ void Gateway::Submit(Protocol protocol, const HttpRequest& req,
     return;
   }
   if (!v.admitted()) {
+    stats_.RecordRejected(model, tenant.config->spec.name, now);
     const bool limit = IsLimit(v.reason);
     Reject(protocol, p.responder,
            limit ? http::status::too_many_requests
@@ -699,6 +700,7 @@ void Gateway::Proxy(serving::Assignment a) {
   std::shared_ptr<Responder> responder;
   runtime::Endpoint ep;
   runtime::UpstreamClient* upstream;
+  GatewayStats::Finish finish;  // for stats_, completed in on_done
   {
     std::lock_guard<std::mutex> lock(mu_);
     upstream = upstreams_.back().get();
@@ -713,6 +715,10 @@ void Gateway::Proxy(serving::Assignment a) {
     ep = endpoints_.at(a.replica);
     p.endpoint = EndpointKey(ep);
     ++in_flight_[p.endpoint];
+    finish.deployment = queues_[a.request.model].name;
+    for (const auto& [name, t] : tenants_) {
+      if (t.id == a.request.tenant) finish.tenant = name;
+    }
   }
   HttpRequest up{http::verb::post, target, 11};
   up.set(http::field::content_type, "application/json");
@@ -722,6 +728,7 @@ void Gateway::Proxy(serving::Assignment a) {
     bool head = false;
     std::string text;  // non-streamed body, or the tail of a stream
     int32_t events = 0;
+    Micros first = 0;  // the first byte of the body
   };
   auto relay = std::make_shared<Relay>();
   runtime::UpstreamCallbacks cb;
@@ -738,6 +745,7 @@ void Gateway::Proxy(serving::Assignment a) {
     }
   };
   cb.on_data = [relay, stream, responder](std::string data) {
+    if (relay->first == 0) relay->first = NowMicros();
     if (stream && relay->status == 200) {
       relay->events +=
           static_cast<int32_t>(std::count(data.begin(), data.end(), '\n') / 2);
@@ -748,8 +756,8 @@ void Gateway::Proxy(serving::Assignment a) {
       relay->text += data;
     }
   };
-  cb.on_done = [this, relay, stream, protocol, responder, req,
-                replica](absl::Status st) {
+  cb.on_done = [this, relay, stream, protocol, responder, req, replica,
+                finish](absl::Status st) mutable {
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
       bool retried = false;
@@ -808,6 +816,13 @@ void Gateway::Proxy(serving::Assignment a) {
              absl::StrCat("the replica failed mid-response: ", st.message()),
              "server_error");
     }
+    finish.now = NowMicros();
+    finish.ttft = (relay->first ? relay->first : finish.now) - req.arrival;
+    finish.e2e = finish.now - req.arrival;
+    finish.input_tokens = req.input_tokens;
+    finish.output_tokens = std::max(0, output);
+    finish.ok = st.ok() && relay->status >= 200 && relay->status < 300;
+    stats_.RecordFinished(finish);
     Finished(req, replica, std::max(0, output));
   };
   upstream->Send(ep, std::move(up), std::move(cb));

@@ -44,6 +44,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "api/gateway_stats.h"
 #include "api/http_server.h"
 #include "runtime/store.h"
 #include "runtime/upstream.h"
@@ -114,6 +115,9 @@ class Gateway {
                         const serving::EngineLoad& load);
 
   DeploymentLoad Load(const std::string& name);
+  // Recent per-deployment and per-tenant request statistics
+  // (GET /api/v1/stats); thread-safe.
+  const GatewayStats& stats() const { return stats_; }
   // Requests proxied to `ep` and not finished.
   int64_t InFlightOn(const runtime::Endpoint& ep);
   // Expires queued requests past their timeout and forgets drained old
@@ -195,6 +199,7 @@ class Gateway {
   std::map<std::string, Tenant> tenants_;
   absl::flat_hash_map<serving::ReplicaId, runtime::Endpoint> endpoints_;
   absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
+  GatewayStats stats_;                                   // its own lock
   // Endpoints that refused or dropped a connection: routed around until
   // the time given (the controller's health checks decide for good).
   absl::flat_hash_map<std::string, Micros> suspect_until_;

@@ -18,6 +18,7 @@
 #include "api/controller.h"
 #include "api/gateway.h"
 #include "api/http_server.h"
+#include "api/static_assets.h"
 #include "config/serve_config.h"
 #include "main/inventory_source.h"
 #include "runtime/store.h"
@@ -185,7 +186,7 @@ int RunServe(const ServeFlags& flags) {
     printed.emplace_back(t.name, key->secret);
   }
 
-  api::ControlApi control(controller.get());
+  api::ControlApi control(controller.get(), &(*gateway)->stats());
   api::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
@@ -193,8 +194,10 @@ int RunServe(const ServeFlags& flags) {
   http.tls_key_file = cfg->tls.key;
   api::Gateway* g = gateway->get();
   auto server = api::HttpServer::Start(
-      http, [g, &control](api::HttpRequest req,
-                          std::shared_ptr<api::Responder> r) {
+      http,
+      [g, &control](api::HttpRequest req, std::shared_ptr<api::Responder> r) {
+        // The dashboard's files (/ and /ui/*), unauthenticated.
+        if (api::ServeStaticAsset(req, r)) return;
         if (control.Handle(req, r)) return;
         g->Handle(std::move(req), std::move(r));
       });
