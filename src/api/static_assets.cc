@@ -48,9 +48,9 @@ bool ServeStaticAsset(const HttpRequest& req,
     return true;
   }
   HttpResponse res{http::status::ok, version};
-  res.set(http::field::etag, asset->etag);
+  res.set(http::field::etag, std::string(asset->etag));
   res.set(http::field::cache_control, "no-cache");
-  res.set(http::field::x_content_type_options, "nosniff");
+  res.set("X-Content-Type-Options", "nosniff");
   const auto inm = req[http::field::if_none_match];
   if (std::string_view(inm.data(), inm.size()).find(asset->etag) !=
       std::string_view::npos) {
@@ -58,7 +58,7 @@ bool ServeStaticAsset(const HttpRequest& req,
     r->Send(std::move(res));
     return true;
   }
-  res.set(http::field::content_type, asset->content_type);
+  res.set(http::field::content_type, std::string(asset->content_type));
   // HEAD: the headers only (the server sets Content-Length from the body).
   if (req.method() == http::verb::get) res.body() = std::string(asset->data);
   r->Send(std::move(res));

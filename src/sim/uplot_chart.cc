@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "web/assets.h"
 
@@ -21,13 +21,14 @@ constexpr const char* kColors[] = {"#2f6fde", "#e8743b", "#19a979", "#945ecf",
                                    "#ed4a7b", "#13a4b4", "#bf8b00", "#6c8893",
                                    "#d6502f", "#4e7d2b", "#a05195", "#3b5bdb"};
 
-std::string_view AssetText(std::string_view name) {
+absl::string_view AssetText(std::string_view name) {
   const web::Asset* a = web::FindAsset(name);
-  return a == nullptr ? std::string_view() : a->data;
+  return a == nullptr ? absl::string_view()
+                      : absl::string_view(a->data.data(), a->data.size());
 }
 
 // Text safe inside <script>: no "</" can end the element early.
-std::string ScriptSafe(std::string_view s) {
+std::string ScriptSafe(absl::string_view s) {
   return absl::StrReplaceAll(s, {{"</", "<\\/"}});
 }
 
