@@ -395,7 +395,8 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
       UPlotHead(),
       "<style>.report{max-width:1000px;margin:0 auto;padding:14px 20px;"
       "display:flex;flex-direction:column;gap:14px}.report .table td{text-"
-      "align:right}.report .table td:first-child{text-align:left}</style>"
+      "align:right}.report .table "
+      "td:first-child{text-align:left;white-space:nowrap}</style>"
       "</head><body><header class='topbar'><div class='brand'><span "
       "class='logo'>&#9638;</span> gpusched <span class='muted'>serving "
       "simulation</span></div></header><main class='report'><p "
