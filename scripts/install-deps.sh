@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages gpusched builds and tests with, and the
-# end-to-end tests' npm packages (tests/e2e, from its package-lock.json).
+# Installs the Debian 12 packages gpusched builds and tests with, the
+# dashboard's npm packages (web/: uPlot, embedded into the binary at build
+# time) and the end-to-end tests' (tests/e2e: the OpenAI client,
+# playwright-core), each from its package-lock.json.
 # Idempotent: packages already present are not touched, apt runs only when
 # something is missing, npm only when node_modules is missing or older than
 # the lock file. Called by `make build`, `make run` and `make test`.
@@ -15,6 +17,7 @@ PACKAGES=(
   libboost-dev libsqlite3-dev libssl-dev openssl curl
   nodejs npm
   nginx  # bench/gateway_vs_nginx.sh: the peer proxy
+  chromium  # tests/dashboard_test.sh: the headless browser playwright drives
 )
 
 # node and npm from elsewhere (NodeSource's nodejs bundles npm and conflicts
@@ -27,9 +30,9 @@ installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
 }
 
-# The end-to-end tests' packages, exactly as locked.
-npm_ci() {
-  local dir=tests/e2e stamp=tests/e2e/node_modules/.installed
+# The npm packages of DIR, exactly as locked.
+npm_ci() {  # dir, what fails without them
+  local dir=$1 stamp=$1/node_modules/.installed
   if [ -f "$stamp" ] && [ ! "$dir/package-lock.json" -nt "$stamp" ] &&
     [ ! "$dir/package.json" -nt "$stamp" ]; then
     return 0
@@ -38,9 +41,14 @@ npm_ci() {
   if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
     touch "$stamp"
   else
-    # Building and serving do not need these; the tests that do fail and say so.
-    echo "install-deps: npm ci in $dir failed; the end-to-end client tests will fail" >&2
+    echo "install-deps: npm ci in $dir failed; $2" >&2
   fi
+}
+npm_all() {
+  # The build embeds uPlot from web/node_modules and fails without it.
+  npm_ci web "the build will fail (it embeds web/node_modules/uplot)"
+  # Building and serving do not need these; the tests that do fail and say so.
+  npm_ci tests/e2e "the end-to-end client and dashboard tests will fail"
 }
 
 missing=()
@@ -49,7 +57,7 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  npm_ci
+  npm_all
   exit 0
 fi
 
@@ -66,4 +74,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-npm_ci
+npm_all

@@ -55,7 +55,7 @@ assert set(a["priority_classes"]) == {"critical", "standard", "batch"}
 assert a["deployments"]["embed"]["completed"] > 10000
 assert len(a["load_over_time"]["samples"]) >= 6
 PY
-expect_contains "$tmp/a.html" "<svg"
+expect_contains "$tmp/a.html" "new uPlot("
 expect_contains "$tmp/a.html" "Time to first token (CDF)"
 expect_contains "$tmp/err" "s simulated in"
 

@@ -351,6 +351,10 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
       send(http::status::ok, json{{"items", controller_->TenantsJson()}});
       return true;
     }
+    if (a == "stats" && stats_ != nullptr) {
+      send(http::status::ok, stats_->Json());
+      return true;
+    }
     if (a == "events") {
       runtime::EventFilter f;
       f.deployment = Query(full, "deployment");

@@ -8,13 +8,17 @@
 #include <memory>
 
 #include "api/controller.h"
+#include "api/gateway_stats.h"
 #include "api/http_server.h"
 
 namespace gpusched::api {
 
 class ControlApi {
  public:
-  explicit ControlApi(Controller* controller) : controller_(controller) {}
+  // `stats` (the gateway's, may be null) answers GET /api/v1/stats.
+  explicit ControlApi(Controller* controller,
+                      const GatewayStats* stats = nullptr)
+      : controller_(controller), stats_(stats) {}
 
   // True when `request` is a control request (its path starts with
   // /api/v1) and was answered.
@@ -22,6 +26,7 @@ class ControlApi {
 
  private:
   Controller* controller_;
+  const GatewayStats* stats_;
 };
 
 }  // namespace gpusched::api

@@ -742,6 +742,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   p.body = std::make_shared<const std::string>(std::move(req.body()));
   p.stream = stream;
   p.protocol = protocol;
+  p.tenant = tenant.config->spec.name;
   p.responder = std::move(r);
   serving::Verdict v;
   std::vector<std::string> allowed;
@@ -777,6 +778,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   }
   if (!v.admitted()) {
     GatewayMetrics::Rejected(p.cells, v.reason);
+    stats_.RecordRejected(model, tenant.config->spec.name, now);
     const bool limit = IsLimit(v.reason);
     Reject(protocol, p.responder,
            limit ? http::status::too_many_requests
@@ -813,8 +815,11 @@ void Gateway::DispatchLocked(std::vector<Job>* jobs) {
     const Replica& rep = endpoints_.at(a.replica);
     p.endpoint = rep.key;
     ++in_flight_[rep.key];
+    GatewayStats::Finish finish;  // completed when the request ends
+    finish.deployment = queues_[a.request.model].name;
+    finish.tenant = p.tenant;
     jobs->push_back({a, p.body, p.target, p.stream, p.protocol, p.responder,
-                     rep.ep, upstream, p.cells});
+                     rep.ep, upstream, p.cells, std::move(finish)});
   }
 }
 
@@ -861,7 +866,7 @@ void Gateway::Proxy(Job job) {
     }
   };
   cb.on_done = [this, relay, stream, protocol, responder, req, replica,
-                cells](absl::Status st) {
+                cells, finish = std::move(job.finish)](absl::Status st) mutable {
     std::vector<Job> jobs;
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
@@ -925,6 +930,14 @@ void Gateway::Proxy(Job job) {
              absl::StrCat("the replica failed mid-response: ", st.message()),
              "server_error");
     }
+    finish.now = NowMicros();
+    finish.ttft =
+        (relay->first_byte ? relay->first_byte : finish.now) - req.arrival;
+    finish.e2e = finish.now - req.arrival;
+    finish.input_tokens = input >= 0 ? input : req.input_tokens;
+    finish.output_tokens = std::max(0, output);
+    finish.ok = st.ok() && relay->status >= 200 && relay->status < 300;
+    stats_.RecordFinished(finish);
     GatewayMetrics::Finished(cells, st.ok() && relay->status / 100 == 2, stream,
                              req.arrival, relay->first_byte, NowMicros(),
                              input >= 0 ? input : req.input_tokens,

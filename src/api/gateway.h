@@ -45,6 +45,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "api/gateway_metrics.h"
+#include "api/gateway_stats.h"
 #include "api/http_server.h"
 #include "runtime/store.h"
 #include "runtime/upstream.h"
@@ -117,6 +118,9 @@ class Gateway {
                         const serving::EngineLoad& load);
 
   DeploymentLoad Load(const std::string& name);
+  // Recent per-deployment and per-tenant request statistics
+  // (GET /api/v1/stats); thread-safe.
+  const GatewayStats& stats() const { return stats_; }
   // Requests proxied to `ep` and not finished.
   int64_t InFlightOn(const runtime::Endpoint& ep);
   // Expires queued requests past their timeout and forgets drained old
@@ -135,6 +139,7 @@ class Gateway {
     int attempts = 0;
     std::string endpoint;  // where it is in flight, "" when queued
     GatewayMetrics::RequestCells* cells = nullptr;  // null: no metrics
+    std::string tenant;                             // its name, for stats
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -167,6 +172,7 @@ class Gateway {
     runtime::Endpoint ep;
     runtime::UpstreamClient* upstream = nullptr;
     GatewayMetrics::RequestCells* cells = nullptr;
+    GatewayStats::Finish finish;  // deployment and tenant filled in
   };
   struct Replica {
     runtime::Endpoint ep;
@@ -222,6 +228,7 @@ class Gateway {
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
   std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
   absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
+  GatewayStats stats_;                                   // its own lock
   // Endpoints that refused or dropped a connection: routed around until
   // the time given (the controller's health checks decide for good).
   absl::flat_hash_map<std::string, Micros> suspect_until_;

@@ -20,6 +20,7 @@
 #include "api/gateway.h"
 #include "api/gateway_metrics.h"
 #include "api/http_server.h"
+#include "api/static_assets.h"
 #include "config/serve_config.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
@@ -197,7 +198,7 @@ int RunServe(const ServeFlags& flags) {
     printed.emplace_back(t.name, key->secret);
   }
 
-  api::ControlApi control(controller.get());
+  api::ControlApi control(controller.get(), &(*gateway)->stats());
   api::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
@@ -216,6 +217,8 @@ int RunServe(const ServeFlags& flags) {
           r->Send(std::move(res));
           return;
         }
+        // The dashboard's files (/ and /ui/*), unauthenticated.
+        if (api::ServeStaticAsset(req, r)) return;
         if (control.Handle(req, r)) return;
         g->Handle(std::move(req), std::move(r));
       });

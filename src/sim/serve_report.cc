@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sim/svg_chart.h"
+#include "sim/uplot_chart.h"
 
 namespace gpusched::sim {
 namespace {
@@ -303,9 +304,9 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
 
 std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
   // Latency CDFs per deployment (TTFT and end-to-end), log-scaled seconds.
-  auto cdf_chart = [&](const char* what, auto value) {
+  auto cdf_chart = [&](const char* what, const char* id, auto value) {
     ChartSpec c;
-    c.x_label = absl::StrCat(what, " (s, log scale)");
+    c.x_label = "seconds (log scale)";
     c.y_label = "fraction of completed requests";
     c.log_x = true;
     c.y_max = 1;
@@ -333,14 +334,14 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
     }
     c.x_min = lo > hi ? 1e-3 : std::pow(10, std::floor(std::log10(lo)));
     c.x_max = lo > hi ? 1 : std::pow(10, std::ceil(std::log10(hi)));
-    return LineChartSvg(c);
+    return LineChartUPlot(c, id, absl::StrCat(what, " (CDF)"));
   };
-  const std::string ttft = cdf_chart("time to first token", [](const auto& o) {
-    return ToSeconds(o.first_token - o.arrival);
-  });
-  const std::string e2e = cdf_chart("end-to-end latency", [](const auto& o) {
-    return ToSeconds(o.finished - o.arrival);
-  });
+  const std::string ttft = cdf_chart(
+      "Time to first token", "ttft",
+      [](const auto& o) { return ToSeconds(o.first_token - o.arrival); });
+  const std::string e2e = cdf_chart(
+      "End-to-end latency", "e2e",
+      [](const auto& o) { return ToSeconds(o.finished - o.arrival); });
   ChartSpec load;
   load.x_label = "simulated time (s)";
   load.y_label = "requests";
@@ -387,24 +388,31 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
     if (++shown > 30) break;
     row("tenant " + name, j);
   }
+  // The dashboard's look: its stylesheet, cards and chart library.
   return absl::StrCat(
       "<!doctype html><html><head><meta charset='utf-8'><title>gpusched "
-      "serving simulation</title><style>body{font-family:sans-serif;margin:"
-      "2em;color:#222}table{border-collapse:collapse}td,th{border:1px solid "
-      "#ccc;padding:4px 10px;text-align:right}td:first-child{text-align:"
-      "left}</style></head><body><h1>Serving simulation</h1><p>",
+      "serving simulation</title>",
+      UPlotHead(),
+      "<style>.report{max-width:1000px;margin:0 auto;padding:14px 20px;"
+      "display:flex;flex-direction:column;gap:14px}.report .table td{text-"
+      "align:right}.report .table "
+      "td:first-child{text-align:left;white-space:nowrap}</style>"
+      "</head><body><header class='topbar'><div class='brand'><span "
+      "class='logo'>&#9638;</span> gpusched <span class='muted'>serving "
+      "simulation</span></div></header><main class='report'><p "
+      "class='muted'>",
       HtmlEscape(run.config.source), " &middot; ", HtmlEscape(run.trace_source),
       " (", HtmlEscape(run.trace_format), ", ", run.trace_requests,
       " requests, time scale ",
       absl::StrFormat("%g", run.config.workload.time_scale), ") &middot; ",
       absl::StrFormat("%.0f", ToSeconds(run.simulated_end)),
-      " s simulated</p><table><tr><th></th><th>requests</th><th>completed"
-      "</th><th>rejected / timed out</th><th>TTFT p50</th><th>TTFT p99</th>"
-      "<th>TPOT p50</th><th>E2E p50</th><th>E2E p99</th><th>SLO met</th><th>"
-      "prefix hits</th></tr>",
-      rows, "</table><h2>Time to first token (CDF)</h2>", ttft,
-      "<h2>End-to-end latency (CDF)</h2>", e2e, "<h2>Load over time</h2>",
-      LineChartSvg(load), "</body></html>\n");
+      " s simulated</p><section class='card'><table class='table'><tr><th>"
+      "</th><th>requests</th><th>completed</th><th>rejected / timed out</th>"
+      "<th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>E2E p50</th>"
+      "<th>E2E p99</th><th>SLO met</th><th>prefix hits</th></tr>",
+      rows, "</table></section>", ttft, e2e,
+      LineChartUPlot(load, "load", "Load over time"),
+      "</main></body></html>\n");
 }
 
 }  // namespace gpusched::sim
