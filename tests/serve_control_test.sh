@@ -41,7 +41,7 @@ deployments:
       template: reference
       # ~30 ms per token (baichuan-7b on an A10): requests are in flight
       # long enough for the crash drill.
-      args: ["--hidden", "16", "--mode", "profile", "--profile-model",
+      args: ["--hidden", "18", "--mode", "profile", "--profile-model",
              "baichuan-7b", "--gpu", "A10-24GB"]
     replicas: {min: 1, max: 3}
     resources: {fraction: {milli: 250, memory: 10Gi}}
@@ -309,7 +309,7 @@ wait "$pid"
 rc=$?
 [ "$rc" -eq 0 ] || fail "SIGTERM: exit status $rc"
 sleep 0.2
-for p in $(pgrep -f "engine --port .* --hidden 16" || true); do
+for p in $(pgrep -f "engine --port .* --hidden 18" || true); do
   fail "engine $p still running after serve exited"
 done
 # HTTPS when the config names a certificate.

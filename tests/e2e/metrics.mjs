@@ -295,7 +295,7 @@ const allowed = {
   model: ['H100-SXM-80GB'],
   simulated: ['true', 'false'],
   reason: ['rate_limited_requests', 'rate_limited_tokens', 'model_queue_full', 'tenant_queue_full',
-           'deadline_infeasible', 'queue_timeout', 'prompt_too_long', 'no_replica',
+           'deadline_infeasible', 'queue_timeout', 'prompt_too_long', 'no_replica', 'tenant_concurrency_limit',
            'unauthenticated', 'forbidden', 'unknown_model', 'unknown_priority', 'bad_deadline'],
   state: ['pending', 'starting', 'ready', 'unhealthy', 'backoff', 'draining', 'external'],
 };
