@@ -55,11 +55,11 @@ HttpResponse Error(http::status status, const std::string& message,
   if (status == http::status::unprocessable_entity) {
     std::vector<std::string> problems = absl::StrSplit(message, '\n');
     err["problems"] = problems;
-    err["message"] = problems.size() == 1
-                         ? problems.front()
-                         : absl::StrCat("the manifests are invalid (",
-                                        problems.size(),
-                                        " problems); nothing was changed");
+    err["message"] =
+        problems.size() == 1
+            ? problems.front()
+            : absl::StrCat("the manifests are invalid (", problems.size(),
+                           " problems); nothing was changed");
   }
   return Json(status, json{{"error", err}});
 }
@@ -75,7 +75,8 @@ std::string Query(const std::string& target, const std::string& key) {
        absl::StrSplit(absl::string_view(target).substr(q + 1), '&')) {
     const size_t eq = kv.find('=');
     if (kv.substr(0, eq) == key) {
-      return eq == absl::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+      return eq == absl::string_view::npos ? ""
+                                           : std::string(kv.substr(eq + 1));
     }
   }
   return "";
@@ -97,12 +98,8 @@ std::vector<std::string> QueryAll(const std::string& target,
 }
 
 json KeyJson(const runtime::KeyInfo& k) {
-  json j = {{"id", k.key_id},
-            {"tenant", k.tenant},
-            {"name", k.name},
-            {"admin", k.admin},
-            {"created", k.created},
-            {"revoked", nullptr}};
+  json j = {{"id", k.key_id},   {"tenant", k.tenant},   {"name", k.name},
+            {"admin", k.admin}, {"created", k.created}, {"revoked", nullptr}};
   if (k.revoked) j["revoked"] = *k.revoked;
   return j;
 }
@@ -145,8 +142,7 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
   auto key = controller_->Authenticate(auth.substr(7));
   if (!key.ok()) {
     r->Send(Error(http::status::unauthorized,
-                  std::string(key.status().message()),
-                  "authentication_error"));
+                  std::string(key.status().message()), "authentication_error"));
     return true;
   }
   // /api/v1/<a>/<b>/<c>
@@ -420,8 +416,8 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
         return true;
       }
       if (method == http::verb::post) {
-        json body = json::parse(req.body().empty() ? "{}" : req.body(),
-                                nullptr, false);
+        json body =
+            json::parse(req.body().empty() ? "{}" : req.body(), nullptr, false);
         std::string name = "api";
         if (body.is_object() && body.contains("name") &&
             body["name"].is_string()) {
@@ -441,8 +437,8 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
 
   if (a == "keys") {
     if (parts.size() == 1 && method == http::verb::post) {
-      json body = json::parse(req.body().empty() ? "{}" : req.body(), nullptr,
-                              false);
+      json body =
+          json::parse(req.body().empty() ? "{}" : req.body(), nullptr, false);
       std::string name = "admin";
       if (body.is_object() && body.contains("name") &&
           body["name"].is_string()) {

@@ -162,8 +162,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     auto id = c->cluster_state_.AddNode(n);
     if (!id.ok()) return id.status();
   }
-  auto policy =
-      placement::NewPolicy(c->options_.placement_policy, placement::PolicyOptions{});
+  auto policy = placement::NewPolicy(c->options_.placement_policy,
+                                     placement::PolicyOptions{});
   if (!policy.ok()) return policy.status();
   c->scheduler_ = std::make_unique<placement::Scheduler>(
       &c->cluster_state_, *std::move(policy), /*seed=*/1);
@@ -233,8 +233,9 @@ absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
 absl::Status Controller::EnsureKey(std::string_view secret,
                                    const std::string& tenant, bool admin) {
   std::lock_guard<std::mutex> lock(store_mu_);
-  return store_->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve",
-                           admin, WallNow())
+  return store_
+      ->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve", admin,
+                  WallNow())
       .status();
 }
 
@@ -391,8 +392,8 @@ void Controller::CheckRuntime(const config::DeploymentSpec& d,
                               std::vector<std::string>* problems) {
   auto tmpl = runtime::FindTemplate(d.engine);
   if (!tmpl.ok()) {
-    problems->push_back(absl::StrCat(where, ": spec.engine.template: ",
-                                     tmpl.status().message()));
+    problems->push_back(absl::StrCat(
+        where, ": spec.engine.template: ", tmpl.status().message()));
   } else if (tmpl->argv.empty() && d.args.empty() && d.endpoints.empty()) {
     problems->push_back(absl::StrCat(
         where,
@@ -420,8 +421,8 @@ void Controller::CheckRuntime(const config::DeploymentSpec& d,
     }
   }
   if (d.resources.kind != "none" && d.endpoints.empty()) {
-    auto pod = placement::CompilePodRequest(ToRequest(d.resources),
-                                            cluster_state_);
+    auto pod =
+        placement::CompilePodRequest(ToRequest(d.resources), cluster_state_);
     if (!pod.ok()) {
       problems->push_back(
           absl::StrCat(where, ": spec.resources: ", pod.status().message()));
@@ -434,20 +435,21 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
   std::vector<std::string> problems;
   std::lock_guard<std::mutex> lock(mu_);
   for (const config::Manifest& m : manifests) {
-    const std::string where =
-        absl::StrCat(m.kind == config::Manifest::Kind::kDeployment
-                         ? "Deployment/"
-                         : "Tenant/",
-                     m.name());
+    const std::string where = absl::StrCat(
+        m.kind == config::Manifest::Kind::kDeployment ? "Deployment/"
+                                                      : "Tenant/",
+        m.name());
     if (m.kind == config::Manifest::Kind::kDeployment) {
       CheckRuntime(m.deployment, where, &problems);
-      if (!m.deployment.tenant.empty() && !tenants_.count(m.deployment.tenant) &&
+      if (!m.deployment.tenant.empty() &&
+          !tenants_.count(m.deployment.tenant) &&
           std::none_of(manifests.begin(), manifests.end(),
                        [&](const config::Manifest& o) {
                          return o.kind == config::Manifest::Kind::kTenant &&
                                 o.name() == m.deployment.tenant;
                        })) {
-        problems.push_back(absl::StrCat(where, ": spec.tenant: unknown tenant '",
+        problems.push_back(absl::StrCat(where,
+                                        ": spec.tenant: unknown tenant '",
                                         m.deployment.tenant, "'"));
       }
       auto it = deployments_.find(m.name());
@@ -578,9 +580,9 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
 absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
                                                const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  ApplyResult result{kind == config::Manifest::Kind::kTenant ? "Tenant"
-                                                             : "Deployment",
-                     name, "deleted"};
+  ApplyResult result{
+      kind == config::Manifest::Kind::kTenant ? "Tenant" : "Deployment", name,
+      "deleted"};
   if (kind == config::Manifest::Kind::kTenant) {
     if (!tenants_.count(name)) {
       return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
@@ -630,9 +632,10 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
     spec = it->second.spec;
   }
   if (!spec.endpoints.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "deployment '", name, "' attaches to endpoints; it has no replicas "
-        "to scale"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("deployment '", name,
+                     "' attaches to endpoints; it has no replicas "
+                     "to scale"));
   }
   if (replicas < spec.min_replicas || replicas > spec.max_replicas) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -645,8 +648,7 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
   m.deployment = spec;
   RETURN_IF_ERROR(Apply({m}).status());
   Event("deployment.scaled", name,
-        absl::StrCat("deployment ", name, " scaled to ", replicas,
-                     " replicas"),
+        absl::StrCat("deployment ", name, " scaled to ", replicas, " replicas"),
         json{{"replicas", replicas}});
   return absl::OkStatus();
 }
@@ -676,9 +678,9 @@ void Controller::HandleExits(Micros now) {
         if (r->pid != ev.id) continue;
         std::error_code ec;
         std::filesystem::remove(PidFile(r->name), ec);
-        const std::string how =
-            ev.signaled ? absl::StrCat("signal ", ev.signal)
-                        : absl::StrCat("exit code ", ev.exit_code);
+        const std::string how = ev.signaled
+                                    ? absl::StrCat("signal ", ev.signal)
+                                    : absl::StrCat("exit code ", ev.exit_code);
         r->pid = 0;
         r->probing = false;
         if (r->remove_on_exit) {
@@ -692,10 +694,10 @@ void Controller::HandleExits(Micros now) {
         r->next_start = r->backoff.NextStart(now);
         r->state = State::kBackoff;
         ++r->restarts;
-        r->message = absl::StrCat(
-            "engine exited (", how, "); restarting in ",
-            absl::StrFormat("%.1f", (r->next_start - now) / 1e6), " s; see ",
-            options_.log_dir, "/", r->name, ".err");
+        r->message =
+            absl::StrCat("engine exited (", how, "); restarting in ",
+                         absl::StrFormat("%.1f", (r->next_start - now) / 1e6),
+                         " s; see ", options_.log_dir, "/", r->name, ".err");
         Event("replica.exited", name, absl::StrCat(r->name, ": ", r->message),
               json{{"replica", r->name},
                    {"signaled", ev.signaled},
@@ -718,8 +720,9 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
     // Attached engines: one "replica" per endpoint, probed, never launched.
     std::vector<std::unique_ptr<Replica>> next;
     for (size_t i = 0; i < d.spec.endpoints.size() && !d.deleting; ++i) {
-      const runtime::Endpoint ep{d.spec.endpoints[i].host,
-                                 static_cast<uint16_t>(d.spec.endpoints[i].port)};
+      const runtime::Endpoint ep{
+          d.spec.endpoints[i].host,
+          static_cast<uint16_t>(d.spec.endpoints[i].port)};
       std::unique_ptr<Replica> r;
       for (auto& old : reps) {
         if (old && old->state == State::kExternal &&
@@ -965,9 +968,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
     fail(std::string(port.status().message()));
     return;
   }
-  auto metrics_port = d.engine.metrics_on_separate_port
-                          ? FreePort()
-                          : absl::StatusOr<int>(0);
+  auto metrics_port =
+      d.engine.metrics_on_separate_port ? FreePort() : absl::StatusOr<int>(0);
   if (!metrics_port.ok()) {
     fail(std::string(metrics_port.status().message()));
     return;
@@ -980,8 +982,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   std::optional<int64_t> mps_memory;
   if (r.allocation.node >= 0) {
     const inventory::NodeSpec& node = cluster_state_.spec(r.allocation.node);
-    const bool nvml = !node.simulated && r.allocation.node == 0 &&
-                      !cluster_.gpus.empty();
+    const bool nvml =
+        !node.simulated && r.allocation.node == 0 && !cluster_.gpus.empty();
     for (const inventory::GpuShare& g : r.allocation.gpus) {
       std::string id = std::to_string(g.gpu);
       if (nvml && g.gpu < static_cast<int>(cluster_.gpus.size())) {
@@ -1014,7 +1016,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
         mps_memory = d.spec.resources.gpu_memory_mib;
       }
     }
-    if (d.spec.resources.kind == "whole") tensor_parallel = d.spec.resources.gpus;
+    if (d.spec.resources.kind == "whole")
+      tensor_parallel = d.spec.resources.gpus;
   }
   absl::flat_hash_map<std::string, std::string> values = {
       {"self", options_.self_path},
@@ -1172,10 +1175,9 @@ void Controller::OnProbe(const std::string& deployment,
                                          ToSeconds(now - r->started));
         }
         Event("replica.ready", deployment,
-              absl::StrCat(r->name, " ready on ", EndpointKey(r->endpoint),
-                           " after ",
-                           absl::StrFormat("%.2f", (now - r->started) / 1e6),
-                           " s"),
+              absl::StrCat(
+                  r->name, " ready on ", EndpointKey(r->endpoint), " after ",
+                  absl::StrFormat("%.2f", (now - r->started) / 1e6), " s"),
               json{{"replica", r->name},
                    {"startup_seconds", (now - r->started) / 1e6}});
         dirty_ = true;
@@ -1230,17 +1232,17 @@ absl::Status Controller::WaitReady(Micros timeout) {
               (r->state == State::kExternal && r->external_ok)) {
             ++ready;
           } else if (r->state != State::kDraining) {
-            waiting.push_back(absl::StrCat(
-                r->name, " (", StateName(r->state),
-                r->message.empty() ? "" : ": " + r->message, ")"));
+            waiting.push_back(
+                absl::StrCat(r->name, " (", StateName(r->state),
+                             r->message.empty() ? "" : ": " + r->message, ")"));
           }
         }
         const int want = d.spec.endpoints.empty()
                              ? d.spec.replicas
                              : static_cast<int>(d.spec.endpoints.size());
         if (ready < want && waiting.empty()) {
-          waiting.push_back(absl::StrCat(name, " (", ready, "/", want,
-                                         " replicas ready)"));
+          waiting.push_back(
+              absl::StrCat(name, " (", ready, "/", want, " replicas ready)"));
         }
       }
     }
@@ -1301,12 +1303,9 @@ json Controller::DeploymentJson(const Deployment& d) {
     }
     if (message.empty() && !r->message.empty()) message = r->message;
   }
-  j["status"] = {{"replicas", d.replicas.size()},
-                 {"readyReplicas", ready},
-                 {"queued", load.queued},
-                 {"inFlight", load.in_flight},
-                 {"deleting", d.deleting},
-                 {"message", message},
+  j["status"] = {{"replicas", d.replicas.size()}, {"readyReplicas", ready},
+                 {"queued", load.queued},         {"inFlight", load.in_flight},
+                 {"deleting", d.deleting},        {"message", message},
                  {"replicaStatus", reps}};
   return j;
 }

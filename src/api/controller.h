@@ -162,7 +162,7 @@ class Controller {
     inventory::Allocation allocation;
     runtime::RestartBackoff backoff;
     int restarts = 0;
-    Micros started = 0;      // steady clock
+    Micros started = 0;  // steady clock
     Micros started_wall = 0;
     Micros next_start = 0;
     Micros next_probe = 0;
@@ -199,14 +199,14 @@ class Controller {
 
   Controller() = default;
   void Loop();
-  void Reconcile(Micros now);                         // mu_ held
+  void Reconcile(Micros now);                           // mu_ held
   void ReconcileDeployment(Deployment& d, Micros now);  // mu_ held
   void Launch(Deployment& d, Replica& r, Micros now);   // mu_ held
   void Probe(Deployment& d, Replica& r, Micros now);    // mu_ held
   void Scrape(Deployment& d, Replica& r, Micros now);   // mu_ held
   void OnProbe(const std::string& deployment, const std::string& replica,
                runtime::ProcessId pid, bool ok);
-  void HandleExits(Micros now);  // mu_ held
+  void HandleExits(Micros now);   // mu_ held
   void PushReady(Deployment& d);  // mu_ held
   void Release(Replica& r);       // mu_ held: its GPUs go back
   // Adds the GPU time held since the last call to the metrics (about once

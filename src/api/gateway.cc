@@ -208,8 +208,8 @@ absl::StatusOr<serving::ModelId> Gateway::NewQueue(const Model& m) {
   for (const auto& [name, t] : tenants_) {
     const auto& models = t.config->models;
     if (!t.deleted &&
-        (models.empty() || std::find(models.begin(), models.end(),
-                                     spec.name) != models.end())) {
+        (models.empty() ||
+         std::find(models.begin(), models.end(), spec.name) != models.end())) {
       dispatcher_->DeclareTenant(*id, t.id);
     }
   }
@@ -218,9 +218,8 @@ absl::StatusOr<serving::ModelId> Gateway::NewQueue(const Model& m) {
 
 absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
   if (d.max_ongoing_requests < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("deployment '", d.spec.name,
-                     "': max_ongoing_requests must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "deployment '", d.spec.name, "': max_ongoing_requests must be >= 1"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(d.spec.name);
@@ -349,9 +348,9 @@ absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {
     auto id = dispatcher_->AddTenant(t.spec, NowMicros());
     if (!id.ok()) return id.status();
     it = tenants_
-             .emplace(t.spec.name,
-                      Tenant{std::make_shared<const GatewayTenant>(t), *id,
-                             false})
+             .emplace(
+                 t.spec.name,
+                 Tenant{std::make_shared<const GatewayTenant>(t), *id, false})
              .first;
   }
   for (const std::string& name : AllowedModels(it->second)) {
@@ -524,8 +523,8 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
       res.body() = "ok";
     } else {
       res.set(http::field::content_type, "application/json");
-      res.body() = json{{target == "/v2/health/live" ? "live" : "ready", true}}
-                       .dump();
+      res.body() =
+          json{{target == "/v2/health/live" ? "live" : "ready", true}}.dump();
     }
     r->Send(std::move(res));
     return;
@@ -570,8 +569,7 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
     if (!f.max_tokens[i]) continue;
     if (*f.max_tokens[i] < 1) {
       Reject(Protocol::kOpenAi, r, http::status::bad_request,
-             absl::StrCat("'",
-                          i == 0 ? "max_tokens" : "max_completion_tokens",
+             absl::StrCat("'", i == 0 ? "max_tokens" : "max_completion_tokens",
                           "' must be a positive integer"),
              "invalid_request_error");
       return;
@@ -630,14 +628,13 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
     }
     ready = models_.at(model).ready;
   }
-  const std::string engine_target = absl::StrCat(
-      "/v2/models/", model, version.empty() ? "" : "/versions/", version,
-      action.empty() ? "" : "/", action);
+  const std::string engine_target =
+      absl::StrCat("/v2/models/", model, version.empty() ? "" : "/versions/",
+                   version, action.empty() ? "" : "/", action);
   if (action == "ready") {
-    HttpResponse res =
-        JsonResponse(ready.empty() ? http::status::service_unavailable
-                                   : http::status::ok,
-                     json{{"name", model}, {"ready", !ready.empty()}});
+    HttpResponse res = JsonResponse(
+        ready.empty() ? http::status::service_unavailable : http::status::ok,
+        json{{"name", model}, {"ready", !ready.empty()}});
     r->Send(std::move(res));
     return;
   }
@@ -696,8 +693,8 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
 
 void Gateway::Submit(Protocol protocol, HttpRequest& req,
                      std::shared_ptr<Responder> r, const std::string& model,
-                     std::string engine_target, bool stream,
-                     int64_t max_tokens, const Tenant& tenant) {
+                     std::string engine_target, bool stream, int64_t max_tokens,
+                     const Tenant& tenant) {
   const Micros now = NowMicros();
   serving::Request sr;
   sr.arrival = now;
@@ -711,9 +708,8 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
     if (it == config_.classes.end()) {
       Invalid("unknown_priority");
       Reject(protocol, r, http::status::bad_request,
-             absl::StrCat("unknown priority class '", cls_name,
-                          "' (classes: ", absl::StrJoin(config_.classes, ", "),
-                          ")"),
+             absl::StrCat("unknown priority class '", cls_name, "' (classes: ",
+                          absl::StrJoin(config_.classes, ", "), ")"),
              "invalid_request_error");
       return;
     }
@@ -780,18 +776,18 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
     GatewayMetrics::Rejected(p.cells, v.reason);
     stats_.RecordRejected(model, tenant.config->spec.name, now);
     const bool limit = IsLimit(v.reason);
-    Reject(protocol, p.responder,
-           limit ? http::status::too_many_requests
-                 : http::status::service_unavailable,
-           absl::StrCat(
-               "request rejected: ", serving::RejectReasonName(v.reason),
-               v.retry_after > 0
-                   ? absl::StrCat("; retry in ",
-                                  (v.retry_after + kMicrosPerSecond - 1) /
-                                      kMicrosPerSecond,
-                                  " s")
-                   : ""),
-           limit ? "rate_limit_error" : "overloaded_error", v.retry_after);
+    Reject(
+        protocol, p.responder,
+        limit ? http::status::too_many_requests
+              : http::status::service_unavailable,
+        absl::StrCat("request rejected: ", serving::RejectReasonName(v.reason),
+                     v.retry_after > 0
+                         ? absl::StrCat("; retry in ",
+                                        (v.retry_after + kMicrosPerSecond - 1) /
+                                            kMicrosPerSecond,
+                                        " s")
+                         : ""),
+        limit ? "rate_limit_error" : "overloaded_error", v.retry_after);
   }
 }
 
@@ -865,8 +861,8 @@ void Gateway::Proxy(Job job) {
       relay->text += data;
     }
   };
-  cb.on_done = [this, relay, stream, protocol, responder, req, replica,
-                cells, finish = std::move(job.finish)](absl::Status st) mutable {
+  cb.on_done = [this, relay, stream, protocol, responder, req, replica, cells,
+                finish = std::move(job.finish)](absl::Status st) mutable {
     std::vector<Job> jobs;
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
@@ -899,10 +895,10 @@ void Gateway::Proxy(Job job) {
       if (!retried) {
         GatewayMetrics::Finished(cells, false, stream, req.arrival, 0,
                                  NowMicros(), 0, 0);
-        Reject(protocol, responder, http::status::bad_gateway,
-               absl::StrCat("no replica could serve the request: ",
-                            st.message()),
-               "server_error");
+        Reject(
+            protocol, responder, http::status::bad_gateway,
+            absl::StrCat("no replica could serve the request: ", st.message()),
+            "server_error");
       }
       for (Job& j : jobs) Proxy(std::move(j));
       return;

@@ -188,10 +188,9 @@ class Gateway {
   void Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);
-  void Submit(Protocol protocol, HttpRequest& req,
-              std::shared_ptr<Responder> r, const std::string& model,
-              std::string engine_target, bool stream, int64_t max_tokens,
-              const Tenant& tenant);
+  void Submit(Protocol protocol, HttpRequest& req, std::shared_ptr<Responder> r,
+              const std::string& model, std::string engine_target, bool stream,
+              int64_t max_tokens, const Tenant& tenant);
   void HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
                     const std::string& target);
   // The tenant behind the request's key, or answers 401/403 and nullopt.
@@ -226,7 +225,7 @@ class Gateway {
   std::vector<Queue> queues_;  // by ModelId
   std::map<std::string, Tenant> tenants_;
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
-  std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
+  std::vector<serving::Assignment> assigned_;            // scratch for Dispatch
   absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
   GatewayStats stats_;                                   // its own lock
   // Endpoints that refused or dropped a connection: routed around until

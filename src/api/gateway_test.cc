@@ -57,8 +57,7 @@ class GatewayTest : public ::testing::Test {
     GatewayDeployment other;
     other.spec.name = "secret-model";
     ASSERT_TRUE(gateway_->UpsertDeployment(other).ok());
-    gateway_->SetReplicas("secret-model",
-                          {{"127.0.0.1", engines_[0]->port()}});
+    gateway_->SetReplicas("secret-model", {{"127.0.0.1", engines_[0]->port()}});
     GatewayTenant a;
     a.spec.name = "alice";
     a.spec.limits.requests_per_minute = rpm;
@@ -240,9 +239,9 @@ TEST_F(GatewayTest, QueuedRequestsTimeOutWithoutReplicas) {
   const auto t0 = std::chrono::steady_clock::now();
   auto res = Call(alice_, "/v1/completions",
                   R"({"model":"cold","prompt":"x","max_tokens":1})");
-  const double waited = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   stop = true;
   ticker.join();
   EXPECT_EQ(res.result(), http::status::service_unavailable) << res.body();

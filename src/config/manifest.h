@@ -54,7 +54,8 @@
 //       tokensPerMinute: 0           # input + output tokens
 //       burstMinutes: 1
 //       maxQueued: 0                 # requests waiting; 0: unbounded
-//       maxConcurrency: 0            # requests waiting or running; 0: unbounded
+//       maxConcurrency: 0            # requests waiting or running; 0:
+//       unbounded
 //     quota:                         # GPU share for placement (KAI-style)
 //       gpus: 0                      # guaranteed GPUs (may be fractional)
 //       limit: 0                     # at most this many GPUs; 0: no limit

@@ -47,10 +47,10 @@
 //
 // Relative input paths (inventory, tls) are resolved against the directory
 // of the config file; the places gpusched writes (state, key_dir, log_dir)
-// are relative to the working directory. A deployment launched here needs replicas >= 1 or endpoints.
-// The deployments and tenants here are applied at each start like
-// `gpusched apply`; ones applied through the API persist in `state` too.
-// Errors name the file and line; every problem is listed.
+// are relative to the working directory. A deployment launched here needs
+// replicas >= 1 or endpoints. The deployments and tenants here are applied at
+// each start like `gpusched apply`; ones applied through the API persist in
+// `state` too. Errors name the file and line; every problem is listed.
 #ifndef GPUSCHED_CONFIG_SERVE_CONFIG_H_
 #define GPUSCHED_CONFIG_SERVE_CONFIG_H_
 

@@ -402,8 +402,7 @@ void SpecReader::ReadTenant(const YAML::Node& spec, const YAML::Node& at,
         }
         if (const YAML::Node n = l["maxConcurrency"]) {
           Int(n, Join(p, "maxConcurrency"), 0,
-              std::numeric_limits<int64_t>::max(),
-              &t->limits.max_concurrency);
+              std::numeric_limits<int64_t>::max(), &t->limits.max_concurrency);
         }
       }
     }

@@ -217,8 +217,7 @@ int Run(const Flags& flags) {
   absl::StatusOr<Inventory> inv = LoadInventory(
       flags.source, flags.config.empty() ? kDefaultConfig : flags.config,
       /*config_given=*/!flags.config.empty(), [](const std::string& why) {
-        std::fprintf(stderr, "%s; using the declared inventory\n",
-                     why.c_str());
+        std::fprintf(stderr, "%s; using the declared inventory\n", why.c_str());
       });
   if (!inv.ok()) {
     std::fprintf(stderr, "error: %s\n",

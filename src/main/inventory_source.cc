@@ -72,8 +72,7 @@ absl::StatusOr<Inventory> Declared(const std::string& path, bool given) {
 }  // namespace
 
 absl::StatusOr<Inventory> LoadInventory(
-    const std::string& source, const std::string& declared,
-    bool declared_given,
+    const std::string& source, const std::string& declared, bool declared_given,
     const std::function<void(const std::string&)>& on_fallback) {
   if (source != "declared") {
     absl::StatusOr<Inventory> inv = Discover();

@@ -27,8 +27,7 @@ struct Inventory {
 // or CSV path; `declared_given` says whether the user named it (for the
 // message when it is missing).
 absl::StatusOr<Inventory> LoadInventory(
-    const std::string& source, const std::string& declared,
-    bool declared_given,
+    const std::string& source, const std::string& declared, bool declared_given,
     const std::function<void(const std::string&)>& on_fallback);
 
 }  // namespace gpusched

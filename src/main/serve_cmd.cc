@@ -59,8 +59,8 @@ absl::StatusOr<std::pair<std::string, bool>> KeyFromFile(
   auto secret = runtime::GenerateApiKeySecret();
   if (!secret.ok()) return secret.status();
   std::error_code ec;
-  std::filesystem::create_directories(
-      std::filesystem::path(path).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
+                                      ec);
   const mode_t old = umask(077);
   std::ofstream out(path, std::ios::trunc);
   out << *secret << "\n";
@@ -91,8 +91,8 @@ int RunServe(const ServeFlags& flags) {
                        "(simulated GPUs)\n",
                        why.c_str());
         });
-    if (!inv.ok() && !(cfg->inventory.empty() &&
-                       cfg->gpu_discovery == "auto")) {
+    if (!inv.ok() &&
+        !(cfg->inventory.empty() && cfg->gpu_discovery == "auto")) {
       return Fail(std::string(inv.status().message()));
     }
     if (inv.ok()) {
@@ -132,8 +132,8 @@ int RunServe(const ServeFlags& flags) {
   options.metrics = &controller_metrics;
   options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
                 getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
-  auto made = api::Controller::Create(options, cluster, store->get(),
-                                      gateway->get());
+  auto made =
+      api::Controller::Create(options, cluster, store->get(), gateway->get());
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);
   ctl = controller.get();
@@ -234,7 +234,8 @@ int RunServe(const ServeFlags& flags) {
   if (flags.wait_ready) {
     absl::Status ready = controller->WaitReady(120 * kMicrosPerSecond);
     if (!ready.ok()) {
-      std::fprintf(stderr, "gpusched serve: %s (still trying; see gpusched "
+      std::fprintf(stderr,
+                   "gpusched serve: %s (still trying; see gpusched "
                    "get replicas)\n",
                    std::string(ready.message()).c_str());
     } else {
@@ -242,9 +243,10 @@ int RunServe(const ServeFlags& flags) {
     }
   }
   if (!admin_secret.empty() && !cfg->key_dir.empty()) {
-    std::printf("admin key: in %s/admin.key (export GPUSCHED_KEY=$(cat "
-                "%s/admin.key))\n",
-                cfg->key_dir.c_str(), cfg->key_dir.c_str());
+    std::printf(
+        "admin key: in %s/admin.key (export GPUSCHED_KEY=$(cat "
+        "%s/admin.key))\n",
+        cfg->key_dir.c_str(), cfg->key_dir.c_str());
   }
   for (const auto& [tenant, key] : printed) {
     std::printf("tenant %s key: %s\n", tenant.c_str(), key.c_str());

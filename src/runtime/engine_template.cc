@@ -78,10 +78,9 @@ EngineTemplate LlamaCpp() {
   EngineTemplate t;
   t.name = "llama-cpp";
   // Offloads every layer to the visible GPUs; --metrics enables /metrics.
-  t.argv = {"llama-server", "-m",       "{model}",   "--port",
-            "{port}",       "--host",   "127.0.0.1", "--n-gpu-layers",
-            "999",          "--metrics",   "--alias",
-            "{name}"};
+  t.argv = {"llama-server", "-m",        "{model}",   "--port",
+            "{port}",       "--host",    "127.0.0.1", "--n-gpu-layers",
+            "999",          "--metrics", "--alias",   "{name}"};
   t.readiness.path = "/health";
   t.metrics_prefix = "llamacpp:";
   return t;

@@ -731,8 +731,9 @@ absl::StatusOr<KeyInfo> Store::EnsureKey(std::string_view secret,
                           : absl::StrCat("a key of tenant ", info->tenant)));
         }
         if (info->revoked.has_value()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "store: ", what, " ", *key_id, " was revoked; configure a new one"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("store: ", what, " ", *key_id,
+                           " was revoked; configure a new one"));
         }
         result = *std::move(info);
         return absl::OkStatus();
