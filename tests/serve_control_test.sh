@@ -285,6 +285,13 @@ YAML
 expect_contains "$tmp/cli.out" "deployment/cli-demo created"
 wait_for /api/v1/deployments/cli-demo 20 'j["status"]["readyReplicas"] == 1' ||
   fail "cli-demo not ready: $(cat "$tmp/body")"
+# The example manifests a newcomer applies.
+"$bin" apply -f "$2/examples/manifests.yaml" >"$tmp/cli.out" 2>&1 ||
+  fail "apply examples/manifests.yaml: $(cat "$tmp/cli.out")"
+expect_contains "$tmp/cli.out" "tenant/team-a created"
+expect_contains "$tmp/cli.out" "deployment/summarize created"
+wait_for /api/v1/deployments/summarize 20 'j["status"]["readyReplicas"] == 1' ||
+  fail "summarize not ready: $(cat "$tmp/body")"
 "$bin" get deployments >"$tmp/cli.out" 2>&1 || fail "gpusched get: $(cat "$tmp/cli.out")"
 expect_contains "$tmp/cli.out" "cli-demo"
 "$bin" get replicas >"$tmp/cli.out" 2>&1 || fail "gpusched get replicas"
