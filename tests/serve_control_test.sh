@@ -270,6 +270,9 @@ done
 wait "${curls[@]}"
 sort "$tmp/capped_codes" | tr '\n' ' ' | grep -q "200 429" ||
   fail "maxConcurrency 1: expected one 200 and one 429, got $(cat "$tmp/capped_codes")"
+wait_for '/api/v1/events?kind=request.rejected&tenant=capped' 5 \
+  'any(e["details"]["reason"] == "tenant_concurrency_limit" for e in j["items"])' ||
+  fail "no request.rejected event for the 429: $(cat "$tmp/body")"
 api DELETE /api/v1/deployments/capped-a >/dev/null
 
 # The CLI against the running server.

@@ -403,6 +403,9 @@
         el("td", "num", u ? num(u.requestsPerSecond, 1) : "0.0"),
         el("td", "num", u ? num(u.inputTokens) + " · " + num(u.outputTokens) : "0 · 0"),
         el("td", "num", u ? num(u.rejected) : "0"),
+        el("td", "num", t.status
+          ? `${(t.status.gpuSeconds / 3600).toFixed(3)} · $${t.status.cost.toFixed(2)}`
+          : "-"),
       );
       body.appendChild(tr);
     }

@@ -1328,6 +1328,10 @@ json Controller::TenantsJson(const std::string& only) {
     j["metadata"]["generation"] = t.generation;
     j["metadata"]["created"] = Iso(t.created);
     j["metadata"]["updated"] = Iso(t.updated);
+    if (options_.metrics != nullptr) {
+      const auto [gpu_seconds, cost] = options_.metrics->TenantUsage(name);
+      j["status"] = {{"gpuSeconds", gpu_seconds}, {"cost", cost}};
+    }
     items.push_back(j);
   }
   return items;

@@ -338,4 +338,10 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
   }
 }
 
+std::pair<double, double> ControllerMetrics::TenantUsage(
+    const std::string& tenant) {
+  return {tenant_gpu_seconds_->With({tenant})->value(),
+          tenant_cost_->With({tenant})->value()};
+}
+
 }  // namespace gpusched::api

@@ -77,6 +77,8 @@ class ControllerMetrics {
   void ReplicaReady(const std::string& deployment, double startup_seconds);
   // A change of a deployment's desired replica count.
   void Scaled(const std::string& deployment, int from, int to);
+  // GPU-seconds and cost attributed to `tenant` so far.
+  std::pair<double, double> TenantUsage(const std::string& tenant);
   // The deployment's SLO (spec.slo), for the gateway's attainment counters.
   void SetSlo(const std::string& deployment, double ttft_ms, double tpot_ms);
   // One scrape of a replica's engine: its prefix-cache counters add to the

@@ -399,6 +399,48 @@ int64_t Gateway::InFlightOn(const runtime::Endpoint& ep) {
   return it == in_flight_.end() ? 0 : it->second;
 }
 
+void Gateway::SetEventSink(std::function<void(runtime::Event)> sink) {
+  std::lock_guard<std::mutex> lock(rejections_mu_);
+  event_sink_ = std::move(sink);
+}
+
+void Gateway::NoteRejection(const std::string& deployment,
+                            const std::string& tenant,
+                            serving::RejectReason reason) {
+  std::lock_guard<std::mutex> lock(rejections_mu_);
+  if (event_sink_) ++rejections_[{deployment, tenant, reason}];
+}
+
+void Gateway::FlushRejections() {
+  std::map<std::tuple<std::string, std::string, serving::RejectReason>, int64_t>
+      batch;
+  std::function<void(runtime::Event)> sink;
+  {
+    std::lock_guard<std::mutex> lock(rejections_mu_);
+    const Micros now = NowMicros();
+    if (rejections_.empty() || now < next_rejection_flush_) return;
+    next_rejection_flush_ = now + kMicrosPerSecond;
+    batch.swap(rejections_);
+    sink = event_sink_;
+  }
+  const Micros wall = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (const auto& [key, n] : batch) {
+    const auto& [deployment, tenant, reason] = key;
+    runtime::Event e;
+    e.time = wall;
+    e.kind = "request.rejected";
+    e.deployment = deployment;
+    e.tenant = tenant;
+    e.message = absl::StrCat(n, n == 1 ? " request" : " requests", " of ",
+                             tenant, " to ", deployment,
+                             " rejected: ", serving::RejectReasonName(reason));
+    e.details = json{{"count", n}, {"reason", RejectReasonName(reason)}};
+    sink(std::move(e));
+  }
+}
+
 void Gateway::Tick() {
   std::vector<serving::Request> expired;
   std::vector<Pending> failed;
@@ -439,8 +481,10 @@ void Gateway::Tick() {
       });
     }
   }
+  FlushRejections();
   for (Pending& p : failed) {
     GatewayMetrics::Rejected(p.cells, RejectReason::kQueueTimeout);
+    NoteRejection(p.deployment, p.tenant, RejectReason::kQueueTimeout);
     Reject(p.protocol, p.responder, http::status::service_unavailable,
            "request rejected: queue_timeout (no replica could take it in "
            "time; the deployment may be starting or overloaded)",
@@ -739,6 +783,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   p.stream = stream;
   p.protocol = protocol;
   p.tenant = tenant.config->spec.name;
+  p.deployment = model;
   p.responder = std::move(r);
   serving::Verdict v;
   std::vector<std::string> allowed;
@@ -775,6 +820,7 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   if (!v.admitted()) {
     GatewayMetrics::Rejected(p.cells, v.reason);
     stats_.RecordRejected(model, tenant.config->spec.name, now);
+    NoteRejection(model, tenant.config->spec.name, v.reason);
     const bool limit = IsLimit(v.reason);
     Reject(
         protocol, p.responder,

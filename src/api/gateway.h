@@ -40,6 +40,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -126,6 +127,9 @@ class Gateway {
   // Expires queued requests past their timeout and forgets drained old
   // queues; the controller calls it periodically (every ~50 ms).
   void Tick();
+  // Rejections become "request.rejected" events, one per (deployment,
+  // tenant, reason) and second with their count, sent from Tick().
+  void SetEventSink(std::function<void(runtime::Event)> sink);
 
  private:
   enum class Protocol { kOpenAi, kKServe };
@@ -140,6 +144,7 @@ class Gateway {
     std::string endpoint;  // where it is in flight, "" when queued
     GatewayMetrics::RequestCells* cells = nullptr;  // null: no metrics
     std::string tenant;                             // its name, for stats
+    std::string deployment;                         // the model it asked
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -225,7 +230,16 @@ class Gateway {
   std::vector<Queue> queues_;  // by ModelId
   std::map<std::string, Tenant> tenants_;
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
-  std::vector<serving::Assignment> assigned_;            // scratch for Dispatch
+  std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
+
+  void NoteRejection(const std::string& deployment, const std::string& tenant,
+                     serving::RejectReason reason);
+  void FlushRejections();
+  std::mutex rejections_mu_;  // guards the three below
+  std::function<void(runtime::Event)> event_sink_;
+  std::map<std::tuple<std::string, std::string, serving::RejectReason>, int64_t>
+      rejections_;
+  Micros next_rejection_flush_ = 0;
   absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
   GatewayStats stats_;                                   // its own lock
   // Endpoints that refused or dropped a connection: routed around until

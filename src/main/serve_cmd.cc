@@ -137,6 +137,8 @@ int RunServe(const ServeFlags& flags) {
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);
   ctl = controller.get();
+  (*gateway)->SetEventSink(
+      [&ctl](runtime::Event e) { ctl->RecordEvent(std::move(e)); });
   if (absl::Status st = controller->Start(); !st.ok()) {
     return Fail(std::string(st.message()));
   }
