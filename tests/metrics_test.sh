@@ -78,6 +78,26 @@ cat "$tmp/node.out"
 [ "$rc" -eq 0 ] || fail "the metrics checks failed (exit $rc); the exposition:
 $(cat "$tmp/metrics.txt" 2>/dev/null)"
 
+# Every metric the Grafana dashboard queries is one the server exports.
+python3 - "$2/deploy/grafana/gpusched.json" "$tmp/metrics.txt" >"$tmp/grafana.out" <<'PY'
+import json, re, sys
+exprs = []
+def walk(o):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            (exprs.append(v) if k == "expr" else walk(v))
+    elif isinstance(o, list):
+        for v in o: walk(v)
+walk(json.load(open(sys.argv[1])))
+used = {re.sub(r"_(bucket|sum|count)$", "", n)
+        for e in exprs for n in re.findall(r"gpusched_[a-z0-9_]+", e)}
+exported = set(re.findall(r"^# TYPE (gpusched_[a-z0-9_]+)", open(sys.argv[2]).read(), re.M))
+missing = sorted(used - exported)
+print("missing:", " ".join(missing) if missing else "none", "of", len(used))
+PY
+grep -q "missing: none" "$tmp/grafana.out" ||
+  fail "deploy/grafana/gpusched.json queries metrics /metrics does not export: $(cat "$tmp/grafana.out")"
+
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
