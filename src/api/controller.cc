@@ -162,6 +162,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     auto id = c->cluster_state_.AddNode(n);
     if (!id.ok()) return id.status();
   }
+  // Discovered GPUs that are unhealthy take no replica.
+  for (size_t g = 0; g < c->cluster_.gpus.size(); ++g) {
+    if (!c->cluster_.gpus[g].healthy && !c->cluster_.nodes.empty()) {
+      (void)c->cluster_state_.SetGpuHealth(0, static_cast<int>(g), false);
+    }
+  }
   auto policy = placement::NewPolicy(c->options_.placement_policy,
                                      placement::PolicyOptions{});
   if (!policy.ok()) return policy.status();
@@ -374,6 +380,7 @@ void Controller::Wake() {
 
 void Controller::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  Micros next_gpu_read = SteadyNow() + options_.gpu_read_period;
   while (!stopping_) {
     Reconcile(SteadyNow());
     wake_.wait_for(lock, std::chrono::microseconds(options_.tick),
@@ -381,8 +388,37 @@ void Controller::Loop() {
     dirty_ = false;
     lock.unlock();
     gateway_->Tick();
+    // NVML GPUs are read again now and then (memory used, utilization,
+    // health), outside the lock: a read takes milliseconds.
+    std::optional<std::vector<inventory::DiscoveredGpu>> gpus;
+    if (cluster_.source == "nvml" && options_.gpu_read_period > 0 &&
+        SteadyNow() >= next_gpu_read) {
+      next_gpu_read = SteadyNow() + options_.gpu_read_period;
+      auto read = inventory::DiscoverLocalGpus();
+      if (read.ok() && read->size() == cluster_.gpus.size()) {
+        gpus = *std::move(read);
+      }
+    }
     lock.lock();
+    if (gpus) RefreshGpus(*std::move(gpus));
   }
+}
+
+void Controller::RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus) {
+  for (size_t g = 0; g < gpus.size(); ++g) {
+    if (gpus[g].healthy != cluster_.gpus[g].healthy) {
+      (void)cluster_state_.SetGpuHealth(0, static_cast<int>(g),
+                                        gpus[g].healthy);
+      Event(gpus[g].healthy ? "gpu.healthy" : "gpu.unhealthy", "",
+            absl::StrCat(
+                "GPU ", g, " (", gpus[g].uuid, ") ",
+                gpus[g].healthy
+                    ? "is healthy again"
+                    : absl::StrCat("is unhealthy: ",
+                                   absl::StrJoin(gpus[g].health_notes, "; "))));
+    }
+  }
+  cluster_.gpus = std::move(gpus);
 }
 
 // --- Apply ------------------------------------------------------------------

@@ -53,6 +53,9 @@ struct ControllerOptions {
                                       "sheddable"};
   Micros tick = 50 * kMicrosPerMilli;
   Micros health_period = 5 * kMicrosPerSecond;
+  // How often NVML GPUs are read again (memory, utilization, health) when
+  // the cluster came from NVML (0: never).
+  Micros gpu_read_period = 5 * kMicrosPerSecond;
   // How often engine metrics are read for the routers (0: never).
   Micros metrics_period = 500 * kMicrosPerMilli;
   // How long a draining replica's in-flight requests may take, and then
@@ -206,9 +209,10 @@ class Controller {
   void Scrape(Deployment& d, Replica& r, Micros now);   // mu_ held
   void OnProbe(const std::string& deployment, const std::string& replica,
                runtime::ProcessId pid, bool ok);
-  void HandleExits(Micros now);   // mu_ held
-  void PushReady(Deployment& d);  // mu_ held
-  void Release(Replica& r);       // mu_ held: its GPUs go back
+  void HandleExits(Micros now);                                  // mu_ held
+  void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus);  // mu_ held
+  void PushReady(Deployment& d);                                 // mu_ held
+  void Release(Replica& r);  // mu_ held: its GPUs go back
   // Adds the GPU time held since the last call to the metrics (about once
   // a second).
   void AccrueGpuTime(Micros now);  // mu_ held
