@@ -88,6 +88,7 @@ struct AutoscalingConfig {
   double slo_percentile = 0.9;
   double slo_window_s = 60;
   double slo_headroom = 0.5;
+  bool operator==(const AutoscalingConfig&) const = default;
 };
 
 // InvalidArgument naming each bad knob.
