@@ -192,12 +192,13 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
   }
   // One integer when the count is fixed, else the range and where it is now.
   json replicas = d.replicas;
-  if (d.min_replicas != d.max_replicas || d.replicas != d.min_replicas) {
+  if (!d.autoscaling &&
+      (d.min_replicas != d.max_replicas || d.replicas != d.min_replicas)) {
     replicas = {{"min", d.min_replicas},
                 {"max", d.max_replicas},
                 {"desired", d.replicas}};
   }
-  return {
+  json out = {
       {"model", d.model},
       {"engine", {{"template", d.engine}, {"args", d.args}, {"env", d.env}}},
       {"endpoints", std::move(endpoints)},
@@ -215,6 +216,25 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
       {"kvBudgetTokens", d.kv_budget_tokens},
       {"tenant", d.tenant},
   };
+  // Only when set, so manifests without it keep their canonical JSON.
+  if (d.autoscaling) {
+    const autoscale::AutoscalingConfig& a = *d.autoscaling;
+    out["autoscaling"] = {
+        {"minReplicas", d.min_replicas},
+        {"maxReplicas", d.max_replicas},
+        {"policy", autoscale::PolicyName(a.policy)},
+        {"targetOngoingRequests", a.target_ongoing_requests},
+        {"lookBackPeriodS", a.look_back_period_s},
+        {"upscaleDelayS", a.upscale_delay_s},
+        {"downscaleDelayS", a.downscale_delay_s},
+        {"maxConcurrentStarts", a.max_concurrent_starts},
+        {"idleTimeoutS", a.idle_timeout_s},
+        {"sloPercentile", a.slo_percentile},
+        {"sloWindowS", a.slo_window_s},
+        {"sloHeadroom", a.slo_headroom},
+    };
+  }
+  return out;
 }
 
 nlohmann::json TenantSpecJson(const TenantSpec& t) {
@@ -286,6 +306,23 @@ void CheckDeployment(const DeploymentSpec& d,
     problems->push_back(absl::StrCat("spec.replicas: desired ", d.replicas,
                                      " must be in min..max (", d.min_replicas,
                                      "..", d.max_replicas, ")"));
+  }
+  if (d.autoscaling) {
+    const autoscale::AutoscalingConfig& a = *d.autoscaling;
+    if (const absl::Status s = autoscale::ValidateAutoscalingConfig(a);
+        !s.ok()) {
+      problems->push_back(absl::StrCat("spec.", s.message()));
+    }
+    if (a.min_replicas != d.min_replicas || a.max_replicas != d.max_replicas) {
+      problems->push_back(
+          "spec.autoscaling: minReplicas/maxReplicas differ from the "
+          "deployment's replica range");
+    }
+    if (!d.endpoints.empty()) {
+      problems->push_back(
+          "spec.autoscaling: attached endpoints cannot be scaled; remove "
+          "autoscaling or endpoints");
+    }
   }
   CheckPriorityClass(d.priority_class, classes, problems);
   CheckRouter(d.router, problems);

@@ -44,6 +44,21 @@
 //     kvBudgetTokens: 0              # per replica; 0: unbounded
 //     tenant: ""                     # owner: its replicas' GPUs count
 //                                    #   against the tenant's quota.limit
+//     autoscaling:                   # optional (autoscale/autoscaler.h has
+//       minReplicas: 1               #   every rule); replicas is then one
+//       maxReplicas: 1               #   integer, the initial count (default
+//       policy: target-ongoing       #   minReplicas; 0 allowed), not a range.
+//       targetOngoingRequests: 2     #   policy: target-ongoing | slo (uses
+//       lookBackPeriodS: 30          #   slo.ttftMs, which must be > 0)
+//       upscaleDelayS: 30
+//       downscaleDelayS: 600
+//       maxConcurrentStarts: 4       # replicas starting at once
+//       idleTimeoutS: 300            # minReplicas 0: idle this long -> 0
+//       sloPercentile: 0.9
+//       sloWindowS: 60
+//       sloHeadroom: 0.5             # scale down under headroom * SLO
+//                                    # Carried by the manifest; the live
+//                                    #   controller does not act on it yet.
 //
 //   spec:                            # Tenant
 //     models: []                     # deployments it may use; empty = all
@@ -72,11 +87,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "autoscale/autoscaler.h"
 #include "nlohmann/json.hpp"
 #include "serving/admission.h"
 #include "serving/router.h"
@@ -139,6 +156,10 @@ struct DeploymentSpec {
   int64_t max_queue_size = 0;
   int64_t kv_budget_tokens = 0;
   std::string tenant;  // owner whose GPU quota its replicas count against
+  // spec.autoscaling; absent: the replica count only changes when the
+  // manifest does. Its min/max_replicas equal min_replicas/max_replicas
+  // above (the parser sets both), and slo_ttft_s is slo.ttftMs / 1000.
+  std::optional<autoscale::AutoscalingConfig> autoscaling;
   bool operator==(const DeploymentSpec&) const = default;
 };
 

@@ -364,6 +364,15 @@ spec:
   resources: {mig: 3g.40gb, gpuModels: [A100-80GB, H100-SXM-80GB], memory: 1500Mi}
   replicas: 0
 )",
+      R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: scaled}
+spec:
+  slo: {ttftMs: 400}
+  replicas: 1
+  autoscaling: {minReplicas: 0, maxReplicas: 8, policy: slo,
+                upscaleDelayS: 5, maxConcurrentStarts: 2, idleTimeoutS: 60}
+)",
   };
   for (const std::string& text : texts) {
     const Manifest m = ParseOne(text);
@@ -434,6 +443,72 @@ TEST(ManifestTest, CheckDeployment) {
                           HasSubstr("spec.router.policy: unknown policy 'rr'"),
                           HasSubstr("spec.queue.order: unknown queue order"),
                           "spec.resources.whole: must be >= 1, got 0"));
+}
+
+TEST(ManifestTest, Autoscaling) {
+  const Manifest m = ParseOne(R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  slo: {ttftMs: 500}
+  autoscaling:
+    minReplicas: 0
+    maxReplicas: 6
+    targetOngoingRequests: 4
+    upscaleDelayS: 10
+    downscaleDelayS: 120
+    maxConcurrentStarts: 2
+    idleTimeoutS: 90
+    policy: slo
+)");
+  const DeploymentSpec& d = m.deployment;
+  ASSERT_TRUE(d.autoscaling.has_value());
+  EXPECT_EQ(d.min_replicas, 0);
+  EXPECT_EQ(d.max_replicas, 6);
+  EXPECT_EQ(d.replicas, 0);  // initial: minReplicas
+  const autoscale::AutoscalingConfig& a = *d.autoscaling;
+  EXPECT_EQ(a.min_replicas, 0);
+  EXPECT_EQ(a.max_replicas, 6);
+  EXPECT_EQ(a.policy, autoscale::Policy::kSlo);
+  EXPECT_DOUBLE_EQ(a.target_ongoing_requests, 4);
+  EXPECT_DOUBLE_EQ(a.upscale_delay_s, 10);
+  EXPECT_DOUBLE_EQ(a.downscale_delay_s, 120);
+  EXPECT_EQ(a.max_concurrent_starts, 2);
+  EXPECT_DOUBLE_EQ(a.idle_timeout_s, 90);
+  EXPECT_DOUBLE_EQ(a.slo_ttft_s, 0.5);
+  const nlohmann::json j = ToJson(m);
+  EXPECT_EQ(j["spec"]["replicas"], 0);
+  EXPECT_EQ(j["spec"]["autoscaling"]["maxReplicas"], 6);
+  EXPECT_EQ(j["spec"]["autoscaling"]["policy"], "slo");
+
+  // Without the block nothing changes in the canonical JSON.
+  const Manifest plain = ParseOne(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n");
+  EXPECT_FALSE(plain.deployment.autoscaling.has_value());
+  EXPECT_FALSE(ToJson(plain)["spec"].contains("autoscaling"));
+
+  const std::string head =
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n"
+      "spec:\n";
+  struct Bad {
+    std::string spec;
+    std::string message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"  autoscaling: {policy: cpu}", "must be target-ongoing or slo"},
+           {"  autoscaling: {policy: slo}", "slo_ttft_s > 0"},
+           {"  autoscaling: {minReplicas: 3, maxReplicas: 2}", "max_replicas"},
+           {"  autoscaling: {maxConcurrentStarts: 0}", "maxConcurrentStarts"},
+           {"  replicas: {min: 0, max: 2}\n  autoscaling: {}", "one integer"},
+           {"  replicas: 5\n  autoscaling: {maxReplicas: 2}", "desired 5"},
+           {"  endpoints: [\"127.0.0.1:9000\"]\n  autoscaling: {}",
+            "attached endpoints"},
+           {"  autoscaling: {maxReplica: 2}", "maxReplica"},
+       }) {
+    auto parsed = ParseManifests(head + b.spec + "\n", "m.yaml");
+    ASSERT_FALSE(parsed.ok()) << b.spec;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(b.message)) << b.spec;
+  }
 }
 
 TEST(ManifestTest, ObjectNames) {

@@ -1,5 +1,6 @@
 #include "config/serve_sim_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -155,13 +156,60 @@ class Parser : public YamlReader {
     if (!st.ok()) Error(at, st.message());
   }
 
+  // The deployment's `autoscaling:` block (autoscale/autoscaler.h knobs).
+  void ParseAutoscaling(const YAML::Node& a, const std::string& where,
+                        bool replicas_given, SimDeploymentSpec& spec) {
+    CheckKeys(
+        a, "autoscaling",
+        {"min_replicas", "max_replicas", "policy", "target_ongoing_requests",
+         "look_back_period_s", "upscale_delay_s", "downscale_delay_s",
+         "max_concurrent_starts", "idle_timeout_s", "slo_ttft_s",
+         "slo_percentile", "slo_window_s", "slo_headroom", "cold_start_s"});
+    autoscale::AutoscalingConfig& c = spec.autoscaling_config;
+    spec.autoscaling = true;
+    OptInt(a, "min_replicas", 0, 1000000, &c.min_replicas);
+    c.max_replicas = std::max(c.min_replicas, 1);
+    OptInt(a, "max_replicas", 1, 1000000, &c.max_replicas);
+    std::string policy = autoscale::PolicyName(c.policy);
+    OptString(a, "policy", &policy);
+    if (!autoscale::ParsePolicy(policy, &c.policy)) {
+      Error(a["policy"], absl::StrCat(where,
+                                      ": autoscaling.policy must be "
+                                      "target-ongoing or slo, got '",
+                                      policy, "'"));
+    }
+    OptDouble(a, "target_ongoing_requests", 0, kBig,
+              &c.target_ongoing_requests);
+    OptDouble(a, "look_back_period_s", 0, kBig, &c.look_back_period_s);
+    OptDouble(a, "upscale_delay_s", 0, kBig, &c.upscale_delay_s);
+    OptDouble(a, "downscale_delay_s", 0, kBig, &c.downscale_delay_s);
+    OptInt(a, "max_concurrent_starts", 1, 1000000, &c.max_concurrent_starts);
+    OptDouble(a, "idle_timeout_s", 0, kBig, &c.idle_timeout_s);
+    OptDouble(a, "slo_ttft_s", 0, kBig, &c.slo_ttft_s);
+    OptDouble(a, "slo_percentile", 0, 1, &c.slo_percentile);
+    OptDouble(a, "slo_window_s", 0, kBig, &c.slo_window_s);
+    OptDouble(a, "slo_headroom", 0, 0.99, &c.slo_headroom);
+    OptDouble(a, "cold_start_s", -1, kBig, &spec.cold_start_s);
+    if (absl::Status st = autoscale::ValidateAutoscalingConfig(c); !st.ok()) {
+      Error(a, absl::StrCat(where, ": ", st.message()));
+    }
+    if (!replicas_given) {
+      spec.replicas = c.min_replicas;
+    } else if (spec.replicas < c.min_replicas ||
+               spec.replicas > c.max_replicas) {
+      Error(a, absl::StrCat(where, ": replicas ", spec.replicas,
+                            " must be in min_replicas..max_replicas (",
+                            c.min_replicas, "..", c.max_replicas, ")"));
+    }
+  }
+
   bool ParseDeployment(const YAML::Node& d, SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(
-        d, "a deployment",
-        {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
-         "max_ongoing_requests", "router", "queue", "engine", "batching"});
+    CheckKeys(d, "a deployment",
+              {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
+               "max_ongoing_requests", "router", "queue", "engine", "batching",
+               "autoscaling"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -186,7 +234,7 @@ class Parser : public YamlReader {
                             "`gpusched profiles list`)"));
     }
     OptInt(d, "tensor_parallel", 1, 64, &spec.tensor_parallel);
-    OptInt(d, "replicas", 1, 1000000, &spec.replicas);
+    OptInt(d, "replicas", d["autoscaling"] ? 0 : 1, 1000000, &spec.replicas);
     OptInt(d, "max_ongoing_requests", 1, 1000000, &spec.max_ongoing_requests);
     if (const YAML::Node r = d["router"]; r && IsMap(r, "router")) {
       CheckKeys(r, "router",
@@ -229,6 +277,9 @@ class Parser : public YamlReader {
       OptDouble(q, "output_weight", 0, kBig, &qs.output_weight);
       OptDouble(q, "fair_share_headroom", 0, 0.99, &qs.fair_share_headroom);
       OptBool(q, "reject_infeasible", &qs.reject_infeasible);
+    }
+    if (const YAML::Node a = d["autoscaling"]; a && IsMap(a, "autoscaling")) {
+      ParseAutoscaling(a, where, d["replicas"].IsDefined(), spec);
     }
     if (const YAML::Node e = d["engine"]; e && IsMap(e, "engine")) {
       CheckKeys(e, "engine",

@@ -17,7 +17,8 @@
 //       model: llama-2-7b          # llm: latency profile (gpusched profiles
 //       list) gpu: A100-80GB             # llm: GPU of the profile; GPU-seconds
 //       tensor_parallel: 1         # GPUs per replica
-//       replicas: 1                # fixed replica count, >= 1
+//       replicas: 1                # fixed replica count, >= 1 (with
+//                                  #   autoscaling: initial, >= 0)
 //       max_ongoing_requests: 64   # per-replica concurrency cap
 //       router:                    # serving/router.h RouterConfig
 //         policy: least-outstanding
@@ -53,6 +54,21 @@
 //         instances: 1
 //         base_s: 0.005            # batch latency = base_s + per_item_s * n
 //         per_item_s: 0.001
+//       autoscaling:               # optional; absent: a fixed replica count.
+//         min_replicas: 1          #   Present: `replicas` is the initial count
+//         max_replicas: 1          #   (default min_replicas, 0 allowed) and
+//         policy: target-ongoing   #   autoscale/autoscaler.h moves it; every
+//         target_ongoing_requests: 2   # knob and default is documented
+//         look_back_period_s: 30   #   there. policy: target-ongoing | slo
+//         upscale_delay_s: 30
+//         downscale_delay_s: 600
+//         max_concurrent_starts: 4
+//         idle_timeout_s: 300      # min_replicas 0: idle this long -> 0
+//         slo_ttft_s: 0            # slo policy: the TTFT SLO (> 0)
+//         slo_percentile: 0.9
+//         slo_window_s: 60
+//         slo_headroom: 0.5
+//         cold_start_s: -1         # start -> ready; -1: model-load profile
 //   tenants:                       # optional; trace tenants not listed get
 //     - name: team-a               #   tenant_defaults
 //       weight: 1
@@ -101,6 +117,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "autoscale/autoscaler.h"
 #include "serving/admission.h"
 #include "serving/model_queue.h"
 #include "serving/router.h"
@@ -155,6 +172,13 @@ struct SimDeploymentSpec {
   SimQueueSpec queue;
   SimEngineSpec engine;
   SimBatchingSpec batching;
+  // Present `autoscaling:` block: replicas become the initial count (default
+  // min_replicas) and the Autoscaler moves it.
+  bool autoscaling = false;
+  autoscale::AutoscalingConfig autoscaling_config;
+  // Seconds from a replica's start to ready; -1: from the model-load profile
+  // (or the documented default, sim/cold_start.h).
+  double cold_start_s = -1;
   int line = 0;
 };
 

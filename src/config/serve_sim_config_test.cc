@@ -1,6 +1,7 @@
 #include "config/serve_sim_config.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -138,6 +139,80 @@ workload: {trace: {format: vtc, path: r.csv}, deployment: nope}
   auto syntax = ParseServeSimYaml("deployments: [\n", "s.yaml", "");
   ASSERT_FALSE(syntax.ok());
   EXPECT_THAT(syntax.status().message(), HasSubstr("YAML syntax error"));
+}
+
+TEST(ServeSimConfigTest, AutoscalingBlock) {
+  constexpr char kText[] = R"(
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+    autoscaling:
+      min_replicas: 0
+      max_replicas: 4
+      policy: slo
+      slo_ttft_s: 0.5
+      upscale_delay_s: 5
+      downscale_delay_s: 60
+      max_concurrent_starts: 2
+      idle_timeout_s: 30
+      cold_start_s: 2.5
+workload:
+  trace: {format: azure, path: trace.csv}
+)";
+  auto cfg = ParseServeSimYaml(kText, "sim.yaml", "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const SimDeploymentSpec& d = cfg->deployments[0];
+  EXPECT_TRUE(d.autoscaling);
+  EXPECT_EQ(d.replicas, 0);  // initial: min_replicas
+  const autoscale::AutoscalingConfig& a = d.autoscaling_config;
+  EXPECT_EQ(a.min_replicas, 0);
+  EXPECT_EQ(a.max_replicas, 4);
+  EXPECT_EQ(a.policy, autoscale::Policy::kSlo);
+  EXPECT_DOUBLE_EQ(a.slo_ttft_s, 0.5);
+  EXPECT_DOUBLE_EQ(a.upscale_delay_s, 5);
+  EXPECT_DOUBLE_EQ(a.downscale_delay_s, 60);
+  EXPECT_EQ(a.max_concurrent_starts, 2);
+  EXPECT_DOUBLE_EQ(a.idle_timeout_s, 30);
+  EXPECT_DOUBLE_EQ(a.target_ongoing_requests, 2);  // default
+  EXPECT_DOUBLE_EQ(d.cold_start_s, 2.5);
+
+  auto plain = ParseServeSimYaml(kMinimal, "sim.yaml", "");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->deployments[0].autoscaling);
+  EXPECT_DOUBLE_EQ(plain->deployments[0].cold_start_s, -1);
+}
+
+TEST(ServeSimConfigTest, AutoscalingErrors) {
+  const std::string base = R"(
+deployments:
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+)";
+  const std::string tail = R"(
+workload:
+  trace: {format: azure, path: trace.csv}
+)";
+  struct Bad {
+    std::string block;
+    std::string message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"    autoscaling: {policy: cpu}", "target-ongoing or slo"},
+           {"    autoscaling: {policy: slo}", "slo_ttft_s > 0"},
+           {"    autoscaling: {min_replicas: 3, max_replicas: 2}",
+            "max_replicas must be"},
+           {"    autoscaling: {max_concurrent_starts: 0}",
+            "max_concurrent_starts"},
+           {"    replicas: 5\n    autoscaling: {max_replicas: 2}",
+            "replicas 5 must be in"},
+           {"    autoscaling: {max_replica: 2}", "max_replica"},
+       }) {
+    auto cfg = ParseServeSimYaml(base + b.block + tail, "sim.yaml", "");
+    ASSERT_FALSE(cfg.ok()) << b.block;
+    EXPECT_THAT(cfg.status().message(), HasSubstr(b.message)) << b.block;
+  }
 }
 
 }  // namespace

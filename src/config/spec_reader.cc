@@ -167,7 +167,7 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     CheckKeys(spec, path,
               Keys({"model", "engine", "endpoints", "resources", "replicas",
                     "priorityClass", "slo", "maxOngoingRequests", "router",
-                    "queue", "kvBudgetTokens", "tenant"},
+                    "queue", "kvBudgetTokens", "tenant", "autoscaling"},
                    extra));
     if (const YAML::Node n = spec["model"]) {
       String(n, Join(path, "model"), &d->model);
@@ -223,6 +223,9 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
         }
       }
     }
+    if (const YAML::Node a = spec["autoscaling"]) {
+      ReadAutoscaling(a, spec["replicas"], Join(path, "autoscaling"), d);
+    }
     if (const YAML::Node n = spec["maxOngoingRequests"]) {
       Int(n, Join(path, "maxOngoingRequests"), 1, &d->max_ongoing_requests);
     }
@@ -271,6 +274,62 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
   std::vector<std::string> problems;
   CheckDeployment(*d, classes, &problems);
   ReportProblems(problems, spec, at, path);
+}
+
+void SpecReader::ReadAutoscaling(const YAML::Node& a,
+                                 const YAML::Node& replicas,
+                                 const std::string& path, DeploymentSpec* d) {
+  const bool replicas_range = replicas && replicas.IsMap();
+  if (!Map(a, path)) return;
+  CheckKeys(a, path,
+            {"minReplicas", "maxReplicas", "policy", "targetOngoingRequests",
+             "lookBackPeriodS", "upscaleDelayS", "downscaleDelayS",
+             "maxConcurrentStarts", "idleTimeoutS", "sloPercentile",
+             "sloWindowS", "sloHeadroom"});
+  if (replicas_range) {
+    Fail(a, path,
+         "replicas must be one integer (the initial count) when autoscaling "
+         "is set; put the range in minReplicas and maxReplicas");
+  }
+  autoscale::AutoscalingConfig c;
+  if (const YAML::Node n = a["minReplicas"]) {
+    Int(n, Join(path, "minReplicas"), 0, &c.min_replicas);
+  }
+  c.max_replicas = std::max(c.min_replicas, 1);
+  if (const YAML::Node n = a["maxReplicas"]) {
+    Int(n, Join(path, "maxReplicas"), 0, &c.max_replicas);
+  }
+  if (const YAML::Node n = a["policy"]) {
+    std::string name;
+    if (String(n, Join(path, "policy"), &name) &&
+        !autoscale::ParsePolicy(name, &c.policy)) {
+      Fail(n, Join(path, "policy"),
+           absl::StrCat("must be target-ongoing or slo, got '", name, "'"));
+    }
+  }
+  const std::pair<const char*, double*> numbers[] = {
+      {"targetOngoingRequests", &c.target_ongoing_requests},
+      {"lookBackPeriodS", &c.look_back_period_s},
+      {"upscaleDelayS", &c.upscale_delay_s},
+      {"downscaleDelayS", &c.downscale_delay_s},
+      {"idleTimeoutS", &c.idle_timeout_s},
+      {"sloPercentile", &c.slo_percentile},
+      {"sloWindowS", &c.slo_window_s},
+      {"sloHeadroom", &c.slo_headroom},
+  };
+  for (const auto& [key, out] : numbers) {
+    if (const YAML::Node n = a[key]) Number(n, Join(path, key), 0, false, out);
+  }
+  if (const YAML::Node n = a["maxConcurrentStarts"]) {
+    Int(n, Join(path, "maxConcurrentStarts"), 1, &c.max_concurrent_starts);
+  }
+  c.slo_ttft_s = d->ttft_slo_ms / 1000.0;
+  // replicas: N (or absent) is the initial count.
+  const bool desired_given = replicas && !replicas_range;
+  d->min_replicas = c.min_replicas;
+  d->max_replicas = c.max_replicas;
+  if (!desired_given) d->replicas = c.min_replicas;
+  d->autoscaling = c;
 }
 
 void SpecReader::ReadReplicas(const YAML::Node& r, const std::string& path,

@@ -76,6 +76,9 @@ class SpecReader : public YamlReader {
  private:
   void ReadResources(const YAML::Node& r, const std::string& path,
                      ResourceSpec* out);
+  // After replicas and slo: sets d->autoscaling and min/max/desired.
+  void ReadAutoscaling(const YAML::Node& a, const YAML::Node& replicas,
+                       const std::string& path, DeploymentSpec* d);
   void ReadReplicas(const YAML::Node& r, const std::string& path,
                     DeploymentSpec* d);
   bool AlreadyReported(absl::string_view path) const;
