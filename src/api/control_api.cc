@@ -105,16 +105,8 @@ json KeyJson(const runtime::KeyInfo& k) {
 }
 
 json EventJson(const runtime::Event& e) {
-  const time_t secs = static_cast<time_t>(e.time / kMicrosPerSecond);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  char frac[16];
-  std::snprintf(frac, sizeof(frac), ".%06lldZ",
-                static_cast<long long>(e.time % kMicrosPerSecond));
   return {{"id", e.id},
-          {"time", std::string(buf) + frac},
+          {"time", IsoTime(e.time)},
           {"timeMicros", e.time},
           {"kind", e.kind},
           {"deployment", e.deployment},
@@ -163,6 +155,24 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
                                std::string(http::to_string(method)), " ", path,
                                " (see docs/control-api.md)"),
                   "not_found_error"));
+  };
+  // GET of one deployment or tenant, and its DELETE.
+  auto get_one = [&](const json& items, const char* what) {
+    if (items.empty()) {
+      r->Send(Error(http::status::not_found,
+                    absl::StrCat(what, " '", parts[1], "' not found")));
+    } else {
+      send(http::status::ok, items.at(0));
+    }
+  };
+  auto delete_one = [&](config::Manifest::Kind kind) {
+    auto x = controller_->Delete(kind, parts[1]);
+    if (!x.ok()) {
+      r->Send(Error(x.status()));
+    } else {
+      send(http::status::ok,
+           json{{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
+    }
   };
   const std::string a = parts.size() > 0 ? parts[0] : "";
   const std::string b = parts.size() > 1 ? parts[1] : "";
@@ -261,23 +271,11 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
       return true;
     }
     if (parts.size() == 2 && get) {
-      json items = controller_->DeploymentsJson(b);
-      if (items.empty()) {
-        r->Send(Error(http::status::not_found,
-                      absl::StrCat("deployment '", b, "' not found")));
-      } else {
-        send(http::status::ok, items.at(0));
-      }
+      get_one(controller_->DeploymentsJson(b), "deployment");
       return true;
     }
     if (parts.size() == 2 && method == http::verb::delete_) {
-      auto x = controller_->Delete(config::Manifest::Kind::kDeployment, b);
-      if (!x.ok()) {
-        r->Send(Error(x.status()));
-      } else {
-        send(http::status::ok,
-             json{{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
-      }
+      delete_one(config::Manifest::Kind::kDeployment);
       return true;
     }
     if (parts.size() == 3 && c == "scale" && method == http::verb::post) {
@@ -379,23 +377,11 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
 
   if (a == "tenants" && parts.size() >= 2) {
     if (parts.size() == 2 && get) {
-      json items = controller_->TenantsJson(b);
-      if (items.empty()) {
-        r->Send(Error(http::status::not_found,
-                      absl::StrCat("tenant '", b, "' not found")));
-      } else {
-        send(http::status::ok, items.at(0));
-      }
+      get_one(controller_->TenantsJson(b), "tenant");
       return true;
     }
     if (parts.size() == 2 && method == http::verb::delete_) {
-      auto x = controller_->Delete(config::Manifest::Kind::kTenant, b);
-      if (!x.ok()) {
-        r->Send(Error(x.status()));
-      } else {
-        send(http::status::ok,
-             json{{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
-      }
+      delete_one(config::Manifest::Kind::kTenant);
       return true;
     }
     if (parts.size() == 3 && c == "keys") {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "boost/asio.hpp"
 #include "common/status.h"
 #include "inventory/gpu_catalog.h"
@@ -37,15 +38,6 @@ Micros WallNow() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string Iso(Micros wall) {
-  const time_t secs = static_cast<time_t>(wall / kMicrosPerSecond);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  return absl::StrFormat("%s.%06dZ", buf, wall % kMicrosPerSecond);
 }
 
 // A port nothing listens on right now (the engine binds it next).
@@ -128,7 +120,27 @@ std::string TailLines(const std::string& path, int lines) {
   return text.substr(pos);
 }
 
+// How applying `canonical` over the stored object (null: none) goes: fills
+// `result` and returns the new generation, or 0 when nothing changes.
+int64_t PlanApply(const char* kind, const std::string& name,
+                  const json& canonical, const json* stored,
+                  int64_t stored_generation, ApplyResult* result) {
+  result->kind = kind;
+  result->name = name;
+  if (stored != nullptr && *stored == canonical) {
+    result->action = "unchanged";
+    return 0;
+  }
+  result->action = stored != nullptr ? "configured" : "created";
+  return stored != nullptr ? stored_generation + 1 : 1;
+}
+
 }  // namespace
+
+std::string IsoTime(Micros wall) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixMicros(wall),
+                          absl::UTCTimeZone());
+}
 
 const char* Controller::StateName(State s) {
   switch (s) {
@@ -522,16 +534,13 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   m.deployment = spec;
   if (m.deployment.model.empty()) m.deployment.model = spec.name;
   const json canonical = config::ToJson(m);
-  result->kind = "Deployment";
-  result->name = spec.name;
   auto it = deployments_.find(spec.name);
   const bool exists = it != deployments_.end();
-  if (exists && it->second.manifest == canonical) {
-    result->action = "unchanged";
-    return absl::OkStatus();
-  }
-  result->action = exists ? "configured" : "created";
-  const int64_t generation = exists ? it->second.generation + 1 : 1;
+  const int64_t generation =
+      PlanApply("Deployment", spec.name, canonical,
+                exists ? &it->second.manifest : nullptr,
+                exists ? it->second.generation : 0, result);
+  if (generation == 0) return absl::OkStatus();
   const Micros wall = WallNow();
   if (persist) {
     std::lock_guard<std::mutex> lock(store_mu_);
@@ -571,16 +580,12 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
   m.kind = config::Manifest::Kind::kTenant;
   m.tenant = spec;
   const json canonical = config::ToJson(m);
-  result->kind = "Tenant";
-  result->name = spec.name;
   auto it = tenants_.find(spec.name);
   const bool exists = it != tenants_.end();
-  if (exists && it->second.manifest == canonical) {
-    result->action = "unchanged";
-    return absl::OkStatus();
-  }
-  result->action = exists ? "configured" : "created";
-  const int64_t generation = exists ? it->second.generation + 1 : 1;
+  const int64_t generation = PlanApply(
+      "Tenant", spec.name, canonical, exists ? &it->second.manifest : nullptr,
+      exists ? it->second.generation : 0, result);
+  if (generation == 0) return absl::OkStatus();
   const Micros wall = WallNow();
   GatewayTenant gt;
   gt.spec.name = spec.name;
@@ -1301,7 +1306,7 @@ json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
             {"pid", r.pid},
             {"restarts", r.restarts},
             {"message", r.message}};
-  if (r.started_wall) j["startedAt"] = Iso(r.started_wall);
+  if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
   if (r.placed && r.allocation.node >= 0) {
     j["node"] = cluster_state_.spec(r.allocation.node).name;
     json gpus = json::array(), shares = json::array();
@@ -1325,8 +1330,8 @@ json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
 json Controller::DeploymentJson(const Deployment& d) {
   json j = d.manifest;
   j["metadata"]["generation"] = d.generation;
-  j["metadata"]["created"] = Iso(d.created);
-  j["metadata"]["updated"] = Iso(d.updated);
+  j["metadata"]["created"] = IsoTime(d.created);
+  j["metadata"]["updated"] = IsoTime(d.updated);
   const DeploymentLoad load = gateway_->Load(d.spec.name);
   json reps = json::array();
   int ready = 0;
@@ -1362,8 +1367,8 @@ json Controller::TenantsJson(const std::string& only) {
     if (!only.empty() && only != name) continue;
     json j = t.manifest;
     j["metadata"]["generation"] = t.generation;
-    j["metadata"]["created"] = Iso(t.created);
-    j["metadata"]["updated"] = Iso(t.updated);
+    j["metadata"]["created"] = IsoTime(t.created);
+    j["metadata"]["updated"] = IsoTime(t.updated);
     if (options_.metrics != nullptr) {
       const auto [gpu_seconds, cost] = options_.metrics->TenantUsage(name);
       j["status"] = {{"gpuSeconds", gpu_seconds}, {"cost", cost}};

@@ -76,6 +76,9 @@ struct ControllerCluster {
   std::string source;                          // "nvml" or "declared"
 };
 
+// "2026-11-29T23:10:00.123456Z" for microseconds since the Unix epoch.
+std::string IsoTime(Micros wall);
+
 struct ApplyResult {
   std::string kind;  // "Deployment" | "Tenant"
   std::string name;
