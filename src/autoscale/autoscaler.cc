@@ -130,6 +130,12 @@ absl::Status Autoscaler::UpdateConfig(int deployment,
   return absl::OkStatus();
 }
 
+void Autoscaler::SetTarget(int deployment, int target) {
+  Deployment& d = deps_[deployment];
+  d.target = std::max(0, target);
+  d.up = d.down = Run{};
+}
+
 void Autoscaler::Observe(int deployment, Micros now, const Observation& o) {
   Deployment& d = deps_[deployment];
   d.last.in_flight = o.in_flight;

@@ -161,6 +161,11 @@ class Autoscaler {
   // New knobs for an existing deployment (rule 1 applies at once).
   absl::Status UpdateConfig(int deployment, const AutoscalingConfig& config);
 
+  // The owner changed the count itself (a replica was evicted to make room
+  // for another model): `target` becomes the decided count, without a
+  // decision, and any stabilization run restarts.
+  void SetTarget(int deployment, int target);
+
   // Records what the owner saw at `now` (non-decreasing per deployment).
   void Observe(int deployment, Micros now, const Observation& o);
 

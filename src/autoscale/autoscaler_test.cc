@@ -227,6 +227,31 @@ TEST(AutoscalerTest, HeldRequestIsImmediateDeadline) {
   EXPECT_GT(a.NextDeadline(), 7);
 }
 
+TEST(AutoscalerTest, SetTargetTakesAnEvictionWithoutDecision) {
+  Autoscaler a;
+  AutoscalingConfig c = Cfg(0, 3);
+  c.upscale_delay_s = 10;
+  const int id = *a.AddDeployment("m", c, 1, 0);
+  std::vector<Decision> out;
+  // An upscale run starts (4 ongoing, target 2 per replica).
+  a.Observe(id, kMicrosPerSecond, Obs(4, 0, 1));
+  a.Evaluate(kMicrosPerSecond, &out);
+  EXPECT_TRUE(out.empty());
+  // The owner evicts the replica: target 0, the run is gone.
+  a.SetTarget(id, 0);
+  EXPECT_EQ(a.target(id), 0);
+  a.Observe(id, 2 * kMicrosPerSecond, Obs(0, 0, 0));
+  a.Evaluate(2 * kMicrosPerSecond, &out);
+  EXPECT_TRUE(out.empty());
+  // A held request brings it back at once (rule 2), not the old run.
+  a.Observe(id, 3 * kMicrosPerSecond, Obs(0, 1, 0));
+  a.Evaluate(3 * kMicrosPerSecond, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].from, 0);
+  EXPECT_EQ(out[0].to, 1);
+  EXPECT_EQ(out[0].reason, Reason::kHeldRequests);
+}
+
 TEST(AutoscalerTest, RejectsBadConfig) {
   Autoscaler a;
   AutoscalingConfig c = Cfg(3, 2);

@@ -58,12 +58,28 @@ class Parser : public YamlReader {
     if (!IsMap(root, "the config")) return;
     CheckKeys(root, "the config",
               {"seed", "fairness_window_s", "load_sample_s", "priority_classes",
-               "deployments", "tenants", "tenant_defaults", "workload"});
+               "deployments", "tenants", "tenant_defaults", "workload",
+               "cluster", "cold_start", "autoscaling_interval_s"});
     int64_t seed = static_cast<int64_t>(cfg.seed);
     OptInt(root, "seed", 0, kBigInt, &seed);
     cfg.seed = static_cast<uint64_t>(seed);
     OptDouble(root, "fairness_window_s", 1e-3, kBig, &cfg.fairness_window_s);
     OptDouble(root, "load_sample_s", 1e-3, kBig, &cfg.load_sample_s);
+    OptDouble(root, "autoscaling_interval_s", 1e-3, kBig,
+              &cfg.autoscaling_interval_s);
+    if (const YAML::Node c = root["cluster"]; c && IsMap(c, "cluster")) {
+      CheckKeys(c, "cluster", {"gpus"});
+      OptInt(c, "gpus", 0, 1 << 24, &cfg.cluster_gpus);
+    }
+    if (const YAML::Node c = root["cold_start"]; c && IsMap(c, "cold_start")) {
+      CheckKeys(c, "cold_start",
+                {"profile", "format", "engine_init_s", "default_s"});
+      OptString(c, "profile", &cfg.cold_start.profile);
+      cfg.cold_start.profile = Resolve(cfg.cold_start.profile);
+      OptString(c, "format", &cfg.cold_start.format);
+      OptDouble(c, "engine_init_s", 0, kBig, &cfg.cold_start.engine_init_s);
+      OptDouble(c, "default_s", 0, kBig, &cfg.cold_start.default_s);
+    }
 
     if (const YAML::Node pc = root["priority_classes"]) {
       if (IsList(pc, "priority_classes")) {
@@ -85,12 +101,18 @@ class Parser : public YamlReader {
       std::set<std::string> names;
       for (const YAML::Node& d : deps) {
         SimDeploymentSpec spec;
-        if (!ParseDeployment(d, spec)) continue;
-        if (!names.insert(spec.name).second) {
-          Error(d,
-                absl::StrCat("deployment '", spec.name, "' is declared twice"));
+        if (!ParseDeployment(d, class_names, spec)) continue;
+        int count = 1;
+        OptInt(d, "count", 1, 100000, &count);
+        for (int i = 0; i < count; ++i) {
+          SimDeploymentSpec copy = spec;
+          copy.name = ExpandName(spec.name, d["count"].IsDefined(), i);
+          if (!names.insert(copy.name).second) {
+            Error(d, absl::StrCat("deployment '", copy.name,
+                                  "' is declared twice"));
+          }
+          cfg.deployments.push_back(std::move(copy));
         }
-        cfg.deployments.push_back(std::move(spec));
       }
       if (deps.size() == 0) Error(deps, "deployments is empty");
     }
@@ -127,12 +149,35 @@ class Parser : public YamlReader {
     }
   }
 
+  // `count` copies: "{i}" in `text` becomes the copy's index (0, 1, ...);
+  // a counted name without "{i}" gets "-<i>" appended.
+  static std::string Expand(const std::string& text, bool counted, int i) {
+    if (!counted) return text;
+    std::string out = text;
+    const std::string index = std::to_string(i);
+    size_t at = out.find("{i}");
+    if (at == std::string::npos) return text;
+    while (at != std::string::npos) {
+      out.replace(at, 3, index);
+      at = out.find("{i}", at + index.size());
+    }
+    return out;
+  }
+  static std::string ExpandName(const std::string& name, bool counted, int i) {
+    if (!counted || name.find("{i}") != std::string::npos) {
+      return Expand(name, counted, i);
+    }
+    return absl::StrCat(name, "-", i);
+  }
+
   void ParseClass(const YAML::Node& c, ServeSimConfig& cfg) {
     PriorityClassSpec spec;
     if (c.IsScalar()) {
       spec.name = c.Scalar();
     } else if (IsMap(c, "a priority class")) {
-      CheckKeys(c, "a priority class", {"name", "timeout_s", "order"});
+      CheckKeys(c, "a priority class",
+                {"name", "timeout_s", "order", "preemptible"});
+      OptBool(c, "preemptible", &spec.preemptible);
       if (!c["name"]) Error(c, "a priority class needs a name");
       OptString(c, "name", &spec.name);
       OptDouble(c, "timeout_s", 0, kBig, &spec.timeout_s);
@@ -203,23 +248,35 @@ class Parser : public YamlReader {
     }
   }
 
-  bool ParseDeployment(const YAML::Node& d, SimDeploymentSpec& spec) {
+  bool ParseDeployment(const YAML::Node& d,
+                       const std::set<std::string>& classes,
+                       SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
     CheckKeys(d, "a deployment",
               {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
                "max_ongoing_requests", "router", "queue", "engine", "batching",
-               "autoscaling"});
+               "autoscaling", "count", "priority_class"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
     }
     OptString(d, "name", &spec.name);
-    if (!ValidName(spec.name)) {
+    if (!ValidName(ExpandName(spec.name, d["count"].IsDefined(), 0))) {
       Error(d["name"], absl::StrCat("deployment name '", spec.name,
                                     "' is not a valid name"));
     }
     const std::string where = absl::StrCat("deployment '", spec.name, "'");
+    if (!classes.empty()) {
+      spec.priority_class =
+          classes.count("standard") ? "standard" : *classes.begin();
+    }
+    OptString(d, "priority_class", &spec.priority_class);
+    if (!classes.count(spec.priority_class)) {
+      Error(d["priority_class"] ? d["priority_class"] : d,
+            absl::StrCat(where, ": unknown priority class '",
+                         spec.priority_class, "'"));
+    }
     OptString(d, "kind", &spec.kind);
     if (spec.kind != "llm" && spec.kind != "tensor") {
       Error(d["kind"],
@@ -377,14 +434,16 @@ class Parser : public YamlReader {
     if (trace && IsMap(trace, "trace")) {
       CheckKeys(trace, "trace", {"format", "path"});
       if (!trace["format"] || !trace["path"]) {
-        Error(trace, "trace needs format (azure, mooncake, vtc) and path");
+        Error(trace,
+              "trace needs format (azure, mooncake, vtc, aegaeon) and path");
       }
       OptString(trace, "format", &ws.trace_format);
       if (ws.trace_format != "azure" && ws.trace_format != "mooncake" &&
-          ws.trace_format != "vtc" && !ws.trace_format.empty()) {
+          ws.trace_format != "vtc" && ws.trace_format != "aegaeon" &&
+          !ws.trace_format.empty()) {
         Error(trace["format"],
               absl::StrCat("unknown trace format '", ws.trace_format,
-                           "' (azure, mooncake, vtc)"));
+                           "' (azure, mooncake, vtc, aegaeon)"));
       }
       OptString(trace, "path", &ws.trace_path);
       ws.trace_path = Resolve(ws.trace_path);
@@ -401,8 +460,9 @@ class Parser : public YamlReader {
           if (!IsMap(t, "a synthetic tenant")) continue;
           CheckKeys(t, "a synthetic tenant",
                     {"name", "model", "arrival", "rate", "cv", "servegen_trace",
-                     "servegen_offset_s", "servegen_dataset", "input_tokens",
-                     "input_max", "output_tokens", "output_max"});
+                     "servegen_offset_s", "servegen_rate_scale",
+                     "servegen_dataset", "input_tokens", "input_max",
+                     "output_tokens", "output_max", "count"});
           SyntheticTenant st;
           if (!t["name"]) Error(t, "a synthetic tenant needs a name");
           OptString(t, "name", &st.name);
@@ -416,19 +476,29 @@ class Parser : public YamlReader {
           OptDouble(t, "rate", 0, kBig, &st.rate);
           OptDouble(t, "cv", 1e-6, kBig, &st.cv);
           OptString(t, "servegen_trace", &st.servegen_trace);
-          st.servegen_trace = Resolve(st.servegen_trace);
+          const std::string raw_trace = st.servegen_trace;
           if (st.arrival == "servegen" && st.servegen_trace.empty()) {
             Error(t, "arrival servegen needs servegen_trace");
           }
           OptDouble(t, "servegen_offset_s", 0, kBig, &st.servegen_offset_s);
           OptDouble(t, "servegen_rate_scale", 0, kBig, &st.servegen_rate_scale);
           OptString(t, "servegen_dataset", &st.servegen_dataset);
-          st.servegen_dataset = Resolve(st.servegen_dataset);
+          const std::string raw_dataset = st.servegen_dataset;
           OptInt(t, "input_tokens", 1, 1 << 24, &st.input_tokens);
           OptInt(t, "input_max", 0, 1 << 24, &st.input_max);
           OptInt(t, "output_tokens", 1, 1 << 24, &st.output_tokens);
           OptInt(t, "output_max", 0, 1 << 24, &st.output_max);
-          ws.synthetic_tenants.push_back(st);
+          int count = 1;
+          OptInt(t, "count", 1, 100000, &count);
+          const bool counted = t["count"].IsDefined();
+          for (int i = 0; i < count; ++i) {
+            SyntheticTenant copy = st;
+            copy.name = ExpandName(st.name, counted, i);
+            copy.model = Expand(st.model, counted, i);
+            copy.servegen_trace = Resolve(Expand(raw_trace, counted, i));
+            copy.servegen_dataset = Resolve(Expand(raw_dataset, counted, i));
+            ws.synthetic_tenants.push_back(std::move(copy));
+          }
         }
       }
     }

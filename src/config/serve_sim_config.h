@@ -4,6 +4,18 @@
 // otherwise; relative paths are relative to the config file):
 //
 //   seed: 42                       # every random choice derives from it
+//   cluster:
+//     gpus: 0                      # GPUs replicas may hold; 0: unbounded.
+//                                  #   Bounded: a replica that does not fit
+//                                  #   swaps out idle replicas or preempts
+//                                  #   lower-priority ones (sim/serve_sim.h)
+//   cold_start:                    # replica start -> ready (sim/cold_start.h)
+//     profile: ""                  # model-load CSV (ServerlessLLM format)
+//     format: safetensors          # its checkpoint_format rows to sample
+//     engine_init_s: 0             # added to every load
+//     default_s: 4.95              # per 6.7B parameters when no profile
+//   autoscaling_interval_s: 1      # how often autoscaled deployments are
+//                                  #   observed (and at every held arrival)
 //   fairness_window_s: 10          # window for the service-difference metric
 //   load_sample_s: 10              # resolution of load-over-time series
 //   priority_classes:              # optional; index order = importance.
@@ -11,11 +23,17 @@
 //       timeout_s: 0               #   sheddable, no timeouts. timeout_s > 0:
 //       order: ""                  #   queue timeout; order overrides the
 //                                  #   deployment's queue order for the class
+//       preemptible: true          #   false: never evicted nor preempted
 //   deployments:                   # required, at least one
 //     - name: chat                 # required, unique
+//       count: 1                   # > 1 or set: that many copies; "{i}" in
+//                                  #   the name becomes 0, 1, ... (else
+//                                  #   "-<i>" is appended)
+//       priority_class: standard   # its replicas' class (swap, preemption)
 //       kind: llm                  # llm (continuous batching) | tensor
-//       model: llama-2-7b          # llm: latency profile (gpusched profiles
-//       list) gpu: A100-80GB             # llm: GPU of the profile; GPU-seconds
+//       model: llama-2-7b          # llm: latency profile (see
+//                                  #   `gpusched profiles list`)
+//       gpu: A100-80GB             # llm: GPU of the profile
 //       tensor_parallel: 1         # GPUs per replica
 //       replicas: 1                # fixed replica count, >= 1 (with
 //                                  #   autoscaling: initial, >= 0)
@@ -82,7 +100,7 @@
 //   tenant_defaults: {...}         # same fields as a tenant, without name
 //   workload:                      # exactly one of trace and synthetic
 //     trace:
-//       format: azure              # azure | mooncake | vtc
+//       format: azure              # azure | mooncake | vtc | aegaeon
 //       path: trace.csv
 //     synthetic:
 //       duration_s: 60
@@ -100,6 +118,8 @@
 //           input_max: 0
 //           output_tokens: 128
 //           output_max: 0
+//           count: 1               # copies; "{i}" in name, model and the
+//                                  #   servegen paths becomes 0, 1, ...
 //     time_scale: 1                # > 1 compresses time: raises the load
 //     max_requests: 0              # 0: all
 //     max_seconds: 0               # 0: all
@@ -128,6 +148,9 @@ struct PriorityClassSpec {
   std::string name;
   double timeout_s = 0;  // 0: none
   std::string order;     // "" = the deployment's
+  // False: replicas of deployments of this class are never evicted or
+  // preempted.
+  bool preemptible = true;
 };
 
 struct SimQueueSpec {
@@ -168,6 +191,9 @@ struct SimDeploymentSpec {
   int tensor_parallel = 1;
   int replicas = 1;
   int max_ongoing_requests = 64;
+  // Its replicas' class for swapping and preemption (a priority class name;
+  // default standard, or the first class when there is no standard).
+  std::string priority_class = "standard";
   serving::RouterConfig router;
   SimQueueSpec queue;
   SimEngineSpec engine;
@@ -238,9 +264,21 @@ struct SimWorkloadSpec {
   std::string tenant = "default";
 };
 
+// How long a replica takes from start to ready (sim/cold_start.h).
+struct ColdStartSpec {
+  std::string profile;                 // model-load CSV; "" = default_s
+  std::string format = "safetensors";  // its checkpoint_format rows
+  double engine_init_s = 0;            // added to every load
+  double default_s = 4.95;             // per 6.7B parameters, without profile
+};
+
 struct ServeSimConfig {
   std::string source;
   uint64_t seed = 42;
+  // GPUs replicas may hold (each takes tensor_parallel); 0: unbounded.
+  int cluster_gpus = 0;
+  ColdStartSpec cold_start;
+  double autoscaling_interval_s = 1;
   double fairness_window_s = 10;
   double load_sample_s = 10;
   std::vector<PriorityClassSpec> classes;

@@ -172,6 +172,52 @@ json Fairness(const ServeSimRun& run, std::vector<double>* service_total) {
                                w_in, w_out)}};
 }
 
+// Capacity figures of one deployment, or of all (`d` < 0).
+json Capacity(const ServeSimRun& run, int d) {
+  DeploymentCapacity sum;
+  std::vector<double> cold;
+  for (size_t i = 0; i < run.capacity.size(); ++i) {
+    if (d >= 0 && static_cast<int>(i) != d) continue;
+    const DeploymentCapacity& c = run.capacity[i];
+    sum.gpu_seconds += c.gpu_seconds;
+    sum.replica_seconds += c.replica_seconds;
+    sum.replicas_max += c.replicas_max;
+    sum.starts += c.starts;
+    sum.evictions += c.evictions;
+    sum.preemptions += c.preemptions;
+    for (const auto& [k, n] : c.decisions) sum.decisions[k] += n;
+    cold.insert(cold.end(), c.cold_start_s.begin(), c.cold_start_s.end());
+  }
+  int64_t held = 0;
+  std::vector<double> hold;
+  for (const RequestOutcome& o : run.requests) {
+    if (!o.held || (d >= 0 && static_cast<int>(o.deployment) != d)) continue;
+    ++held;
+    if (o.dispatched >= 0) hold.push_back(ToSeconds(o.dispatched - o.arrival));
+  }
+  const double span = ToSeconds(run.capacity_end);
+  json decisions = json::object();
+  for (const auto& [k, n] : sum.decisions) decisions[k] = n;
+  json j{{"gpu_hours", R6(sum.gpu_seconds / 3600)},
+         {"replicas_mean", R6(span > 0 ? sum.replica_seconds / span : 0)},
+         {"replicas_max", sum.replicas_max},
+         {"cold_starts", sum.starts},
+         {"cold_start_s", Dist(cold)},
+         {"held_requests", held},
+         {"hold_s", Dist(hold)},
+         {"evictions", sum.evictions},
+         {"preemptions", sum.preemptions},
+         {"scale_decisions", decisions}};
+  if (d >= 0) {
+    j["autoscaling"] = run.capacity[d].autoscaling;
+    j["priority_class"] = run.capacity[d].priority_class;
+  } else {
+    j["cluster_gpus"] = run.config.cluster_gpus;
+    j["span_s"] = R6(span);
+  }
+  return j;
+}
+
 }  // namespace
 
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -233,7 +279,8 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
       preemptions += r.preemptions;
       iterations += r.iterations;
     }
-    const double gs = seconds * run.deployment_gpus[d];
+    const double gs = run.elastic ? run.capacity[d].gpu_seconds
+                                  : seconds * run.deployment_gpus[d];
     j["replicas"] = spec.replicas;
     j["router"] = spec.router.policy;
     j["queue_order"] = spec.queue.order;
@@ -244,6 +291,7 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
     j["busy_gpu_seconds"] = R6(busy * spec.tensor_parallel);
     j["engine_iterations"] = iterations;
     j["kv_preemptions"] = preemptions;
+    if (run.elastic) j["capacity"] = Capacity(run, static_cast<int>(d));
     gpu_seconds += gs;
     busy_gpu_seconds += busy * spec.tensor_parallel;
     deployments[run.deployment_names[d]] = j;
@@ -266,10 +314,12 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
                     {"outstanding", s.outstanding},
                     {"arrivals", s.arrivals},
                     {"completions", s.completions}});
+    if (run.elastic) load.back()["replicas"] = s.replicas;
   }
   json overall_j = Finish(overall, seconds);
   overall_j["gpu_seconds"] = R6(gpu_seconds);
   overall_j["busy_gpu_seconds"] = R6(busy_gpu_seconds);
+  if (run.elastic) overall_j["capacity"] = Capacity(run, -1);
   // Paths as the config names them (file name; trace relative to it), so a
   // report does not depend on where the repository is checked out.
   const std::filesystem::path config_path(cfg.source);

@@ -9,10 +9,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "autoscale/autoscaler.h"
+#include "common/check.h"
 #include "common/status.h"
 #include "serving/batcher.h"
 #include "serving/dispatcher.h"
 #include "serving/latency_model.h"
+#include "sim/cold_start.h"
 #include "sim/replica_sim.h"
 #include "sim/serve_trace.h"
 
@@ -44,12 +47,34 @@ absl::StatusOr<Trace> LoadWorkload(const config::ServeSimConfig& cfg) {
 
 // One simulated replica of either kind, behind one face for the loop.
 struct Replica {
+  enum class State { kStarting, kReady, kDraining, kStopped };
   ModelId deployment = 0;
   std::unique_ptr<LlmReplicaSim> llm;
   std::unique_ptr<TensorReplicaSim> tensor;
+  State state = State::kReady;
+  Micros started = 0;
+  Micros stopped = -1;
+  int64_t in_flight = 0;
+  Micros last_used = 0;
+  int preempted_for = -1;  // the deployment its GPUs are drained for
   Micros NextEventTime() const {
     return llm ? llm->NextEventTime() : tensor->NextEventTime();
   }
+};
+
+// A deployment's capacity state.
+struct Dep {
+  const config::SimDeploymentSpec* spec = nullptr;
+  serving::LatencyModel latency;
+  int block_tokens = 16;
+  int autoscale = -1;  // index in the Autoscaler; -1: fixed count
+  int cls = 0;         // priority class index (0 = most important)
+  bool preemptible = true;
+  int desired = 0;
+  int starting = 0, ready = 0;
+  Micros pending_since = kNever;  // a wanted replica has no GPUs yet
+  int64_t incoming_gpus = 0;      // of replicas draining for it
+  std::vector<double> ttft;       // since the last observation (slo)
 };
 
 class Simulation : public ReplicaSimListener {
@@ -64,6 +89,9 @@ class Simulation : public ReplicaSimListener {
     run_.trace_format = trace.format;
     run_.trace_source = trace.source;
     run_.trace_requests = static_cast<int64_t>(trace.requests.size());
+    ASSIGN_OR_RETURN(ColdStartModel cold,
+                     ColdStartModel::Create(cfg_.cold_start, cfg_.seed));
+    cold_ = std::make_unique<ColdStartModel>(std::move(cold));
     RETURN_IF_ERROR(Build(trace));
     RETURN_IF_ERROR(MakeRequests(trace));
     Loop();
@@ -79,6 +107,8 @@ class Simulation : public ReplicaSimListener {
     o.first_token = now;
     o.cached_tokens = r->cached_prompt_tokens;
     dispatcher_.OnFirstToken(r->req, replica_of_[r->req.id], now);
+    Dep& d = deps_[o.deployment];
+    if (d.autoscale >= 0) d.ttft.push_back(ToSeconds(now - o.arrival));
   }
   void OnFinished(SimRequest* r, Micros now) override {
     RequestOutcome& o = run_.requests[r->req.id];
@@ -93,6 +123,7 @@ class Simulation : public ReplicaSimListener {
       dispatcher_.OnFinished(r->req, rep, r->output_tokens, now);
     }
     ++completions_[o.deployment];
+    Left(rep, now);
   }
 
  private:
@@ -114,7 +145,6 @@ class Simulation : public ReplicaSimListener {
         RETURN_IF_ERROR(AddTenant(spec));
       }
     }
-    ReplicaId next_replica = 0;
     for (const config::SimDeploymentSpec& d : cfg_.deployments) {
       serving::DeploymentSpec spec;
       spec.name = d.name;
@@ -163,49 +193,330 @@ class Simulation : public ReplicaSimListener {
       run_.deployment_names.push_back(d.name);
       run_.deployment_gpus.push_back(d.replicas * d.tensor_parallel);
       deployment_ids_[d.name] = model;
+      Dep dep;
+      dep.spec = &d;
+      dep.latency = latency;
+      dep.block_tokens =
+          trace.block_tokens > 0 ? trace.block_tokens : d.engine.block_tokens;
+      for (size_t c = 0; c < cfg_.classes.size(); ++c) {
+        if (cfg_.classes[c].name == d.priority_class) {
+          dep.cls = static_cast<int>(c);
+          dep.preemptible = cfg_.classes[c].preemptible;
+        }
+      }
+      if (d.autoscaling) {
+        ASSIGN_OR_RETURN(dep.autoscale,
+                         autoscaler_.AddDeployment(d.name, d.autoscaling_config,
+                                                   d.replicas, 0));
+        run_.elastic = true;
+      }
+      dep.desired = d.replicas;
+      deps_.push_back(std::move(dep));
+      DeploymentCapacity cap;
+      cap.autoscaling = d.autoscaling;
+      cap.priority_class = d.priority_class;
+      run_.capacity.push_back(std::move(cap));
+      // The initial replicas are running at time 0.
       for (int i = 0; i < d.replicas; ++i) {
-        Replica rep;
-        rep.deployment = model;
-        if (d.kind == "llm") {
-          LlmReplicaConfig rc;
-          rc.latency = latency;
-          rc.kv_capacity_tokens = latency.kv_capacity_tokens;
-          rc.max_num_seqs = d.engine.max_num_seqs;
-          rc.max_num_batched_tokens = d.engine.max_num_batched_tokens;
-          rc.block_tokens = trace.block_tokens > 0 ? trace.block_tokens
-                                                   : d.engine.block_tokens;
-          rc.prefix_caching = d.engine.prefix_caching;
-          auto sim = LlmReplicaSim::Create(rc);
-          if (!sim.ok()) return DeploymentError(d, sim.status().message());
-          rep.llm = *std::move(sim);
-        } else {
-          TensorReplicaConfig tc;
-          tc.batcher.max_batch_size = d.batching.max_batch_size;
-          tc.batcher.max_queue_delay_microseconds =
-              d.batching.max_queue_delay_microseconds;
-          tc.batcher.preferred_batch_sizes = d.batching.preferred_batch_size;
-          tc.instances = d.batching.instances;
-          tc.base_s = d.batching.base_s;
-          tc.per_item_s = d.batching.per_item_s;
-          auto sim = TensorReplicaSim::Create(tc);
-          if (!sim.ok()) return DeploymentError(d, sim.status().message());
-          rep.tensor = *std::move(sim);
-        }
-        int64_t kv_budget = 0;
-        if (d.kind == "llm") {
-          kv_budget = d.engine.kv_budget_tokens < 0 ? latency.kv_capacity_tokens
-                                                    : d.engine.kv_budget_tokens;
-        }
-        dispatcher_.AddReplica(model, next_replica, d.max_ongoing_requests,
-                               kv_budget);
-        replicas_.push_back(std::move(rep));
-        run_.replicas.push_back({d.name, 0, 0, 0});
-        ++next_replica;
+        RETURN_IF_ERROR(StartReplica(model, 0, /*warm=*/true));
+      }
+    }
+    if (cfg_.cluster_gpus > 0) {
+      run_.elastic = true;
+      if (used_gpus_ > cfg_.cluster_gpus) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            cfg_.source, ": the deployments' initial replicas take ",
+            used_gpus_, " GPUs; cluster.gpus is ", cfg_.cluster_gpus));
       }
     }
     completions_.assign(run_.deployment_names.size(), 0);
     arrivals_.assign(run_.deployment_names.size(), 0);
     return absl::OkStatus();
+  }
+
+  // A new replica of deployment `m`: warm ones serve at once (the initial
+  // replicas), the others after a cold start.
+  absl::Status StartReplica(ModelId m, Micros now, bool warm) {
+    Dep& dep = deps_[m];
+    const config::SimDeploymentSpec& d = *dep.spec;
+    Replica rep;
+    rep.deployment = m;
+    if (d.kind == "llm") {
+      LlmReplicaConfig rc;
+      rc.latency = dep.latency;
+      rc.kv_capacity_tokens = dep.latency.kv_capacity_tokens;
+      rc.max_num_seqs = d.engine.max_num_seqs;
+      rc.max_num_batched_tokens = d.engine.max_num_batched_tokens;
+      rc.block_tokens = dep.block_tokens;
+      rc.prefix_caching = d.engine.prefix_caching;
+      auto sim = LlmReplicaSim::Create(rc);
+      if (!sim.ok()) return DeploymentError(d, sim.status().message());
+      rep.llm = *std::move(sim);
+    } else {
+      TensorReplicaConfig tc;
+      tc.batcher.max_batch_size = d.batching.max_batch_size;
+      tc.batcher.max_queue_delay_microseconds =
+          d.batching.max_queue_delay_microseconds;
+      tc.batcher.preferred_batch_sizes = d.batching.preferred_batch_size;
+      tc.instances = d.batching.instances;
+      tc.base_s = d.batching.base_s;
+      tc.per_item_s = d.batching.per_item_s;
+      auto sim = TensorReplicaSim::Create(tc);
+      if (!sim.ok()) return DeploymentError(d, sim.status().message());
+      rep.tensor = *std::move(sim);
+    }
+    rep.started = now;
+    rep.last_used = now;
+    const size_t id = replicas_.size();
+    used_gpus_ += d.tensor_parallel;
+    DeploymentCapacity& cap = run_.capacity[m];
+    if (warm) {
+      rep.state = Replica::State::kReady;
+      ++dep.ready;
+      replicas_.push_back(std::move(rep));
+      Join(id);
+    } else {
+      rep.state = Replica::State::kStarting;
+      ++dep.starting;
+      ++cap.starts;
+      const double cold = d.cold_start_s >= 0
+                              ? d.cold_start_s
+                              : cold_->Sample(d.model, d.tensor_parallel);
+      cap.cold_start_s.push_back(cold);
+      ready_.push({now + std::max<Micros>(1, FromSeconds(cold)), id});
+      replicas_.push_back(std::move(rep));
+    }
+    run_.replicas.push_back({d.name, 0, 0, 0});
+    cap.replicas_max = std::max(cap.replicas_max, Live(m));
+    return absl::OkStatus();
+  }
+
+  // The replica takes requests from the dispatcher.
+  void Join(size_t id) {
+    const Dep& dep = deps_[replicas_[id].deployment];
+    const config::SimDeploymentSpec& d = *dep.spec;
+    int64_t kv_budget = 0;
+    if (d.kind == "llm") {
+      kv_budget = d.engine.kv_budget_tokens < 0 ? dep.latency.kv_capacity_tokens
+                                                : d.engine.kv_budget_tokens;
+    }
+    dispatcher_.AddReplica(replicas_[id].deployment, static_cast<ReplicaId>(id),
+                           d.max_ongoing_requests, kv_budget);
+  }
+
+  // Replicas of `m` holding GPUs (starting, ready or draining).
+  int Live(ModelId m) const {
+    int n = 0;
+    for (const Replica& r : replicas_) {
+      n += r.deployment == m && r.state != Replica::State::kStopped;
+    }
+    return n;
+  }
+
+  // A request left replica `id` (finished or refused).
+  void Left(size_t id, Micros now) {
+    Replica& r = replicas_[id];
+    --r.in_flight;
+    r.last_used = now;
+    if (r.state == Replica::State::kDraining && r.in_flight == 0) {
+      stopping_.push_back(id);  // stopped once the replica's step is over
+    }
+  }
+
+  void Stop(size_t id, Micros now) {
+    Replica& r = replicas_[id];
+    if (r.state == Replica::State::kStopped) return;
+    Dep& dep = deps_[r.deployment];
+    if (r.state == Replica::State::kStarting) --dep.starting;
+    if (r.state == Replica::State::kReady) {
+      --dep.ready;
+      dispatcher_.RemoveReplica(r.deployment, static_cast<ReplicaId>(id));
+    }
+    r.state = Replica::State::kStopped;
+    r.stopped = now;
+    used_gpus_ -= dep.spec->tensor_parallel;
+    if (r.preempted_for >= 0) {
+      deps_[r.preempted_for].incoming_gpus -= dep.spec->tensor_parallel;
+    }
+    freed_ = true;
+    run_.capacity_end = std::max(run_.capacity_end, now);
+  }
+
+  // No new request; stopped when its in-flight ones are done.
+  void Drain(size_t id, Micros now) {
+    Replica& r = replicas_[id];
+    if (r.in_flight == 0) return Stop(id, now);
+    --deps_[r.deployment].ready;
+    dispatcher_.RemoveReplica(r.deployment, static_cast<ReplicaId>(id));
+    r.state = Replica::State::kDraining;
+  }
+
+  // Starts or stops replicas of `m` towards its desired count.
+  void Reconcile(ModelId m, Micros now) {
+    Dep& dep = deps_[m];
+    const int tp = dep.spec->tensor_parallel;
+    while (dep.starting + dep.ready < dep.desired) {
+      if (!MakeRoom(m, tp, now)) {
+        if (dep.pending_since == kNever) dep.pending_since = now;
+        break;
+      }
+      dep.pending_since = kNever;
+      const absl::Status st = StartReplica(m, now, /*warm=*/false);
+      CHECK(st.ok()) << st.message();  // the same config started at time 0
+    }
+    if (dep.starting + dep.ready >= dep.desired) dep.pending_since = kNever;
+    while (dep.starting + dep.ready > dep.desired) {
+      // Starting replicas first (the latest), then the least busy ready one.
+      size_t pick = replicas_.size();
+      for (size_t i = 0; i < replicas_.size(); ++i) {
+        const Replica& r = replicas_[i];
+        if (r.deployment != m) continue;
+        if (r.state == Replica::State::kStarting) {
+          pick = i;
+        } else if (r.state == Replica::State::kReady &&
+                   (pick == replicas_.size() ||
+                    (replicas_[pick].state == Replica::State::kReady &&
+                     r.in_flight < replicas_[pick].in_flight))) {
+          pick = i;
+        }
+      }
+      CHECK(pick < replicas_.size());
+      if (replicas_[pick].state == Replica::State::kStarting) {
+        Stop(pick, now);
+      } else {
+        Drain(pick, now);
+      }
+    }
+  }
+
+  // Frees `need` GPUs for deployment `m` if it can (see serve_sim.h): true
+  // when they are free now. Preempted replicas free theirs once drained.
+  bool MakeRoom(ModelId m, int need, Micros now) {
+    if (cfg_.cluster_gpus <= 0) return true;
+    int64_t free = cfg_.cluster_gpus - used_gpus_;
+    if (free >= need) return true;
+    Dep& dep = deps_[m];
+    // Swap candidates: idle ready replicas of autoscaled deployments of a
+    // lower or equal class.
+    std::vector<size_t> idle, busy;
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      if (r.state != Replica::State::kReady || r.deployment == m) continue;
+      const Dep& v = deps_[r.deployment];
+      if (!v.preemptible || v.cls < dep.cls) continue;
+      const bool quiet =
+          r.in_flight == 0 && dispatcher_.queue(r.deployment).size() == 0;
+      if (quiet && v.autoscale >= 0) {
+        idle.push_back(i);
+      } else if (v.cls > dep.cls) {
+        busy.push_back(i);
+      }
+    }
+    std::sort(idle.begin(), idle.end(), [&](size_t a, size_t b) {
+      const int ca = deps_[replicas_[a].deployment].cls;
+      const int cb = deps_[replicas_[b].deployment].cls;
+      if (ca != cb) return ca > cb;
+      if (replicas_[a].last_used != replicas_[b].last_used) {
+        return replicas_[a].last_used < replicas_[b].last_used;
+      }
+      return a < b;
+    });
+    std::sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
+      const int ca = deps_[replicas_[a].deployment].cls;
+      const int cb = deps_[replicas_[b].deployment].cls;
+      if (ca != cb) return ca > cb;
+      if (replicas_[a].in_flight != replicas_[b].in_flight) {
+        return replicas_[a].in_flight < replicas_[b].in_flight;
+      }
+      return a > b;  // the most recent first
+    });
+    // The fewest victims, idle ones first, that make it fit.
+    int64_t reach = free + dep.incoming_gpus;
+    size_t n_idle = 0, n_busy = 0;
+    while (reach < need && n_idle < idle.size()) {
+      reach +=
+          deps_[replicas_[idle[n_idle++]].deployment].spec->tensor_parallel;
+    }
+    const int64_t by_swap = reach;
+    while (reach < need && n_busy < busy.size()) {
+      reach +=
+          deps_[replicas_[busy[n_busy++]].deployment].spec->tensor_parallel;
+    }
+    if (reach < need) return false;  // pending until GPUs are freed
+    for (size_t k = 0; k < n_idle; ++k) {
+      const size_t id = idle[k];
+      const ModelId vm = replicas_[id].deployment;
+      Dep& v = deps_[vm];
+      Stop(id, now);
+      --v.desired;
+      autoscaler_.SetTarget(v.autoscale, v.desired);
+      ++run_.capacity[vm].evictions;
+    }
+    if (by_swap >= need && dep.incoming_gpus == 0) return true;
+    for (size_t k = 0; k < n_busy; ++k) {
+      const size_t id = busy[k];
+      const ModelId vm = replicas_[id].deployment;
+      replicas_[id].preempted_for = static_cast<int>(m);
+      dep.incoming_gpus += deps_[vm].spec->tensor_parallel;
+      ++run_.capacity[vm].preemptions;
+      Drain(id, now);
+      // Its deployment keeps its count: the replica waits for room again.
+      Dep& v = deps_[vm];
+      if (v.pending_since == kNever) v.pending_since = now;
+    }
+    return cfg_.cluster_gpus - used_gpus_ >= need;
+  }
+
+  // GPUs were freed: pending replicas start, by class, then waiting time.
+  void ReconcilePending(Micros now) {
+    freed_ = false;
+    std::vector<ModelId> pending;
+    for (size_t m = 0; m < deps_.size(); ++m) {
+      if (deps_[m].pending_since != kNever) pending.push_back(m);
+    }
+    std::sort(pending.begin(), pending.end(), [&](ModelId a, ModelId b) {
+      if (deps_[a].cls != deps_[b].cls) return deps_[a].cls < deps_[b].cls;
+      if (deps_[a].pending_since != deps_[b].pending_since) {
+        return deps_[a].pending_since < deps_[b].pending_since;
+      }
+      return a < b;
+    });
+    for (ModelId m : pending) Reconcile(m, now);
+  }
+
+  void Observe(ModelId m, Micros now) {
+    Dep& dep = deps_[m];
+    autoscale::Observation o;
+    o.in_flight = dispatcher_.outstanding(m);
+    o.queued = static_cast<int64_t>(dispatcher_.queue(m).size());
+    o.ready = dep.ready;
+    o.starting = std::max(dep.starting, dep.desired - dep.ready);
+    observed_load_ |= o.in_flight + o.queued > 0;
+    o.ttft_samples_s = std::move(dep.ttft);
+    dep.ttft.clear();
+    autoscaler_.Observe(dep.autoscale, now, o);
+  }
+
+  // Observes every autoscaled deployment, evaluates, carries the decisions
+  // out.
+  void Autoscale(Micros now) {
+    observed_load_ = false;
+    for (size_t m = 0; m < deps_.size(); ++m) {
+      if (deps_[m].autoscale >= 0) Observe(static_cast<ModelId>(m), now);
+    }
+    Decide(now);
+  }
+
+  void Decide(Micros now) {
+    decisions_.clear();
+    autoscaler_.Evaluate(now, &decisions_);
+    last_evaluate_ = now;
+    for (const autoscale::Decision& d : decisions_) {
+      const ModelId m = deployment_ids_.at(d.deployment);
+      ++run_.capacity[m].decisions[autoscale::ReasonName(d.reason)];
+      deps_[m].desired = d.to;
+      Reconcile(m, now);
+    }
   }
 
   // "sim.yaml:12: deployment 'chat': <what>".
@@ -292,6 +603,7 @@ class Simulation : public ReplicaSimListener {
     auto& intervals = run_.backlog[t];
     if (q == 0 && delta > 0) intervals.emplace_back(now, kNever);
     q += delta;
+    queued_total_ += delta;
     if (q == 0 && delta < 0) intervals.back().second = now;
   }
 
@@ -317,6 +629,7 @@ class Simulation : public ReplicaSimListener {
       s.queued.push_back(dispatcher_.queue(static_cast<ModelId>(m)).size());
       s.outstanding.push_back(dispatcher_.outstanding(static_cast<ModelId>(m)));
     }
+    for (const Dep& dep : deps_) s.replicas.push_back(dep.starting + dep.ready);
     s.arrivals = arrivals_;
     s.completions = completions_;
     std::fill(arrivals_.begin(), arrivals_.end(), 0);
@@ -333,6 +646,10 @@ class Simulation : public ReplicaSimListener {
     std::vector<serving::Assignment> assigned;
     std::vector<serving::Request> expired;
     Micros now = 0;
+    const bool autoscaling = autoscaler_.num_deployments() > 0;
+    const Micros tick =
+        std::max<Micros>(1, FromSeconds(cfg_.autoscaling_interval_s));
+    Micros next_tick = tick;
     for (;;) {
       while (!events_.empty() &&
              replicas_[events_.top().second].NextEventTime() !=
@@ -343,11 +660,38 @@ class Simulation : public ReplicaSimListener {
       const Micros t_arrival =
           next_arrival < n ? sim_requests_[next_arrival].req.arrival : kNever;
       const Micros t_timeout = dispatcher_.NextTimeout();
-      now = std::min({t_event, t_arrival, t_timeout});
+      Micros t_control = ready_.empty() ? kNever : ready_.top().first;
+      Micros t_deadline = kNever;
+      if (autoscaling) {
+        // Periodic observations while there is work; after it, only the
+        // autoscaler's own timers (idle timeouts, delays).
+        const bool busy = next_arrival < n || !events_.empty() ||
+                          queued_total_ > 0 || !ready_.empty() ||
+                          observed_load_;
+        if (busy) t_control = std::min(t_control, next_tick);
+        t_deadline = autoscaler_.NextDeadline();
+        if (t_deadline <= last_evaluate_) t_deadline = kNever;
+        t_control = std::min(t_control, t_deadline);
+      }
+      now = std::min({t_event, t_arrival, t_timeout, t_control});
       if (now == kNever) break;
       while (next_sample <= now) {
         Sample(next_sample);
         next_sample += sample_every;
+      }
+      // Replicas ready now.
+      while (!ready_.empty() && ready_.top().first == now) {
+        const size_t id = ready_.top().second;
+        ready_.pop();
+        Replica& rep = replicas_[id];
+        if (rep.state != Replica::State::kStarting) continue;  // cancelled
+        rep.state = Replica::State::kReady;
+        rep.last_used = now;
+        Dep& dep = deps_[rep.deployment];
+        --dep.starting;
+        ++dep.ready;
+        Join(id);
+        run_.capacity_end = std::max(run_.capacity_end, now);
       }
       // Replica iterations that end now.
       while (!events_.empty() && events_.top().first == now) {
@@ -363,7 +707,9 @@ class Simulation : public ReplicaSimListener {
         PublishLoad(r);
         Schedule(r);
       }
+      StopDrained(now);
       // Arrivals.
+      bool held_arrival = false;
       while (next_arrival < n &&
              sim_requests_[next_arrival].req.arrival == now) {
         const serving::Request& r = sim_requests_[next_arrival].req;
@@ -371,6 +717,15 @@ class Simulation : public ReplicaSimListener {
         const serving::Verdict v = dispatcher_.Submit(r, now);
         if (v.admitted()) {
           SetQueued(r.tenant, +1, now);
+          const Dep& dep = deps_[r.model];
+          if (dep.ready == 0) {
+            run_.requests[r.id].held = true;
+            // At zero replicas: the autoscaler hears of it at once.
+            if (dep.autoscale >= 0 && autoscaler_.target(dep.autoscale) == 0) {
+              Observe(r.model, now);
+              held_arrival = true;
+            }
+          }
         } else {
           run_.requests[r.id].reason = v.reason;
         }
@@ -384,6 +739,17 @@ class Simulation : public ReplicaSimListener {
           SetQueued(r.tenant, -1, now);
         }
       }
+      if (autoscaling) {
+        if (now >= next_tick) {
+          while (next_tick <= now) next_tick += tick;
+          Autoscale(now);
+        } else if (now == t_deadline) {
+          Autoscale(now);
+        } else if (held_arrival) {
+          Decide(now);
+        }
+      }
+      if (freed_) ReconcilePending(now);
       assigned.clear();
       dispatcher_.Dispatch(now, &assigned);
       for (const serving::Assignment& a : assigned) {
@@ -393,16 +759,21 @@ class Simulation : public ReplicaSimListener {
         run_.requests[a.request.id].dispatched = now;
         SetQueued(a.request.tenant, -1, now);
         Replica& rep = replicas_[a.replica];
+        ++rep.in_flight;
+        rep.last_used = now;
         if (rep.llm) {
           rep.llm->Enqueue(&s, now);
         } else if (!rep.tensor->Enqueue(&s, now)) {
           // The batcher's own queue bound (max_queue_size) is full.
           run_.requests[a.request.id].reason = RejectReason::kModelQueueFull;
           dispatcher_.OnFinished(a.request, a.replica, -1, now);
+          Left(a.replica, now);
         }
         PublishLoad(a.replica);
         Schedule(a.replica);
       }
+      StopDrained(now);
+      if (freed_) ReconcilePending(now);
     }
     Sample(next_sample);
     Micros end = 0;
@@ -410,7 +781,15 @@ class Simulation : public ReplicaSimListener {
       end = std::max({end, o.arrival, o.finished});
     }
     run_.simulated_end = end;
+    const Micros capacity_end = std::max(end, run_.capacity_end);
+    run_.capacity_end = capacity_end;
     for (size_t r = 0; r < replicas_.size(); ++r) {
+      const Replica& rep = replicas_[r];
+      DeploymentCapacity& cap = run_.capacity[rep.deployment];
+      const double held = ToSeconds(
+          (rep.stopped >= 0 ? rep.stopped : capacity_end) - rep.started);
+      cap.replica_seconds += held;
+      cap.gpu_seconds += held * deps_[rep.deployment].spec->tensor_parallel;
       ReplicaStats& st = run_.replicas[r];
       if (replicas_[r].llm) {
         const LlmReplicaCounters& c = replicas_[r].llm->counters();
@@ -430,6 +809,17 @@ class Simulation : public ReplicaSimListener {
 
   size_t rep_deployment(size_t r) const { return replicas_[r].deployment; }
 
+  // Draining replicas whose last request left stop.
+  void StopDrained(Micros now) {
+    for (size_t id : stopping_) {
+      if (replicas_[id].state == Replica::State::kDraining &&
+          replicas_[id].in_flight == 0) {
+        Stop(id, now);
+      }
+    }
+    stopping_.clear();
+  }
+
   const config::ServeSimConfig& cfg_;
   serving::Dispatcher dispatcher_;
   ServeSimRun run_;
@@ -442,6 +832,22 @@ class Simulation : public ReplicaSimListener {
   std::vector<std::vector<uint64_t>> blocks_;
   std::vector<ReplicaId> replica_of_;
   std::vector<int64_t> arrivals_, completions_;
+  std::vector<Dep> deps_;  // by ModelId
+  autoscale::Autoscaler autoscaler_;
+  std::vector<autoscale::Decision> decisions_;  // scratch
+  std::unique_ptr<ColdStartModel> cold_;
+  int64_t used_gpus_ = 0;
+  int64_t queued_total_ = 0;
+  bool freed_ = false;
+  // The last observation saw load: observe again once it is gone.
+  bool observed_load_ =
+      false;  // GPUs were freed since the last ReconcilePending
+  Micros last_evaluate_ = -1;
+  std::vector<size_t> stopping_;  // drained replicas to stop
+  // (ready time, replica) min-heap of starting replicas.
+  std::priority_queue<std::pair<Micros, size_t>,
+                      std::vector<std::pair<Micros, size_t>>, std::greater<>>
+      ready_;
   // (time, replica) min-heap; entries go stale when a replica's next event
   // moves, and are skipped.
   std::priority_queue<std::pair<Micros, size_t>,

@@ -4,12 +4,30 @@
 // an LRU prefix cache; dynamic batching for tensor models) whose iteration
 // times come from the fitted latency models.
 //
+// Capacity: deployments without `autoscaling` hold their replicas from time
+// 0 to the end. Autoscaled ones are driven by autoscale::Autoscaler,
+// observed every `autoscaling_interval_s` and at each request that arrives
+// with no replica ready (held in the queue until one is); replicas started
+// after time 0 are ready after a cold start (sim/cold_start.h).
+// With `cluster.gpus` > 0, a replica that does not fit waits (pending), or
+// makes room:
+//   1. swap: idle replicas (nothing in flight, nothing queued for their
+//      deployment) of autoscaled deployments of a lower or equal class are
+//      evicted, lowest class first, then least recently used; their
+//      autoscaler target drops by one;
+//   2. preemption: when idle ones are not enough, replicas of strictly lower
+//      classes are preempted, lowest class first, then fewest in flight:
+//      drained (no new request; in-flight ones finish), then stopped; their
+//      deployment keeps its count and restarts them when room returns.
+//   A class with `preemptible: false` is never evicted nor preempted. The
+//   GPUs freed go to pending replicas by class, then by waiting time.
 // Deterministic: the same config and seed give the same results. Not
 // thread-safe; one run per object.
 #ifndef GPUSCHED_SIM_SERVE_SIM_H_
 #define GPUSCHED_SIM_SERVE_SIM_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +51,8 @@ struct RequestOutcome {
   int32_t input_tokens = 0;
   int32_t output_tokens = 0;
   int64_t cached_tokens = 0;
+  // Arrived while its deployment had no ready replica (held for a start).
+  bool held = false;
   // kNone when completed; otherwise why it was not served.
   serving::RejectReason reason = serving::RejectReason::kNone;
   bool completed() const {
@@ -47,6 +67,22 @@ struct LoadSample {
   std::vector<int64_t> outstanding;  // per deployment, on replicas
   std::vector<int64_t> arrivals;     // per deployment, in the last interval
   std::vector<int64_t> completions;  // per deployment, in the last interval
+  std::vector<int> replicas;         // per deployment, starting or ready
+};
+
+// What one deployment's replicas cost and did (autoscaling, swapping,
+// preemption).
+struct DeploymentCapacity {
+  bool autoscaling = false;
+  std::string priority_class;
+  double gpu_seconds = 0;      // GPUs held (starting, ready or draining)
+  double replica_seconds = 0;  // replicas held, integrated over time
+  int replicas_max = 0;
+  int64_t starts = 0;                        // replicas started after time 0
+  std::vector<double> cold_start_s;          // start -> ready of each
+  int64_t evictions = 0;                     // idle replicas swapped out
+  int64_t preemptions = 0;                   // replicas preempted (drained)
+  std::map<std::string, int64_t> decisions;  // autoscaler, by reason
 };
 
 struct ReplicaStats {
@@ -72,6 +108,12 @@ struct ServeSimRun {
   std::vector<RequestOutcome> requests;
   std::vector<LoadSample> load;
   std::vector<ReplicaStats> replicas;
+  // Per deployment. `elastic`: some deployment autoscales or the cluster is
+  // bounded (the report then has the capacity sections).
+  std::vector<DeploymentCapacity> capacity;
+  bool elastic = false;
+  // When the last replica change happened or the last request finished.
+  Micros capacity_end = 0;
   // Backlog intervals per tenant: [start, end) while it had queued requests.
   std::vector<std::vector<std::pair<Micros, Micros>>> backlog;
   Micros simulated_end = 0;

@@ -716,8 +716,47 @@ absl::StatusOr<Trace> ReadVtcTrace(const std::string& path) {
   return trace;
 }
 
+absl::StatusOr<Trace> ReadAegaeonTrace(const std::string& path) {
+  ASSIGN_OR_RETURN(CsvTable table, CsvTable::ReadFile(path));
+  RETURN_IF_ERROR(table.RequireColumns(
+      {"Request Time", "Model Name", "Input Length", "Output Length"}));
+  Trace trace;
+  trace.source = path;
+  trace.format = "aegaeon";
+  trace.requests.reserve(table.rows().size());
+  for (const CsvRow& row : table.rows()) {
+    TraceRequest r;
+    ASSIGN_OR_RETURN(absl::string_view ts, row.Get("Request Time"));
+    // HH:MM:SS.fff from the trace's start.
+    const std::vector<absl::string_view> hms =
+        absl::StrSplit(absl::StripAsciiWhitespace(ts), ':');
+    double h = 0, m = 0, sec = 0;
+    if (hms.size() != 3 || !absl::SimpleAtod(hms[0], &h) ||
+        !absl::SimpleAtod(hms[1], &m) || !absl::SimpleAtod(hms[2], &sec) ||
+        h < 0 || m < 0 || sec < 0 || m >= 60 || sec >= 60) {
+      return LineError(path, row.line(),
+                       absl::StrCat("column 'Request Time': expected "
+                                    "HH:MM:SS.fff, got '",
+                                    ts, "'"));
+    }
+    r.arrival = FromSeconds(h * 3600 + m * 60 + sec);
+    ASSIGN_OR_RETURN(absl::string_view model, row.Get("Model Name"));
+    model = absl::StripAsciiWhitespace(model);
+    if (model.empty()) {
+      return LineError(path, row.line(), "column 'Model Name': empty");
+    }
+    r.model = std::string(model);
+    ASSIGN_OR_RETURN(r.input_tokens, GetTokens(row, path, "Input Length"));
+    ASSIGN_OR_RETURN(r.output_tokens, GetTokens(row, path, "Output Length"));
+    trace.requests.push_back(std::move(r));
+  }
+  SortByArrival(trace);
+  return trace;
+}
+
 absl::StatusOr<Trace> ReadTrace(const std::string& format,
                                 const std::string& path) {
+  if (format == "aegaeon") return ReadAegaeonTrace(path);
   if (format == "azure") return ReadAzureTrace(path);
   if (format == "mooncake") return ReadMooncakeTrace(path);
   if (format == "vtc") return ReadVtcTrace(path);

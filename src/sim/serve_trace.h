@@ -33,7 +33,8 @@ namespace gpusched::sim {
 inline constexpr int kMooncakeBlockTokens = 512;
 
 // The file formats ReadTrace accepts.
-inline constexpr const char* kTraceFormats[] = {"azure", "mooncake", "vtc"};
+inline constexpr const char* kTraceFormats[] = {"azure", "mooncake", "vtc",
+                                                "aegaeon"};
 
 struct TraceRequest {
   Micros arrival = 0;  // from the trace's start
@@ -71,6 +72,11 @@ absl::StatusOr<Trace> ReadMooncakeTrace(const std::string& path);
 absl::StatusOr<Trace> ReadVtcTrace(const std::string& path);
 
 // Dispatches on `format` (one of kTraceFormats).
+// Aegaeon's synthetic multi-model traces: `Request Time` (HH:MM:SS.fff from
+// the start), `Model Name` (the deployment), `Input Length`, `Output
+// Length`.
+absl::StatusOr<Trace> ReadAegaeonTrace(const std::string& path);
+
 absl::StatusOr<Trace> ReadTrace(const std::string& format,
                                 const std::string& path);
 
