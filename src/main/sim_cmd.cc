@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "config/serve_sim_config.h"
 #include "inventory/alibaba_nodes.h"
 #include "placement/registry.h"
@@ -103,7 +104,50 @@ struct ServeFlags {
   std::string html;
   std::string requests;
   bool omit_wall_time = false;
+  bool compare_static = false;
 };
+
+// The same run with every deployment at one fixed replica on an unbounded
+// cluster: the static baseline autoscaling is measured against.
+absl::StatusOr<nlohmann::json> StaticBaseline(config::ServeSimConfig cfg,
+                                              const nlohmann::json& elastic) {
+  cfg.cluster_gpus = 0;
+  for (config::SimDeploymentSpec& d : cfg.deployments) {
+    d.autoscaling = false;
+    d.replicas = 1;
+  }
+  ASSIGN_OR_RETURN(sim::ServeSimRun run, sim::RunServeSim(cfg));
+  const nlohmann::json r = sim::ServeReportJson(run, false);
+  const nlohmann::json& o = r["overall"];
+  // Its GPUs are held over the span the elastic run covers (the trace and
+  // the elastic run's tail); a static run that falls behind holds them
+  // longer still (its own span is reported too).
+  int gpus = 0;
+  for (const config::SimDeploymentSpec& d : cfg.deployments) {
+    gpus += d.tensor_parallel;
+  }
+  const double span =
+      elastic["overall"].contains("capacity")
+          ? elastic["overall"]["capacity"]["span_s"].get<double>()
+          : elastic["simulated_seconds"].get<double>();
+  const double static_hours = gpus * span / 3600;
+  const double hours = elastic["overall"]["gpu_seconds"].get<double>() / 3600;
+  nlohmann::json j{
+      {"replicas_per_deployment", 1},
+      {"gpus", gpus},
+      {"gpu_hours", static_hours},
+      {"gpu_hours_over_its_own_span", o["gpu_seconds"].get<double>() / 3600},
+      {"simulated_seconds", r["simulated_seconds"]},
+      {"slo_attainment", o["slo_attainment"]},
+      {"completed", o["completed"]},
+      {"rejected", o["rejected"]},
+      {"timed_out", o["timed_out"]},
+      {"ttft_s", o["ttft_s"]},
+      {"e2e_s", o["e2e_s"]},
+      {"gpu_hours_ratio", static_hours > 0 ? hours / static_hours : 0},
+  };
+  return j;
+}
 
 int RunServe(const ServeFlags& flags) {
   auto fail = [](const std::string& msg) {
@@ -114,8 +158,12 @@ int RunServe(const ServeFlags& flags) {
   if (!cfg.ok()) return fail(std::string(cfg.status().message()));
   auto run = sim::RunServeSim(*cfg);
   if (!run.ok()) return fail(std::string(run.status().message()));
-  const nlohmann::json report =
-      sim::ServeReportJson(*run, !flags.omit_wall_time);
+  nlohmann::json report = sim::ServeReportJson(*run, !flags.omit_wall_time);
+  if (flags.compare_static) {
+    auto baseline = StaticBaseline(*cfg, report);
+    if (!baseline.ok()) return fail(std::string(baseline.status().message()));
+    report["static_baseline"] = *std::move(baseline);
+  }
   const std::string json =
       report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
       "\n";
@@ -148,6 +196,29 @@ int RunServe(const ServeFlags& flags) {
                100 * o["slo_attainment"].get<double>(),
                100 * o["prefix_cache_hit_rate"].get<double>(),
                report["simulated_seconds"].get<double>(), run->wall_seconds);
+  if (run->elastic) {
+    const nlohmann::json& c = o["capacity"];
+    std::fprintf(
+        stderr,
+        "capacity: %.2f GPU-hours; replicas mean %.1f; %lld cold starts; "
+        "%lld held requests (hold p50 %.2f s p99 %.2f s); %lld evictions, "
+        "%lld preemptions\n",
+        c["gpu_hours"].get<double>(), c["replicas_mean"].get<double>(),
+        static_cast<long long>(c["cold_starts"].get<int64_t>()),
+        static_cast<long long>(c["held_requests"].get<int64_t>()),
+        c["hold_s"]["p50"].get<double>(), c["hold_s"]["p99"].get<double>(),
+        static_cast<long long>(c["evictions"].get<int64_t>()),
+        static_cast<long long>(c["preemptions"].get<int64_t>()));
+  }
+  if (report.contains("static_baseline")) {
+    const nlohmann::json& b = report["static_baseline"];
+    std::fprintf(stderr,
+                 "static one replica per deployment: %.2f GPU-hours, SLO met "
+                 "%.1f%%; this run uses %.1f%% of its GPU-hours\n",
+                 b["gpu_hours"].get<double>(),
+                 100 * b["slo_attainment"].get<double>(),
+                 100 * b["gpu_hours_ratio"].get<double>());
+  }
   return 0;
 }
 
@@ -205,6 +276,9 @@ void AddSimCommand(CLI::App& app) {
                     "per-request outcomes CSV path");
   serve->add_flag("--omit-wall-time", serve_flags->omit_wall_time,
                   "leave wall_seconds out, so equal runs give equal files");
+  serve->add_flag("--compare-static", serve_flags->compare_static,
+                  "also run every deployment at one fixed replica and report "
+                  "it as static_baseline (GPU-hours ratio, SLO)");
   serve->callback([serve_flags] {
     const int rc = RunServe(*serve_flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

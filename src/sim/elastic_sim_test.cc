@@ -312,7 +312,7 @@ workload:
   synthetic:
     duration_s: 10
     tenants:
-      - {name: t-{i}, model: m-{i}, count: 3, rate: 1}
+      - {name: "t-{i}", model: "m-{i}", count: 3, rate: 1}
 )",
                                        "count.yaml", "");
   ASSERT_TRUE(cfg.ok()) << cfg.status();

@@ -665,9 +665,11 @@ class Simulation : public ReplicaSimListener {
       if (autoscaling) {
         // Periodic observations while there is work; after it, only the
         // autoscaler's own timers (idle timeouts, delays).
+        // Requests held where no replica can start (nothing frees GPUs)
+        // end the run unserved rather than keep it going.
         const bool busy = next_arrival < n || !events_.empty() ||
-                          queued_total_ > 0 || !ready_.empty() ||
-                          observed_load_;
+                          !ready_.empty() ||
+                          (observed_load_ && queued_total_ == 0);
         if (busy) t_control = std::min(t_control, next_tick);
         t_deadline = autoscaler_.NextDeadline();
         if (t_deadline <= last_evaluate_) t_deadline = kNever;
