@@ -911,9 +911,6 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
       case State::kPending:
       case State::kBackoff:
         if (now >= r.next_start) Launch(d, r, now);
-        if (r.state == State::kPending || r.state == State::kBackoff) {
-          next_wake_ = std::min(next_wake_, r.next_start);
-        }
         break;
       case State::kStarting:
         if (now - r.started > d.engine.readiness.startup_timeout) {
@@ -927,8 +924,6 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
           (void)launcher_.Kill(r.pid);
         } else if (!r.probing && now >= r.next_probe) {
           Probe(d, r, now);
-        } else if (!r.probing) {
-          next_wake_ = std::min(next_wake_, r.next_probe);
         }
         break;
       case State::kReady:
@@ -950,6 +945,15 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
           if (r.pid != 0) (void)launcher_.Stop(r.pid, options_.stop_grace, now);
         }
         break;
+    }
+  }
+  // The loop runs again when a replica is due to launch or, starting (just
+  // launched too), to be probed.
+  for (const auto& r : reps) {
+    if (r->state == State::kPending || r->state == State::kBackoff) {
+      next_wake_ = std::min(next_wake_, r->next_start);
+    } else if (r->state == State::kStarting && !r->probing) {
+      next_wake_ = std::min(next_wake_, r->next_probe);
     }
   }
   // Stopped replicas are forgotten and their GPUs released.
