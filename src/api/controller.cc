@@ -423,8 +423,8 @@ void Controller::Loop() {
   while (!stopping_) {
     Reconcile(SteadyNow());
     // At least 1 ms: a deadline already due runs at the next pass.
-    const Micros wait = std::clamp<Micros>(next_wake_ - SteadyNow(),
-                                           kMicrosPerMilli, options_.tick);
+    const Micros wait = std::max<Micros>(
+        kMicrosPerMilli, std::min(next_wake_ - SteadyNow(), options_.tick));
     wake_.wait_for(lock, std::chrono::microseconds(wait),
                    [this] { return dirty_ || stopping_; });
     dirty_ = false;
