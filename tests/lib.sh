@@ -40,3 +40,31 @@ start_serve() {  # config file
   key=${key#key: }
   url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 || true)
 }
+
+jq_py() {  # python expression over the JSON on stdin, bound to j
+  python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
+}
+
+# Writes $tmp/inventory.yaml (one declared node with two NVLinked H100s)
+# and prints the platform lines of a serve config that uses it: port 0,
+# state, logs and keys under $tmp. A test appends its own lines.
+serve_config_head() {
+  cat >"$tmp/inventory.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Inventory
+spec:
+  nodes:
+    - name: local
+      cpu: "16"
+      memory: 64Gi
+      gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
+YAML
+  cat <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+inventory: $tmp/inventory.yaml
+gpu_discovery: declared
+YAML
+}

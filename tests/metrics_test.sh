@@ -25,25 +25,9 @@ if [ ! -f "$e2e/node_modules/parse-prometheus-text-format/package.json" ]; then
   finish metrics
 fi
 
-cat >"$tmp/inventory.yaml" <<YAML
-apiVersion: gpusched.io/v1
-kind: Inventory
-spec:
-  nodes:
-    - name: local
-      cpu: "16"
-      memory: 64Gi
-      gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
-YAML
 # Engine sizes unlike the other tests': they look for their own engines by
 # their command line, and ctest runs tests at once.
-cat >"$tmp/serve.yaml" <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-inventory: $tmp/inventory.yaml
-gpu_discovery: declared
+{ serve_config_head; cat <<YAML; } >"$tmp/serve.yaml"
 gpu_prices: {H100-SXM-80GB: 3.6}
 deployments:
   - name: chat

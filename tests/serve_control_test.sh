@@ -12,27 +12,7 @@ set -u
 bin="$1"
 source "$(dirname "$0")/lib.sh"
 
-jq_py() {  # python expression over the JSON on stdin, bound to j
-  python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
-}
-
-cat >"$tmp/inventory.yaml" <<YAML
-apiVersion: gpusched.io/v1
-kind: Inventory
-spec:
-  nodes:
-    - name: local
-      cpu: "16"
-      memory: 64Gi
-      gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
-YAML
-cat >"$tmp/serve.yaml" <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-inventory: $tmp/inventory.yaml
-gpu_discovery: declared
+{ serve_config_head; cat <<YAML; } >"$tmp/serve.yaml"
 health_check_period_ms: 500
 drain_grace_s: 5
 deployments:

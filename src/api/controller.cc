@@ -28,6 +28,10 @@ using nlohmann::json;
 
 namespace {
 
+// How often a starting replica is probed for readiness: its readiness is
+// part of a cold start's latency.
+constexpr Micros kStartingProbe = 10 * kMicrosPerMilli;
+
 Micros SteadyNow() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -79,6 +83,10 @@ GatewayDeployment ToGateway(const config::DeploymentSpec& s,
   g.spec.name = s.name;
   g.spec.router = s.router;
   g.spec.max_queue_size = s.max_queue_size;
+  if (s.autoscaling) {
+    g.queue_timeout = static_cast<Micros>(s.hold_timeout_s * kMicrosPerSecond);
+    g.max_held = s.max_held;
+  }
   serving::QueueOrder order = serving::QueueOrder::kFair;
   (void)serving::ParseQueueOrder(s.queue_order, &order);
   for (const std::string& c : classes) {
@@ -195,11 +203,19 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     Controller* self = c.get();
     c->options_.metrics->SetSource([self] { return self->MetricsSnapshot(); });
   }
+  if (c->gateway_ != nullptr) {
+    Controller* self = c.get();
+    c->gateway_->SetDemandSink(
+        [self](const std::string& deployment, Micros arrival) {
+          self->OnDemand(deployment, arrival);
+        });
+  }
   return c;
 }
 
 Controller::~Controller() {
   if (options_.metrics) options_.metrics->SetSource(nullptr);
+  if (gateway_ != nullptr) gateway_->SetDemandSink(nullptr);
   Stop();
   probe_.reset();  // no probe callback runs after this
 }
@@ -382,6 +398,17 @@ void Controller::Stop() {
   }
 }
 
+void Controller::OnDemand(const std::string& deployment, Micros arrival) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = deployments_.find(deployment);
+    if (it == deployments_.end()) return;
+    if (it->second.demand_arrival == 0) it->second.demand_arrival = arrival;
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
 void Controller::Wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -395,7 +422,10 @@ void Controller::Loop() {
   Micros next_gpu_read = SteadyNow() + options_.gpu_read_period;
   while (!stopping_) {
     Reconcile(SteadyNow());
-    wake_.wait_for(lock, std::chrono::microseconds(options_.tick),
+    // At least 1 ms: a deadline already due runs at the next pass.
+    const Micros wait = std::max<Micros>(
+        kMicrosPerMilli, std::min(next_wake_ - SteadyNow(), options_.tick));
+    wake_.wait_for(lock, std::chrono::microseconds(wait),
                    [this] { return dirty_ || stopping_; });
     dirty_ = false;
     lock.unlock();
@@ -541,6 +571,9 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
                 exists ? &it->second.manifest : nullptr,
                 exists ? it->second.generation : 0, result);
   if (generation == 0) return absl::OkStatus();
+  if (spec.autoscaling) {
+    RETURN_IF_ERROR(autoscale::ValidateAutoscalingConfig(*spec.autoscaling));
+  }
   const Micros wall = WallNow();
   if (persist) {
     std::lock_guard<std::mutex> lock(store_mu_);
@@ -554,12 +587,28 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   RETURN_IF_ERROR(
       gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
   Deployment& d = deployments_[spec.name];
+  const int before = exists ? ReplicaTarget(d) : 0;
   if (options_.metrics) {
-    if (exists)
-      options_.metrics->Scaled(spec.name, d.spec.replicas, spec.replicas);
     options_.metrics->SetSlo(spec.name, spec.ttft_slo_ms, spec.tpot_slo_ms);
   }
   d.spec = m.deployment;
+  // With spec.autoscaling the autoscaler owns the count: a new entry starts
+  // from the count running now (a new deployment, or a restart: from
+  // spec.replicas); a changed one keeps its target (rule 1 clamps it).
+  if (d.spec.autoscaling && d.autoscale >= 0) {
+    RETURN_IF_ERROR(
+        autoscaler_->UpdateConfig(d.autoscale, *d.spec.autoscaling));
+  } else if (d.spec.autoscaling) {
+    ASSIGN_OR_RETURN(d.autoscale,
+                     autoscaler_->AddDeployment(
+                         spec.name, *d.spec.autoscaling,
+                         exists ? before : d.spec.replicas, SteadyNow()));
+  } else if (d.autoscale >= 0) {
+    RebuildAutoscaler(SteadyNow());
+  }
+  if (options_.metrics && exists) {
+    options_.metrics->Scaled(spec.name, before, ReplicaTarget(d));
+  }
   d.manifest = canonical;
   d.generation = generation;
   if (!exists) d.created = wall;
@@ -652,6 +701,7 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
   gateway_->RemoveDeployment(name);
   it->second.deleting = true;
   it->second.delete_deadline = SteadyNow() + options_.drain_grace;
+  if (it->second.autoscale >= 0) RebuildAutoscaler(SteadyNow());
   Event("deployment.deleted", name,
         absl::StrCat("deployment ", name,
                      " deleted: queued requests are served, then its "
@@ -671,6 +721,14 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
           absl::StrCat("deployment '", name, "' not found"));
     }
     spec = it->second.spec;
+  }
+  if (spec.autoscaling) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "deployment '", name,
+        "' is autoscaled (spec.autoscaling): its replica count follows its "
+        "load within minReplicas..maxReplicas (",
+        spec.min_replicas, "..", spec.max_replicas,
+        "); apply a manifest with other bounds instead"));
   }
   if (!spec.endpoints.empty()) {
     return absl::FailedPreconditionError(
@@ -697,9 +755,12 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
 // --- Reconcile --------------------------------------------------------------
 
 void Controller::Reconcile(Micros now) {
+  next_wake_ = now + options_.tick;
   AccrueGpuTime(now);
   HandleExits(now);
   launcher_.Tick(now);
+  Autoscale(now);
+  next_wake_ = std::min(next_wake_, autoscaler_->NextDeadline());
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;
     ReconcileDeployment(d, now);
@@ -786,7 +847,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
     reps = std::move(next);
   }
   // How many replicas of the current version should run.
-  int desired = d.spec.endpoints.empty() ? d.spec.replicas : 0;
+  int desired = d.spec.endpoints.empty() ? ReplicaTarget(d) : 0;
   if (d.deleting) {
     const bool queued = gateway_->Load(d.spec.name).queued > 0;
     desired = queued && now < d.delete_deadline ? -1 : 0;  // -1: keep all
@@ -886,6 +947,15 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
         break;
     }
   }
+  // The loop runs again when a replica is due to launch or, starting (just
+  // launched too), to be probed.
+  for (const auto& r : reps) {
+    if (r->state == State::kPending || r->state == State::kBackoff) {
+      next_wake_ = std::min(next_wake_, r->next_start);
+    } else if (r->state == State::kStarting && !r->probing) {
+      next_wake_ = std::min(next_wake_, r->next_probe);
+    }
+  }
   // Stopped replicas are forgotten and their GPUs released.
   std::erase_if(reps, [&](const std::unique_ptr<Replica>& r) {
     if (r->state != State::kDraining || !r->stop_sent || r->pid != 0) {
@@ -910,9 +980,129 @@ void Controller::PushReady(Deployment& d) {
   if (keys == d.pushed) return;
   d.pushed = keys;
   gateway_->SetReplicas(d.spec.name, ready);
+  // Held requests were dispatched by SetReplicas: the scale from zero is
+  // done.
+  if (d.cold && d.cold->ready > 0 && !ready.empty()) {
+    const ColdStart& c = *d.cold;
+    const Micros released = SteadyNow();
+    auto ms = [](Micros from, Micros to) {
+      return from > 0 && to >= from ? (to - from) / 1e3 : -1.0;
+    };
+    const json phases = {
+        {"replica", c.replica},
+        {"decision_ms", ms(c.arrival, c.decided)},
+        {"placement_ms", ms(c.decided, c.placed)},
+        {"launch_ms", ms(c.placed, c.launched)},
+        {"engine_ready_ms", ms(c.launched, c.ready)},
+        {"release_ms", ms(c.ready, released)},
+        {"total_ms", ms(c.arrival, released)},
+        // gpusched's own part, but for readiness detection (inside
+        // engine_ready_ms; bench/cold_start.sh measures it all).
+        {"gpusched_ms", c.launched > 0 && c.ready > 0
+                            ? ms(c.arrival, c.launched) + ms(c.ready, released)
+                            : -1.0},
+    };
+    Event("replica.cold_start", d.spec.name,
+          absl::StrFormat(
+              "%s: scaled from zero, first request released %.1f ms after "
+              "it arrived (decision %.1f, placement %.1f, launch %.1f, engine "
+              "start and readiness %.1f, release %.1f ms)",
+              c.replica, ms(c.arrival, released), ms(c.arrival, c.decided),
+              ms(c.decided, c.placed), ms(c.placed, c.launched),
+              ms(c.launched, c.ready), ms(c.ready, released)),
+          phases);
+    d.cold.reset();
+  }
+}
+
+int Controller::ReplicaTarget(const Deployment& d) const {
+  return d.autoscale >= 0 ? autoscaler_->target(d.autoscale) : d.spec.replicas;
+}
+
+void Controller::RebuildAutoscaler(Micros now) {
+  auto next = std::make_unique<autoscale::Autoscaler>();
+  for (auto& [name, d] : deployments_) {
+    if (d.autoscale < 0) continue;
+    const int target = autoscaler_->target(d.autoscale);
+    d.autoscale = -1;
+    if (d.deleting || !d.spec.autoscaling) continue;
+    // Cannot fail: the config was validated when applied, names are unique.
+    auto index = next->AddDeployment(name, *d.spec.autoscaling, target, now);
+    if (index.ok()) d.autoscale = *index;
+  }
+  autoscaler_ = std::move(next);
+}
+
+void Controller::Autoscale(Micros now) {
+  if (autoscaler_->num_deployments() == 0) return;
+  for (auto& [name, d] : deployments_) {
+    if (d.autoscale < 0) continue;
+    const DeploymentLoad load = gateway_->Load(name);
+    autoscale::Observation o;
+    o.in_flight = load.in_flight;
+    o.queued = load.queued;
+    for (const auto& r : d.replicas) {
+      if (r->state == State::kDraining || r->state == State::kExternal ||
+          r->template_key != d.template_key) {
+        continue;
+      }
+      if (r->state == State::kReady) {
+        ++o.ready;
+      } else {
+        ++o.starting;
+      }
+    }
+    autoscaler_->Observe(d.autoscale, now, o);
+  }
+  decisions_.clear();
+  autoscaler_->Evaluate(now, &decisions_);
+  for (const autoscale::Decision& dec : decisions_) {
+    auto it = deployments_.find(dec.deployment);
+    if (it == deployments_.end()) continue;
+    Deployment& d = it->second;
+    const autoscale::Signals& s = dec.signals;
+    if (options_.metrics) {
+      options_.metrics->Scaled(dec.deployment, dec.from, dec.to);
+    }
+    if (dec.from == 0 && dec.to > 0) {
+      d.cold = ColdStart{};
+      d.cold->arrival = d.demand_arrival > 0 ? d.demand_arrival : now;
+      d.cold->decided = now;
+    }
+    if (dec.to == 0) {
+      d.demand_arrival = 0;
+      d.cold.reset();
+    }
+    const char* reason = autoscale::ReasonName(dec.reason);
+    Event("deployment.autoscaled", dec.deployment,
+          absl::StrCat("deployment ", dec.deployment, " autoscaled from ",
+                       dec.from, " to ", dec.to, " replicas (", reason, ": ",
+                       s.ToString(), ")"),
+          json{{"from", dec.from},
+               {"to", dec.to},
+               {"reason", reason},
+               {"signals",
+                {{"desired", s.desired},
+                 {"in_flight", s.in_flight},
+                 {"queued", s.queued},
+                 {"ready", s.ready},
+                 {"starting", s.starting},
+                 {"ongoing_mean", s.ongoing_mean},
+                 {"ttft_p_s", s.ttft_p_s},
+                 {"samples", s.samples},
+                 {"idle_s", s.idle_s},
+                 {"run_s", s.run_s}}}});
+  }
 }
 
 void Controller::Launch(Deployment& d, Replica& r, Micros now) {
+  // The first replica launched after a scale from zero serves the held
+  // requests.
+  ColdStart* cold =
+      d.cold && (d.cold->replica.empty() || d.cold->replica == r.name)
+          ? &*d.cold
+          : nullptr;
+  if (cold) cold->replica = r.name;
   auto fail = [&](const std::string& why) {
     r.backoff.OnExit(now);
     r.next_start = r.backoff.NextStart(now);
@@ -1004,6 +1194,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
                  {"policy", options_.placement_policy}});
     }
   }
+  if (cold && cold->placed == 0) cold->placed = SteadyNow();
   auto port = FreePort();
   if (!port.ok()) {
     fail(std::string(port.status().message()));
@@ -1101,13 +1292,14 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
     std::ofstream out(PidFile(r.name), std::ios::trunc);
     out << *pid << "\n" << spec.argv.front() << "\n";
   }
+  if (cold) cold->launched = SteadyNow();
   r.pid = *pid;
   r.endpoint = {"127.0.0.1", static_cast<uint16_t>(*port)};
   r.metrics_port = static_cast<uint16_t>(*metrics_port);
   r.state = State::kStarting;
   r.started = now;
   r.started_wall = WallNow();
-  r.next_probe = now + 20 * kMicrosPerMilli;
+  r.next_probe = now + kStartingProbe;
   r.health_failures = 0;
   r.message.clear();
   r.backoff.OnStarted(now);
@@ -1215,6 +1407,7 @@ void Controller::OnProbe(const std::string& deployment,
           options_.metrics->ReplicaReady(deployment,
                                          ToSeconds(now - r->started));
         }
+        if (d.cold && d.cold->replica == r->name) d.cold->ready = now;
         Event("replica.ready", deployment,
               absl::StrCat(
                   r->name, " ready on ", EndpointKey(r->endpoint), " after ",
@@ -1223,7 +1416,9 @@ void Controller::OnProbe(const std::string& deployment,
                    {"startup_seconds", (now - r->started) / 1e6}});
         dirty_ = true;
       } else {
-        r->next_probe = now + 50 * kMicrosPerMilli;
+        // The loop probes again when this is due.
+        r->next_probe = now + kStartingProbe;
+        dirty_ = true;
       }
       break;
     case State::kReady:
@@ -1279,7 +1474,7 @@ absl::Status Controller::WaitReady(Micros timeout) {
           }
         }
         const int want = d.spec.endpoints.empty()
-                             ? d.spec.replicas
+                             ? ReplicaTarget(d)
                              : static_cast<int>(d.spec.endpoints.size());
         if (ready < want && waiting.empty()) {
           waiting.push_back(
@@ -1344,10 +1539,18 @@ json Controller::DeploymentJson(const Deployment& d) {
     }
     if (message.empty() && !r->message.empty()) message = r->message;
   }
-  j["status"] = {{"replicas", d.replicas.size()}, {"readyReplicas", ready},
-                 {"queued", load.queued},         {"inFlight", load.in_flight},
-                 {"deleting", d.deleting},        {"message", message},
-                 {"replicaStatus", reps}};
+  j["status"] = {
+      {"replicas", d.replicas.size()},
+      {"desiredReplicas", d.spec.endpoints.empty()
+                              ? ReplicaTarget(d)
+                              : static_cast<int>(d.spec.endpoints.size())},
+      {"autoscaled", d.autoscale >= 0},
+      {"readyReplicas", ready},
+      {"queued", load.queued},
+      {"inFlight", load.in_flight},
+      {"deleting", d.deleting},
+      {"message", message},
+      {"replicaStatus", reps}};
   return j;
 }
 
@@ -1475,7 +1678,7 @@ std::optional<int> Controller::DesiredReplicas(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = deployments_.find(name);
   if (it == deployments_.end() || it->second.deleting) return std::nullopt;
-  return it->second.spec.replicas;
+  return ReplicaTarget(it->second);
 }
 
 bool Controller::HasTenant(const std::string& name) {
@@ -1566,7 +1769,7 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
     sd.name = name;
     sd.desired = d.deleting ? 0
                  : d.spec.endpoints.empty()
-                     ? d.spec.replicas
+                     ? ReplicaTarget(d)
                      : static_cast<int>(d.spec.endpoints.size());
     for (State st : kStates) {
       int count = 0;

@@ -13,8 +13,19 @@
 // deployment and tenant, kills engines the previous run left behind (their
 // pid files under log_dir) and starts replicas again.
 //
+// Deployments with spec.autoscaling get their replica count from an
+// autoscale::Autoscaler (the policy the simulator runs): each loop pass
+// observes the gateway's load and the replicas, evaluates, and carries the
+// decisions out like a scale (scale down drains starting replicas first).
+// The first request held at zero replicas wakes the loop at once (the
+// gateway's demand sink). After a restart an autoscaled deployment starts
+// from its manifest's replicas (default minReplicas) and the rules take
+// over (docs/autoscaling.md, live section).
+//
 // Threads: a loop thread reconciles every `tick` (and at once after a
-// change); the API calls come from HTTP threads. One mutex guards the
+// change, sooner when a deadline such as a starting replica's next
+// readiness probe or an autoscaling delay is due); the API calls come from
+// HTTP threads. One mutex guards the
 // controller's state; the Store has its own (lock order: state, store).
 #ifndef GPUSCHED_API_CONTROLLER_H_
 #define GPUSCHED_API_CONTROLLER_H_
@@ -32,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "api/controller_metrics.h"
 #include "api/gateway.h"
+#include "autoscale/autoscaler.h"
 #include "config/manifest.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
@@ -184,6 +196,16 @@ class Controller {
     int health_failures = 0;
     std::string message;
   };
+  // One scale from zero in progress, for the replica.cold_start event
+  // (steady clock; 0: not yet).
+  struct ColdStart {
+    std::string replica;  // the replica started for it, once launched
+    Micros arrival = 0;   // the first held request
+    Micros decided = 0;   // the autoscaler's decision
+    Micros placed = 0;    // placement done
+    Micros launched = 0;  // engine process started
+    Micros ready = 0;     // readiness probe answered
+  };
   struct Deployment {
     config::DeploymentSpec spec;
     nlohmann::json manifest;  // canonical
@@ -195,6 +217,13 @@ class Controller {
     Micros delete_deadline = kNever;
     std::vector<std::unique_ptr<Replica>> replicas;
     std::vector<std::string> pushed;  // ready endpoints the gateway has
+    // spec.autoscaling: its index in autoscaler_, whose target is then the
+    // desired count (spec.replicas only the initial one); -1: none.
+    int autoscale = -1;
+    // Arrival of the first request held at zero replicas since the last
+    // scale to zero (steady clock); 0: none.
+    Micros demand_arrival = 0;
+    std::optional<ColdStart> cold;
   };
   struct Tenant {
     config::TenantSpec spec;
@@ -215,6 +244,17 @@ class Controller {
   void HandleExits(Micros now);                                  // mu_ held
   void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus);  // mu_ held
   void PushReady(Deployment& d);                                 // mu_ held
+  // The replicas of the current version that should run: the autoscaler's
+  // target, else spec.replicas.
+  int ReplicaTarget(const Deployment& d) const;  // mu_ held
+  // Observes every autoscaled deployment, evaluates, carries out and
+  // records the decisions.
+  void Autoscale(Micros now);  // mu_ held
+  // A new Autoscaler with the deployments still autoscaled (at their
+  // current targets): the Autoscaler cannot remove one.
+  void RebuildAutoscaler(Micros now);  // mu_ held
+  // The gateway's demand sink: a request is held at zero replicas.
+  void OnDemand(const std::string& deployment, Micros arrival);
   void Release(Replica& r);  // mu_ held: its GPUs go back
   // Adds the GPU time held since the last call to the metrics (about once
   // a second).
@@ -253,6 +293,12 @@ class Controller {
   std::unique_ptr<runtime::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ = 0;  // guarded by mu_
+  // Guarded by mu_: the autoscaled deployments' policy, its decisions
+  // (scratch), and when the loop must run next at the latest.
+  std::unique_ptr<autoscale::Autoscaler> autoscaler_ =
+      std::make_unique<autoscale::Autoscaler>();
+  std::vector<autoscale::Decision> decisions_;
+  Micros next_wake_ = 0;
 
   std::mutex store_mu_;  // the Store and the key cache
   absl::flat_hash_map<std::string, runtime::KeyInfo> key_cache_;

@@ -399,6 +399,17 @@ int64_t Gateway::InFlightOn(const runtime::Endpoint& ep) {
   return it == in_flight_.end() ? 0 : it->second;
 }
 
+void Gateway::SetDemandSink(DemandSink sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  demand_sink_ = std::move(sink);
+}
+
+int64_t Gateway::Queued(const Model& m) const {
+  int64_t queued = dispatcher_->queue(m.current).size();
+  for (serving::ModelId r : m.retired) queued += dispatcher_->queue(r).size();
+  return queued;
+}
+
 void Gateway::SetEventSink(std::function<void(runtime::Event)> sink) {
   std::lock_guard<std::mutex> lock(rejections_mu_);
   event_sink_ = std::move(sink);
@@ -789,6 +800,8 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
   std::vector<std::string> allowed;
   std::vector<Job> jobs;
   bool known = false;
+  int64_t hold_limit = 0;  // > 0: rejected, max_held requests already held
+  DemandSink demand;       // set: the first request held at zero replicas
   {
     std::lock_guard<std::mutex> lock(mu_);
     known = Allowed(tenant, model);
@@ -798,16 +811,45 @@ void Gateway::Submit(Protocol protocol, HttpRequest& req,
       Model& m = models_.at(model);
       sr.model = m.current;
       p.cells = CellsFor(m, tenant, sr.priority);
-      sr.id = next_id_++;
-      p.request = sr;
-      v = dispatcher_->Submit(sr, now);
+      // No ready replica: the request is held until one is (scale from
+      // zero), within the deployment's hold bound.
+      const bool cold = m.ready.empty();
+      const int64_t held = cold ? Queued(m) : 0;
+      if (cold && m.config.max_held > 0 && held >= m.config.max_held) {
+        hold_limit = m.config.max_held;
+        v.reason = RejectReason::kNoReplica;
+        v.retry_after = kMicrosPerSecond;
+      } else {
+        sr.id = next_id_++;
+        p.request = sr;
+        p.held = cold;
+        v = dispatcher_->Submit(sr, now);
+      }
       if (v.admitted()) {
+        if (cold) {
+          GatewayMetrics::Held(p.cells);
+          if (held == 0) demand = demand_sink_;
+        }
         pending_.emplace(sr.id, std::move(p));
         DispatchLocked(&jobs);
       }
     }
   }
+  if (demand) demand(model, now);
   for (Job& j : jobs) Proxy(std::move(j));
+  if (hold_limit > 0) {
+    GatewayMetrics::Rejected(p.cells, v.reason);
+    stats_.RecordRejected(model, tenant.config->spec.name, now);
+    NoteRejection(model, tenant.config->spec.name, v.reason);
+    Reject(protocol, p.responder, http::status::service_unavailable,
+           absl::StrCat("request rejected: hold_limit: deployment '", model,
+                        "' has no ready replica yet and already holds ",
+                        hold_limit, hold_limit == 1 ? " request" : " requests",
+                        " (spec.autoscaling.maxHeld); a replica is starting, "
+                        "retry in 1 s"),
+           "overloaded_error", v.retry_after);
+    return;
+  }
   if (!known) {
     Invalid("unknown_model");
     Reject(protocol, p.responder, http::status::not_found,
@@ -848,12 +890,17 @@ void Gateway::Pump() {
 
 void Gateway::DispatchLocked(std::vector<Job>* jobs) {
   assigned_.clear();
-  dispatcher_->Dispatch(NowMicros(), &assigned_);
+  const Micros now = NowMicros();
+  dispatcher_->Dispatch(now, &assigned_);
   runtime::UpstreamClient* upstream = upstreams_.back().get();
   for (const serving::Assignment& a : assigned_) {
     Pending& p = pending_.at(a.request.id);
     p.request = a.request;  // as dispatched
     ++p.attempts;
+    if (p.held) {
+      p.held = false;
+      GatewayMetrics::Released(p.cells, ToSeconds(now - p.request.arrival));
+    }
     const Replica& rep = endpoints_.at(a.replica);
     p.endpoint = rep.key;
     ++in_flight_[rep.key];

@@ -17,7 +17,8 @@
 // Errors use each protocol's shape (OpenAI: {"error": {"message", "type"}};
 // KServe: {"error": "..."}): 401 bad key, 404 unknown model (listing the
 // tenant's models), 429 rate or queue limits (with Retry-After), 503
-// deadline infeasible, queue timeout or deployment deleted. A request whose
+// deadline infeasible, queue timeout, hold limit (max_held requests already
+// held at zero ready replicas) or deployment deleted. A request whose
 // replica fails before answering (refused, reset, gone) is retried on
 // another replica (three attempts in all); once the response has started
 // it is relayed as it is.
@@ -60,6 +61,10 @@ struct GatewayDeployment {
   int64_t kv_budget_tokens = 0;
   // Queued requests wait at most this long for a replica (503 after).
   Micros queue_timeout = 60 * kMicrosPerSecond;
+  // Scale from zero: while the deployment has no ready replica, at most
+  // this many requests are held in its queue; more get 503 with
+  // Retry-After (reason no_replica). 0: no bound beyond max_queue_size.
+  int64_t max_held = 0;
 };
 
 struct GatewayTenant {
@@ -130,6 +135,15 @@ class Gateway {
   // Rejections become "request.rejected" events, one per (deployment,
   // tenant, reason) and second with their count, sent from Tick().
   void SetEventSink(std::function<void(runtime::Event)> sink);
+  // Demand at zero: called with the deployment and the request's arrival
+  // (steady clock) when a request is held while the deployment has no
+  // ready replica and held no other request, i.e. once per burst of first
+  // requests (concurrent ones find the first already held). Called on the
+  // thread that received the request, without the gateway's lock, so the
+  // sink may take the controller's lock (whose holder calls the gateway).
+  using DemandSink =
+      std::function<void(const std::string& deployment, Micros arrival)>;
+  void SetDemandSink(DemandSink sink);
 
  private:
   enum class Protocol { kOpenAi, kKServe };
@@ -145,6 +159,7 @@ class Gateway {
     GatewayMetrics::RequestCells* cells = nullptr;  // null: no metrics
     std::string tenant;                             // its name, for stats
     std::string deployment;                         // the model it asked
+    bool held = false;  // arrived while the deployment had no ready replica
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -205,8 +220,9 @@ class Gateway {
   bool Allowed(const Tenant& t, const std::string& model) const;
   std::vector<std::string> AllowedModels(const Tenant& t) const;  // mu_ held
   absl::StatusOr<serving::ModelId> NewQueue(const Model& m);      // mu_ held
-  void SyncReplicas(serving::ModelId id, const Model& m);         // mu_ held
-  void SyncAll(const Model& m);                                   // mu_ held
+  int64_t Queued(const Model& m) const;  // mu_ held: over all its queues
+  void SyncReplicas(serving::ModelId id, const Model& m);  // mu_ held
+  void SyncAll(const Model& m);                            // mu_ held
   // Queued requests of a deleted, replica-less deployment: answered 503.
   void FailQueued(serving::ModelId id, std::vector<Pending>* out);  // mu_ held
   GatewayMetrics::RequestCells* CellsFor(Model& m, const Tenant& t,
@@ -231,6 +247,7 @@ class Gateway {
   std::map<std::string, Tenant> tenants_;
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
   std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
+  DemandSink demand_sink_;
 
   void NoteRejection(const std::string& deployment, const std::string& tenant,
                      serving::RejectReason reason);

@@ -67,6 +67,16 @@ GatewayMetrics::GatewayMetrics(metrics::Registry* r) {
                          "From arrival at the gateway to the end of the "
                          "answer (proxied requests).",
                          {"deployment"}, kLatencyBuckets);
+  held_ = r->AddCounter(
+      "gpusched_held_requests_total",
+      "Requests that arrived while their deployment had no ready replica "
+      "and were held in its queue (scale from zero).",
+      {"deployment"});
+  hold_ = r->AddHistogram(
+      "gpusched_request_hold_seconds",
+      "Held requests: from arrival to dispatch to the first ready replica "
+      "(the cold start as a request sees it).",
+      {"deployment"}, kLatencyBuckets);
 }
 
 GatewayMetrics::DeploymentCells* GatewayMetrics::Deployment(
@@ -77,6 +87,8 @@ GatewayMetrics::DeploymentCells* GatewayMetrics::Deployment(
   d->ttft = ttft_->With({name});
   d->tpot = tpot_->With({name});
   d->e2e = e2e_->With({name});
+  d->held = held_->With({name});
+  d->hold = hold_->With({name});
   // Every reason shows from the start, at 0.
   for (int i = 1; i < serving::kNumRejectReasons; ++i) {
     d->rejections[i] = rejections_->With(
@@ -115,6 +127,14 @@ void GatewayMetrics::Rejected(RequestCells* c, serving::RejectReason reason) {
       reason == serving::RejectReason::kRateLimitedTokens) {
     c->throttled->Add();
   }
+}
+
+void GatewayMetrics::Held(RequestCells* c) {
+  if (c != nullptr) c->deployment->held->Add();
+}
+
+void GatewayMetrics::Released(RequestCells* c, double seconds) {
+  if (c != nullptr) c->deployment->hold->Observe(seconds);
 }
 
 void GatewayMetrics::Finished(RequestCells* c, bool ok, bool stream,

@@ -30,6 +30,8 @@ class GatewayMetrics {
     metrics::Histogram* ttft = nullptr;
     metrics::Histogram* tpot = nullptr;
     metrics::Histogram* e2e = nullptr;
+    metrics::Counter* held = nullptr;    // held at zero ready replicas
+    metrics::Histogram* hold = nullptr;  // hold time of released ones
     // Set once the deployment has an SLO.
     std::atomic<metrics::Counter*> slo_requests{nullptr}, slo_met{nullptr};
     std::array<metrics::Counter*, serving::kNumRejectReasons> rejections{};
@@ -60,6 +62,11 @@ class GatewayMetrics {
   static void Finished(RequestCells* c, bool ok, bool stream, Micros arrival,
                        Micros first_byte, Micros end, int64_t input_tokens,
                        int64_t output_tokens);
+  // A request was held: it arrived while its deployment had no ready
+  // replica.
+  static void Held(RequestCells* c);
+  // A held request left the queue for a replica after `seconds`.
+  static void Released(RequestCells* c, double seconds);
   // A request refused before it reached a deployment's queue
   // (unauthenticated, forbidden, unknown_model, unknown_priority,
   // bad_deadline).
@@ -85,6 +92,8 @@ class GatewayMetrics {
   metrics::HistogramFamily* ttft_;
   metrics::HistogramFamily* tpot_;
   metrics::HistogramFamily* e2e_;
+  metrics::CounterFamily* held_;
+  metrics::HistogramFamily* hold_;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<DeploymentCells>> deployments_;

@@ -1,6 +1,7 @@
 #include "api/gateway.h"
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -25,14 +26,7 @@ using ::testing::HasSubstr;
 class GatewayTest : public ::testing::Test {
  protected:
   void Start(bool with_dead_replica, double rpm = 0) {
-    for (int i = 0; i < 2; ++i) {
-      engine::EngineOptions o;
-      o.model = "chat";
-      o.hidden = 16;
-      auto e = engine::EngineServer::Start(o, HttpServerOptions{});
-      ASSERT_TRUE(e.ok());
-      engines_.push_back(*std::move(e));
-    }
+    for (int i = 0; i < 2; ++i) StartEngine("chat");
     auto store = runtime::Store::Open(":memory:");
     ASSERT_TRUE(store.ok());
     store_ = *std::move(store);
@@ -74,6 +68,15 @@ class GatewayTest : public ::testing::Test {
         });
     ASSERT_TRUE(s.ok());
     server_ = *std::move(s);
+  }
+  // A reference engine serving `model`, in engines_.
+  void StartEngine(const std::string& model) {
+    engine::EngineOptions o;
+    o.model = model;
+    o.hidden = 16;
+    auto e = engine::EngineServer::Start(o, HttpServerOptions{});
+    ASSERT_TRUE(e.ok()) << e.status();
+    engines_.push_back(*std::move(e));
   }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::seconds(2));
@@ -246,7 +249,87 @@ TEST_F(GatewayTest, QueuedRequestsTimeOutWithoutReplicas) {
   ticker.join();
   EXPECT_EQ(res.result(), http::status::service_unavailable) << res.body();
   EXPECT_THAT(res.body(), HasSubstr("queue_timeout"));
+  EXPECT_FALSE(res[http::field::retry_after].empty());
   EXPECT_GE(waited, 0.15);
+}
+
+// Scale from zero: requests for a deployment without a ready replica are
+// held (at most max_held), the first one tells the demand sink, and all are
+// released when a replica is ready.
+TEST_F(GatewayTest, HoldsRequestsAtZeroReplicasWithinTheBound) {
+  Start(false);
+  StartEngine("cold");
+  const runtime::Endpoint replica{"127.0.0.1", engines_.back()->port()};
+  GatewayDeployment cold;
+  cold.spec.name = "cold";
+  cold.max_held = 2;
+  ASSERT_TRUE(gateway_->UpsertDeployment(cold).ok());
+  GatewayTenant a;
+  a.spec.name = "alice";
+  a.models = {"chat", "cold"};
+  ASSERT_TRUE(gateway_->UpsertTenant(a).ok());
+  std::mutex mu;
+  std::vector<std::string> demands;
+  gateway_->SetDemandSink([&](const std::string& deployment, Micros arrival) {
+    EXPECT_GT(arrival, 0);
+    std::lock_guard<std::mutex> lock(mu);
+    demands.push_back(deployment);
+  });
+  auto demanded = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return demands.size();
+  };
+  // Waits (bounded) until `n` requests are held.
+  auto held = [&](int64_t n) {
+    for (int i = 0; i < 500 && gateway_->Load("cold").queued != n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return gateway_->Load("cold").queued == n;
+  };
+  const std::string body = R"({"model":"cold","prompt":"x","max_tokens":1})";
+  HttpResponse first, second;
+  std::thread t1([&] { first = Call(alice_, "/v1/completions", body); });
+  ASSERT_TRUE(held(1));
+  std::thread t2([&] { second = Call(alice_, "/v1/completions", body); });
+  ASSERT_TRUE(held(2));
+  EXPECT_EQ(demanded(), 1u);  // once for the burst, not per request
+  EXPECT_EQ(gateway_->Load("cold").replicas, 0);
+
+  // Beyond the bound: 503 with Retry-After, in each protocol's shape.
+  auto over = Call(alice_, "/v1/completions", body);
+  EXPECT_EQ(over.result(), http::status::service_unavailable);
+  EXPECT_THAT(over.body(), HasSubstr("hold_limit"));
+  EXPECT_EQ(json::parse(over.body())["error"]["type"], "overloaded_error");
+  EXPECT_EQ(over[http::field::retry_after], "1");
+  auto kserve = Call(alice_, "/v2/models/cold/infer",
+                     R"({"inputs":[{"name":"text","datatype":"BYTES",)"
+                     R"("shape":[1],"data":["hello"]}]})");
+  EXPECT_EQ(kserve.result(), http::status::service_unavailable);
+  EXPECT_TRUE(json::parse(kserve.body())["error"].is_string());
+  EXPECT_FALSE(kserve[http::field::retry_after].empty());
+  EXPECT_EQ(gateway_->Load("cold").queued, 2);
+
+  // A ready replica releases the held requests.
+  gateway_->SetReplicas("cold", {replica});
+  t1.join();
+  t2.join();
+  EXPECT_EQ(first.result(), http::status::ok) << first.body();
+  EXPECT_EQ(second.result(), http::status::ok) << second.body();
+  EXPECT_EQ(demanded(), 1u);
+  // With a ready replica nothing is held and nobody is told.
+  EXPECT_EQ(Call(alice_, "/v1/completions", body).result(), http::status::ok);
+  EXPECT_EQ(demanded(), 1u);
+
+  // Back at zero, the next request is a new demand.
+  gateway_->SetReplicas("cold", {});
+  std::thread t3([&] { first = Call(alice_, "/v1/completions", body); });
+  ASSERT_TRUE(held(1));
+  EXPECT_EQ(demanded(), 2u);
+  gateway_->SetReplicas("cold", {replica});
+  t3.join();
+  EXPECT_EQ(first.result(), http::status::ok) << first.body();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(demands, (std::vector<std::string>{"cold", "cold"}));
 }
 
 }  // namespace

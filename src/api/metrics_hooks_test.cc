@@ -33,6 +33,23 @@ TEST_F(MetricsHooksTest, CellsAreStablePerTuple) {
   EXPECT_EQ(a->throttled, gateway_.Cells("embed", "alice", "batch")->throttled);
 }
 
+TEST_F(MetricsHooksTest, HeldRequestsAndHoldTime) {
+  GatewayMetrics::RequestCells* c = gateway_.Cells("chat", "alice", "standard");
+  GatewayMetrics::Held(c);
+  GatewayMetrics::Held(c);
+  GatewayMetrics::Released(c, 0.03);
+  GatewayMetrics::Held(nullptr);  // no metrics: ignored
+  const std::string text = registry_.Expose();
+  EXPECT_THAT(
+      text, HasSubstr("gpusched_held_requests_total{deployment=\"chat\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_request_hold_seconds_bucket{"
+                              "deployment=\"chat\",le=\"0.025\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_request_hold_seconds_bucket{"
+                              "deployment=\"chat\",le=\"0.05\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_request_hold_seconds_count{"
+                              "deployment=\"chat\"} 1\n"));
+}
+
 TEST_F(MetricsHooksTest, StreamedRequestTimesAndSlo) {
   controller_.SetSlo("chat", /*ttft_ms=*/100, /*tpot_ms=*/20);
   GatewayMetrics::RequestCells* c = gateway_.Cells("chat", "alice", "standard");

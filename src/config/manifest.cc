@@ -232,6 +232,8 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
         {"sloPercentile", a.slo_percentile},
         {"sloWindowS", a.slo_window_s},
         {"sloHeadroom", a.slo_headroom},
+        {"maxHeld", d.max_held},
+        {"holdTimeoutS", d.hold_timeout_s},
     };
   }
   return out;

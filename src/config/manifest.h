@@ -57,8 +57,12 @@
 //       sloPercentile: 0.9
 //       sloWindowS: 60
 //       sloHeadroom: 0.5             # scale down under headroom * SLO
-//                                    # Carried by the manifest; the live
-//                                    #   controller does not act on it yet.
+//       maxHeld: 100                 # requests held at zero ready replicas
+//                                    #   (more: 503 + Retry-After); >= 1
+//       holdTimeoutS: 60             # a queued request waits this long for
+//                                    #   a replica (then 503 + Retry-After)
+//                                    # The live controller runs the rules
+//                                    #   (docs/autoscaling.md, live section).
 //
 //   spec:                            # Tenant
 //     models: []                     # deployments it may use; empty = all
@@ -160,6 +164,12 @@ struct DeploymentSpec {
   // manifest does. Its min/max_replicas equal min_replicas/max_replicas
   // above (the parser sets both), and slo_ttft_s is slo.ttftMs / 1000.
   std::optional<autoscale::AutoscalingConfig> autoscaling;
+  // spec.autoscaling.maxHeld / holdTimeoutS (only with autoscaling): while
+  // the deployment has no ready replica, at most max_held requests wait in
+  // its queue (more get 503 with Retry-After), and a queued request waits at
+  // most hold_timeout_s for a replica (the gateway's queue timeout).
+  int64_t max_held = 100;
+  double hold_timeout_s = 60;
   bool operator==(const DeploymentSpec&) const = default;
 };
 

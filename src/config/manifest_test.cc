@@ -459,6 +459,8 @@ spec:
     downscaleDelayS: 120
     maxConcurrentStarts: 2
     idleTimeoutS: 90
+    maxHeld: 7
+    holdTimeoutS: 2.5
     policy: slo
 )");
   const DeploymentSpec& d = m.deployment;
@@ -476,7 +478,14 @@ spec:
   EXPECT_EQ(a.max_concurrent_starts, 2);
   EXPECT_DOUBLE_EQ(a.idle_timeout_s, 90);
   EXPECT_DOUBLE_EQ(a.slo_ttft_s, 0.5);
+  EXPECT_EQ(d.max_held, 7);
+  EXPECT_DOUBLE_EQ(d.hold_timeout_s, 2.5);
   const nlohmann::json j = ToJson(m);
+  EXPECT_EQ(j["spec"]["autoscaling"]["maxHeld"], 7);
+  EXPECT_EQ(j["spec"]["autoscaling"]["holdTimeoutS"], 2.5);
+  auto back = ManifestFromJson(j, "json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, m);
   EXPECT_EQ(j["spec"]["replicas"], 0);
   EXPECT_EQ(j["spec"]["autoscaling"]["maxReplicas"], 6);
   EXPECT_EQ(j["spec"]["autoscaling"]["policy"], "slo");
@@ -504,6 +513,8 @@ spec:
            {"  endpoints: [\"127.0.0.1:9000\"]\n  autoscaling: {}",
             "attached endpoints"},
            {"  autoscaling: {maxReplica: 2}", "maxReplica"},
+           {"  autoscaling: {maxHeld: 0}", "maxHeld"},
+           {"  autoscaling: {holdTimeoutS: 0}", "holdTimeoutS"},
        }) {
     auto parsed = ParseManifests(head + b.spec + "\n", "m.yaml");
     ASSERT_FALSE(parsed.ok()) << b.spec;

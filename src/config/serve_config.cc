@@ -117,7 +117,9 @@ class Parser : public SpecReader {
                 ReadName(item, "name", path + ".name", &d.name);
                 ReadDeployment(item, item, path, {"name"},
                                DefaultPriorityClasses(), &d);
-                if (d.replicas == 0 && d.endpoints.empty()) {
+                // Zero replicas only where autoscaling brings them up.
+                if (d.replicas == 0 && d.endpoints.empty() &&
+                    !(d.autoscaling && d.autoscaling->max_replicas > 0)) {
                   Fail(item["replicas"] ? item["replicas"] : item,
                        path + ".replicas", "needs replicas >= 1 or endpoints");
                 }

@@ -36,6 +36,7 @@
 //       router: {policy: least-outstanding}   # serving/router.h knobs
 //       queue: {order: fair, maxQueueSize: 0}
 //       kvBudgetTokens: 0
+//       autoscaling: {minReplicas: 0, maxReplicas: 4}  # config/manifest.h
 //   tenants:                      # optional
 //     - name: demo                # required, unique
 //       models: []                # deployments it may use; empty = all
@@ -48,9 +49,11 @@
 // Relative input paths (inventory, tls) are resolved against the directory
 // of the config file; the places gpusched writes (state, key_dir, log_dir)
 // are relative to the working directory. A deployment launched here needs
-// replicas >= 1 or endpoints. The deployments and tenants here are applied at
-// each start like `gpusched apply`; ones applied through the API persist in
-// `state` too. Errors name the file and line; every problem is listed.
+// replicas >= 1, endpoints, or autoscaling (which may start it at 0:
+// autoscaling: {minReplicas: 0, ...}). The deployments and tenants here are
+// applied at each start like `gpusched apply`; ones applied through the API
+// persist in `state` too. Errors name the file and line; every problem is
+// listed.
 #ifndef GPUSCHED_CONFIG_SERVE_CONFIG_H_
 #define GPUSCHED_CONFIG_SERVE_CONFIG_H_
 

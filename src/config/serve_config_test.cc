@@ -109,6 +109,20 @@ TEST(ServeConfigTest, DeploymentItemsAreManifestSpecs) {
   EXPECT_EQ(cfg->deployments[0], manifests->front().deployment);
 }
 
+TEST(ServeConfigTest, AutoscaledDeploymentMayStartAtZero) {
+  auto cfg = ParseServeYaml(
+      "deployments:\n  - name: chat\n"
+      "    autoscaling: {minReplicas: 0, maxReplicas: 2, maxHeld: 5}\n",
+      "s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->deployments[0].replicas, 0);
+  EXPECT_EQ(cfg->deployments[0].max_held, 5);
+  auto fixed = ParseServeYaml("deployments:\n  - name: chat\n    replicas: 0\n",
+                              "s.yaml");
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_THAT(fixed.status().message(), HasSubstr("needs replicas >= 1"));
+}
+
 TEST(ServeConfigTest, ListsEveryProblem) {
   auto cfg = ParseServeYaml(R"(listen: nowhere
 deployments:

@@ -285,7 +285,7 @@ void SpecReader::ReadAutoscaling(const YAML::Node& a,
             {"minReplicas", "maxReplicas", "policy", "targetOngoingRequests",
              "lookBackPeriodS", "upscaleDelayS", "downscaleDelayS",
              "maxConcurrentStarts", "idleTimeoutS", "sloPercentile",
-             "sloWindowS", "sloHeadroom"});
+             "sloWindowS", "sloHeadroom", "maxHeld", "holdTimeoutS"});
   if (replicas_range) {
     Fail(a, path,
          "replicas must be one integer (the initial count) when autoscaling "
@@ -322,6 +322,13 @@ void SpecReader::ReadAutoscaling(const YAML::Node& a,
   }
   if (const YAML::Node n = a["maxConcurrentStarts"]) {
     Int(n, Join(path, "maxConcurrentStarts"), 1, &c.max_concurrent_starts);
+  }
+  if (const YAML::Node n = a["maxHeld"]) {
+    Int(n, Join(path, "maxHeld"), 1, std::numeric_limits<int64_t>::max(),
+        &d->max_held);
+  }
+  if (const YAML::Node n = a["holdTimeoutS"]) {
+    Number(n, Join(path, "holdTimeoutS"), 0, true, &d->hold_timeout_s);
   }
   c.slo_ttft_s = d->ttft_slo_ms / 1000.0;
   // replicas: N (or absent) is the initial count.
