@@ -20,6 +20,9 @@
 #include "common/status.h"
 #include "inventory/gpu_catalog.h"
 #include "placement/pod_request.h"
+#include "placement/preemption.h"
+#include "placement/priority.h"
+#include "placement/quota.h"
 #include "placement/registry.h"
 
 namespace gpusched::api {
@@ -761,9 +764,17 @@ void Controller::Reconcile(Micros now) {
   launcher_.Tick(now);
   Autoscale(now);
   next_wake_ = std::min(next_wake_, autoscaler_->NextDeadline());
+  // Higher classes first: they take GPUs freed in this pass.
+  std::vector<Deployment*> order;
+  for (auto& [name, d] : deployments_) order.push_back(&d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Deployment* a, const Deployment* b) {
+                     return ClassRank(a->spec.priority_class) <
+                            ClassRank(b->spec.priority_class);
+                   });
+  for (Deployment* d : order) ReconcileDeployment(*d, now);
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;
-    ReconcileDeployment(d, now);
     if (d.deleting && d.replicas.empty()) {
       gateway_->SetReplicas(it->first, {});
       it = deployments_.erase(it);
@@ -809,6 +820,189 @@ void Controller::HandleExits(Micros now) {
       }
     }
   }
+}
+
+int Controller::ClassRank(const std::string& priority_class) const {
+  for (size_t i = 0; i < options_.classes.size(); ++i) {
+    if (options_.classes[i] == priority_class) return static_cast<int>(i);
+  }
+  return static_cast<int>(options_.classes.size());
+}
+
+namespace {
+// The leaf queue of a deployment's owner ("-" for none).
+std::string QueueOf(const std::string& tenant) {
+  return tenant.empty() ? "-" : tenant;
+}
+}  // namespace
+
+inventory::PodInfo Controller::PodInfoOf(const Deployment& d) const {
+  inventory::PodInfo info{QueueOf(d.spec.tenant), 500, d.spec.preemptible};
+  auto cls = placement::PriorityClasses::Defaults().Find(d.spec.priority_class);
+  if (cls.ok()) {
+    info.priority = cls->value;
+    info.preemptible = info.preemptible && cls->preemptible;
+  }
+  return info;
+}
+
+void Controller::DrainReplica(Deployment& d, Replica& r, const std::string& why,
+                              Micros now) {
+  r.state = State::kDraining;
+  r.remove_on_exit = true;
+  r.drain_deadline = now + options_.drain_grace;
+  Event("replica.draining", d.spec.name,
+        absl::StrCat(r.name, " draining: ", why));
+}
+
+bool Controller::MakeRoom(Deployment& d, Replica& r,
+                          const placement::PodRequest& pod, Micros now) {
+  // Victims already draining for it: wait for them.
+  std::erase_if(r.awaiting, [&](const std::string& victim) {
+    for (const auto& [name, od] : deployments_) {
+      for (const auto& o : od.replicas) {
+        if (o->name == victim && o->placed) return false;
+      }
+    }
+    return true;
+  });
+  if (!r.awaiting.empty()) return true;
+  const int rank = ClassRank(d.spec.priority_class);
+
+  // 1. Swap: idle replicas (nothing in flight, nothing queued) of
+  // autoscaled deployments of a lower or equal class.
+  struct Idle {
+    Deployment* d;
+    Replica* r;
+    int rank;
+  };
+  std::vector<Idle> idle;
+  for (auto& [name, od] : deployments_) {
+    if (&od == &d || od.deleting || !od.spec.preemptible || od.autoscale < 0) {
+      continue;
+    }
+    const int orank = ClassRank(od.spec.priority_class);
+    if (orank < rank || gateway_->Load(name).queued > 0) continue;
+    for (auto& o : od.replicas) {
+      if (o->state != State::kReady || !o->placed ||
+          gateway_->InFlightOn(o->endpoint) > 0) {
+        continue;
+      }
+      idle.push_back({&od, o.get(), orank});
+    }
+  }
+  std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) {
+    if (a.rank != b.rank) return a.rank > b.rank;
+    if (a.r->last_busy != b.r->last_busy) {
+      return a.r->last_busy < b.r->last_busy;
+    }
+    return a.r->name < b.r->name;
+  });
+  // The fewest, in that order, whose GPUs let it fit: tried on the cluster
+  // state, then put back as they were.
+  size_t fit = 0;
+  std::vector<std::pair<std::string, inventory::PodRecord>> removed;
+  for (size_t i = 0; i < idle.size() && fit == 0; ++i) {
+    const inventory::PodRecord* rec = cluster_state_.FindPod(idle[i].r->name);
+    if (rec == nullptr) continue;
+    removed.emplace_back(idle[i].r->name, *rec);
+    cluster_state_.Forget(idle[i].r->name);
+    if (scheduler_->Schedule(pod).placed) fit = i + 1;
+  }
+  for (const auto& [name, rec] : removed) {
+    (void)cluster_state_.Assume(name, rec.allocation, rec.info);
+    if (rec.bound) (void)cluster_state_.Bind(name);
+  }
+  if (fit > 0) {
+    for (size_t i = 0; i < fit; ++i) {
+      Idle& v = idle[i];
+      const int target = autoscaler_->target(v.d->autoscale);
+      autoscaler_->SetTarget(v.d->autoscale, std::max(0, target - 1));
+      const double idle_s =
+          v.r->last_busy > 0 ? (now - v.r->last_busy) / 1e6 : -1;
+      const std::string why = absl::StrFormat(
+          "swapped out for %s (%s, class %s): idle%s, least recently used of "
+          "class %s or lower",
+          r.name, d.spec.name, d.spec.priority_class,
+          idle_s >= 0 ? absl::StrFormat(" for %.1f s", idle_s) : "",
+          d.spec.priority_class);
+      DrainReplica(*v.d, *v.r, why, now);
+      Event("replica.evicted", v.d->spec.name,
+            absl::StrCat(v.r->name, " ", why),
+            json{{"replica", v.r->name},
+                 {"for", d.spec.name},
+                 {"for_replica", r.name},
+                 {"class", v.d->spec.priority_class},
+                 {"idle_s", idle_s},
+                 {"replicas", std::max(0, target - 1)}});
+      if (options_.metrics) options_.metrics->Evicted();
+      r.awaiting.push_back(v.r->name);
+    }
+    return true;
+  }
+
+  // 2. Preemption, by the cluster layer's rules: owners are leaf queues
+  // with their quotas, every placed replica charged to its owner.
+  std::set<std::string> queues = {QueueOf(d.spec.tenant)};
+  absl::flat_hash_map<std::string, std::pair<Deployment*, Replica*>> placed;
+  for (auto& [name, od] : deployments_) {
+    queues.insert(QueueOf(od.spec.tenant));
+    for (auto& o : od.replicas) {
+      if (o->placed && o->name != r.name) placed[o->name] = {&od, o.get()};
+    }
+  }
+  std::vector<placement::QueueConfig> configs;
+  for (const std::string& q : queues) {
+    placement::QueueConfig c;
+    c.name = q;
+    if (auto t = tenants_.find(q); t != tenants_.end()) {
+      const config::TenantQuotaSpec& quota = t->second.spec.quota;
+      c.gpu.quota = static_cast<int64_t>(quota.gpus * 1000 + 0.5);
+      if (quota.limit > 0) {
+        c.gpu.limit = std::max<int64_t>(
+            c.gpu.quota, static_cast<int64_t>(quota.limit * 1000 + 0.5));
+      }
+      c.gpu.over_quota_weight = quota.over_quota_weight;
+    }
+    configs.push_back(std::move(c));
+  }
+  auto tree = placement::QueueTree::Create(std::move(configs));
+  if (!tree.ok()) return false;
+  for (const auto& [name, dr] : placed) {
+    const inventory::PodRecord* rec = cluster_state_.FindPod(name);
+    if (rec == nullptr) continue;
+    (void)tree->Charge(name, rec->info.tenant,
+                       placement::AmountsOf(rec->allocation),
+                       rec->info.priority);
+  }
+  const placement::PreemptionPlan plan = placement::PlanPreemption(
+      cluster_state_, *tree, pod, preemption_filters_);
+  if (!plan.found || plan.victims.empty()) return false;
+  for (const placement::PreemptionVictim& v : plan.victims) {
+    auto it = placed.find(v.pod);
+    if (it == placed.end()) continue;
+    auto [vd, vr] = it->second;
+    if (vr->state == State::kDraining) {
+      r.awaiting.push_back(vr->name);
+      continue;
+    }
+    const std::string why = absl::StrFormat(
+        "preempted by %s (%s, class %s, priority %d): %s", r.name, d.spec.name,
+        d.spec.priority_class, pod.info.priority, v.reason);
+    DrainReplica(*vd, *vr, why, now);
+    Event("replica.preempted", vd->spec.name, absl::StrCat(vr->name, " ", why),
+          json{{"replica", vr->name},
+               {"for", d.spec.name},
+               {"for_replica", r.name},
+               {"priority", v.priority},
+               {"preemptor_priority", pod.info.priority},
+               {"gpu_milli", v.gpu_milli},
+               {"rule", v.reason},
+               {"node", cluster_state_.spec(plan.node).name}});
+    if (options_.metrics) options_.metrics->Preempted();
+    r.awaiting.push_back(vr->name);
+  }
+  return !r.awaiting.empty();
 }
 
 void Controller::Release(Replica& r) {
@@ -865,11 +1059,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
     }
   }
   auto drain = [&](Replica& r, const std::string& why) {
-    r.state = State::kDraining;
-    r.remove_on_exit = true;
-    r.drain_deadline = now + options_.drain_grace;
-    Event("replica.draining", d.spec.name,
-          absl::StrCat(r.name, " draining: ", why));
+    DrainReplica(d, r, why, now);
   };
   if (desired >= 0) {
     while (static_cast<int>(current.size()) < desired) {
@@ -928,6 +1118,9 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
         break;
       case State::kReady:
       case State::kExternal:
+        if (r.state == State::kReady && gateway_->InFlightOn(r.endpoint) > 0) {
+          r.last_busy = now;
+        }
         if (!r.probing && now >= r.next_probe) Probe(d, r, now);
         if (!r.scraping && now >= r.next_scrape &&
             options_.metrics_period > 0 &&
@@ -1115,9 +1308,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
       r.placed = true;
       r.allocation = {};
     } else {
-      auto pod = placement::CompilePodRequest(
-          ToRequest(d.spec.resources), cluster_state_,
-          inventory::PodInfo{d.spec.tenant, 500, true});
+      auto pod = placement::CompilePodRequest(ToRequest(d.spec.resources),
+                                              cluster_state_, PodInfoOf(d));
       if (!pod.ok()) {
         fail(std::string(pod.status().message()));
         return;
@@ -1161,6 +1353,14 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
         const std::string why = dec.Summary(cluster_state_);
         r.state = State::kPending;
         r.next_start = now + kMicrosPerSecond;
+        if (MakeRoom(d, r, *pod, now)) {
+          // Placed once its victims are gone (checked every tick).
+          r.next_start = now + options_.tick;
+          r.message = absl::StrCat("waiting for ", r.awaiting.size(),
+                                   " replica(s) to drain to make room: ",
+                                   absl::StrJoin(r.awaiting, ", "));
+          return;
+        }
         if (why != r.message) {
           r.message = why;
           json reasons = json::object();

@@ -195,6 +195,9 @@ class Controller {
     runtime::EngineSignals signals;  // the last scrape
     int health_failures = 0;
     std::string message;
+    Micros last_busy = 0;  // last pass with a request in flight (steady)
+    // Replicas draining to make room for this one (swap or preemption).
+    std::vector<std::string> awaiting;
   };
   // One scale from zero in progress, for the replica.cold_start event
   // (steady clock; 0: not yet).
@@ -256,6 +259,22 @@ class Controller {
   // The gateway's demand sink: a request is held at zero replicas.
   void OnDemand(const std::string& deployment, Micros arrival);
   void Release(Replica& r);  // mu_ held: its GPUs go back
+  // mu_ held: takes no new request; in-flight ones finish (up to
+  // drain_grace), then the engine stops and the replica is forgotten.
+  void DrainReplica(Deployment& d, Replica& r, const std::string& why,
+                    Micros now);
+  // mu_ held: `r` (of `d`) does not fit. Swaps out idle replicas of
+  // autoscaled deployments of a lower or equal class (lowest class, then
+  // least recently used, first), else preempts by the cluster layer's rules
+  // (placement/preemption.h); victims drain. True when victims are
+  // draining for it (it is placed once they are gone).
+  bool MakeRoom(Deployment& d, Replica& r, const placement::PodRequest& pod,
+                Micros now);
+  // Index of the class in options_.classes (0 = most important).
+  int ClassRank(const std::string& priority_class) const;
+  // Scheduling metadata of the deployment's replicas: its owner's queue,
+  // its class's priority, whether it may be preempted.
+  inventory::PodInfo PodInfoOf(const Deployment& d) const;
   // Adds the GPU time held since the last call to the metrics (about once
   // a second).
   void AccrueGpuTime(Micros now);  // mu_ held
@@ -289,6 +308,9 @@ class Controller {
   std::map<std::string, Tenant> tenants_;
   inventory::ClusterState cluster_state_;
   std::unique_ptr<placement::Scheduler> scheduler_;
+  // The scheduler's filters, for preemption plans.
+  std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
+      placement::DefaultFilters();
   runtime::LocalLauncher launcher_;
   std::unique_ptr<runtime::UpstreamClient> probe_;
   std::thread loop_;

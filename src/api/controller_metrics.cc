@@ -154,14 +154,14 @@ ControllerMetrics::ControllerMetrics(metrics::Registry* r,
       "Placement attempts that found no node, by each filter plugin and "
       "reason that rejected at least one node.",
       {"plugin", "reason"});
-  r->AddCounter("gpusched_preemptions_total",
-                "Replicas preempted for higher-priority ones (not yet done "
-                "live: always 0).")
-      ->With({});
-  r->AddCounter("gpusched_evictions_total",
-                "Idle replicas evicted under GPU pressure (not yet done "
-                "live: always 0).")
-      ->With({});
+  preemptions_ = r->AddCounter("gpusched_preemptions_total",
+                               "Replicas preempted (drained) for "
+                               "higher-priority ones.")
+                     ->With({});
+  evictions_ = r->AddCounter("gpusched_evictions_total",
+                             "Idle replicas swapped out (drained) for "
+                             "another model under GPU pressure.")
+                   ->With({});
   scale_decisions_ = r->AddCounter(
       "gpusched_scale_decisions_total",
       "Changes of a deployment's desired replicas, by direction (up, down).",
@@ -222,6 +222,10 @@ void ControllerMetrics::Scaled(const std::string& deployment, int from,
   if (from == to) return;
   scale_decisions_->With({deployment, to > from ? "up" : "down"})->Add();
 }
+
+void ControllerMetrics::Preempted() { preemptions_->Add(); }
+
+void ControllerMetrics::Evicted() { evictions_->Add(); }
 
 void ControllerMetrics::SetSlo(const std::string& deployment, double ttft_ms,
                                double tpot_ms) {

@@ -77,6 +77,9 @@ class ControllerMetrics {
   void ReplicaReady(const std::string& deployment, double startup_seconds);
   // A change of a deployment's desired replica count.
   void Scaled(const std::string& deployment, int from, int to);
+  // A replica preempted for a higher-priority one; an idle one swapped out.
+  void Preempted();
+  void Evicted();
   // GPU-seconds and cost attributed to `tenant` so far.
   std::pair<double, double> TenantUsage(const std::string& tenant);
   // The deployment's SLO (spec.slo), for the gateway's attainment counters.
@@ -102,6 +105,8 @@ class ControllerMetrics {
   metrics::CounterFamily* prefix_hits_;
   metrics::CounterFamily* placement_attempts_;
   metrics::Histogram* placement_latency_;
+  metrics::Counter* preemptions_;
+  metrics::Counter* evictions_;
   metrics::CounterFamily* unschedulable_;
   metrics::CounterFamily* scale_decisions_;
   metrics::CounterFamily* deployment_gpu_seconds_;

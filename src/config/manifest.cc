@@ -215,6 +215,7 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
       {"queue", {{"order", d.queue_order}, {"maxQueueSize", d.max_queue_size}}},
       {"kvBudgetTokens", d.kv_budget_tokens},
       {"tenant", d.tenant},
+      {"preemptible", d.preemptible},
   };
   // Only when set, so manifests without it keep their canonical JSON.
   if (d.autoscaling) {

@@ -44,6 +44,9 @@
 //     kvBudgetTokens: 0              # per replica; 0: unbounded
 //     tenant: ""                     # owner: its replicas' GPUs count
 //                                    #   against the tenant's quota.limit
+//     preemptible: true              # false: its replicas are never
+//                                    #   swapped out nor preempted (see
+//                                    #   docs/autoscaling.md)
 //     autoscaling:                   # optional (autoscale/autoscaler.h has
 //       minReplicas: 1               #   every rule); replicas is then one
 //       maxReplicas: 1               #   integer, the initial count (default
@@ -160,6 +163,8 @@ struct DeploymentSpec {
   int64_t max_queue_size = 0;
   int64_t kv_budget_tokens = 0;
   std::string tenant;  // owner whose GPU quota its replicas count against
+  // False: its replicas are never swapped out nor preempted.
+  bool preemptible = true;
   // spec.autoscaling; absent: the replica count only changes when the
   // manifest does. Its min/max_replicas equal min_replicas/max_replicas
   // above (the parser sets both), and slo_ttft_s is slo.ttftMs / 1000.

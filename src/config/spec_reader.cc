@@ -164,11 +164,12 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
                                 DeploymentSpec* d) {
   d->model = d->name;
   if (spec && Map(spec, path)) {
-    CheckKeys(spec, path,
-              Keys({"model", "engine", "endpoints", "resources", "replicas",
-                    "priorityClass", "slo", "maxOngoingRequests", "router",
-                    "queue", "kvBudgetTokens", "tenant", "autoscaling"},
-                   extra));
+    CheckKeys(
+        spec, path,
+        Keys({"model", "engine", "endpoints", "resources", "replicas",
+              "priorityClass", "slo", "maxOngoingRequests", "router", "queue",
+              "kvBudgetTokens", "tenant", "autoscaling", "preemptible"},
+             extra));
     if (const YAML::Node n = spec["model"]) {
       String(n, Join(path, "model"), &d->model);
     }
@@ -269,6 +270,9 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     }
     if (const YAML::Node n = spec["tenant"]) {
       String(n, Join(path, "tenant"), &d->tenant);
+    }
+    if (const YAML::Node n = spec["preemptible"]) {
+      Bool(n, Join(path, "preemptible"), &d->preemptible);
     }
   }
   std::vector<std::string> problems;
