@@ -47,15 +47,8 @@ tenants:
   - name: demo
 YAML
 
-"$bin" serve --config "$tmp/serve.yaml" >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1 600); do
-  grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
-url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" | head -1)
-if [ -z "$url" ] || ! grep -q "all replicas ready" "$tmp/out"; then
+serve_until_ready "$tmp/serve.yaml"
+if [ -z "$url" ]; then
   fail "serve did not start: $(cat "$tmp/err")"
   kill -9 "$pid" 2>/dev/null
   finish autoscale
@@ -71,15 +64,11 @@ api() {  # method path [body] -> body on stdout, status in $tmp/code
 status() {  # deployment python-expression over its status
   api GET "/api/v1/deployments/$1" | jq_py "j['status']$2" 2>/dev/null
 }
-wait_for() {  # deployment condition-over-status(s) timeout-seconds
-  for _ in $(seq 1 $(($3 * 20))); do
-    if [ "$(api GET "/api/v1/deployments/$1" |
-      jq_py "(lambda s: $2)(j['status'])" 2>/dev/null)" = True ]; then
-      return 0
-    fi
-    sleep 0.05
-  done
-  return 1
+wait_for() {  # deployment condition timeout-seconds; $tmp/body: its state
+  wait_status "$@"
+  local rc=$?
+  api GET "/api/v1/deployments/$1" >/dev/null
+  return $rc
 }
 chat() {  # deployment max_tokens -> the status code on stdout
   curl -s -o /dev/null -w '%{http_code}\n' -m 60 "$url/v1/chat/completions" \

@@ -23,15 +23,8 @@ engine='{template: reference, args: ["--hidden", "26", "--mode", "profile", "--p
 big='{fraction: {milli: 500, memory: 60Gi}}'
 
 serve() {  # config -> url, pid, admin, demo
-  "$bin" serve --config "$1" >"$tmp/out" 2>"$tmp/err" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" | head -1)
-  if [ -z "$url" ] || ! grep -q "all replicas ready" "$tmp/out"; then
+  serve_until_ready "$1"
+  if [ -z "$url" ]; then
     fail "serve did not start: $(cat "$tmp/err")"
     kill -9 "$pid" 2>/dev/null
     finish elastic_live
@@ -47,16 +40,7 @@ stop() {
 api() {  # method path -> body on stdout
   curl -s -X "$1" "$url$2" -H "Authorization: Bearer $admin"
 }
-wait_for() {  # deployment condition-over-status(s) timeout-seconds
-  for _ in $(seq 1 $(($3 * 20))); do
-    if [ "$(api GET "/api/v1/deployments/$1" |
-      jq_py "(lambda s: $2)(j['status'])" 2>/dev/null)" = True ]; then
-      return 0
-    fi
-    sleep 0.05
-  done
-  return 1
-}
+wait_for() { wait_status "$@"; }
 chat() {  # deployment max_tokens -> the status code on stdout
   curl -s -o /dev/null -w '%{http_code}\n' -m 60 "$url/v1/chat/completions" \
     -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \

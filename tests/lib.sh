@@ -41,6 +41,35 @@ start_serve() {  # config file
   url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" 2>/dev/null | head -1 || true)
 }
 
+# Starts `$bin serve --config FILE` in the background and waits until it
+# says every replica is ready: sets pid and url (empty when serve did not
+# start; its stderr is appended to $tmp/err).
+serve_until_ready() {  # config file
+  : >"$tmp/out"
+  "$bin" serve --config "$1" >"$tmp/out" 2>>"$tmp/err" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" | head -1)
+  grep -q "all replicas ready" "$tmp/out" || url=""
+}
+
+# Polls GET /api/v1/deployments/NAME (as $admin) until the python condition
+# over its status `s` holds; false after TIMEOUT seconds.
+wait_status() {  # deployment condition timeout-seconds
+  for _ in $(seq 1 $(($3 * 20))); do
+    if [ "$(curl -s "$url/api/v1/deployments/$1" -H "Authorization: Bearer $admin" |
+      jq_py "(lambda s: $2)(j['status'])" 2>/dev/null)" = True ]; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
 jq_py() {  # python expression over the JSON on stdin, bound to j
   python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
 }

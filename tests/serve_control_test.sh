@@ -29,17 +29,7 @@ tenants:
   - name: demo
 YAML
 
-start_serve() {
-  : >"$tmp/out"
-  "$bin" serve --config "$tmp/serve.yaml" >"$tmp/out" 2>>"$tmp/err" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/out" | head -1)
-}
+start_serve() { serve_until_ready "$tmp/serve.yaml"; }
 api() {  # method path [body] -> body on stdout, status in $tmp/code
   curl -s -o "$tmp/body" -w '%{http_code}' -X "$1" "$url$2" \
     -H "Authorization: Bearer ${KEY:-$admin}" --data-binary "${3:-}" >"$tmp/code"
