@@ -12,6 +12,8 @@
 #      (its in-flight requests finish), the critical replica starts and
 #      answers, and every batch request is answered 200. Once critical is
 #      idle again, batch gets its replica back.
+#   3. weights-local placement: a replica comes back to the node where its
+#      declared weights were loaded.
 # Usage: elastic_live_test.sh GPUSCHED_BINARY SOURCE_DIR
 set -u
 bin="$1"
@@ -37,8 +39,8 @@ stop() {
   wait "$pid" 2>/dev/null
   rm -rf "$tmp/state.db" "$tmp/keys" "$tmp/logs"
 }
-api() {  # method path -> body on stdout
-  curl -s -X "$1" "$url$2" -H "Authorization: Bearer $admin"
+api() {  # method path [curl args] -> body on stdout
+  curl -s -X "$1" "$url$2" -H "Authorization: Bearer $admin" "${@:3}"
 }
 wait_for() { wait_status "$@"; }
 chat() {  # deployment max_tokens -> the status code on stdout
@@ -135,5 +137,44 @@ curl -s "$url/metrics" | grep -q '^gpusched_preemptions_total [1-9]' ||
 wait_for urgent 's["replicas"] == 0' 20 || fail "urgent should scale back to 0"
 wait_for offline 's["readyReplicas"] == 2' 20 ||
   fail "offline should be back to 2 replicas: $(api GET /api/v1/deployments/offline)"
+stop
+
+# --- 3. Weights-local placement ----------------------------------------------
+# Two nodes of one GPU each; `w` declares where its weights are. Its replica
+# loads them on some node, which records them; after a scale to zero and
+# back, it is placed on that node again, marked weightsLocal.
+serve_config_head >"$tmp/weights.yaml"
+cat >"$tmp/inventory.yaml" <<YAML
+apiVersion: gpusched.io/v1
+kind: Inventory
+spec:
+  nodes:
+    - {name: node-a, cpu: "8", memory: 32Gi, gpus: {model: H100-SXM-80GB, count: 1}}
+    - {name: node-b, cpu: "8", memory: 32Gi, gpus: {model: H100-SXM-80GB, count: 1}}
+YAML
+cat >>"$tmp/weights.yaml" <<YAML
+deployments:
+  - name: w
+    model: org/w-7b
+    replicas: {min: 0, max: 1, desired: 1}
+    engine: {template: reference, args: ["--hidden", "26"], weightsPath: "/models/{model}"}
+    resources: {fraction: {milli: 250, memory: 10Gi}}
+tenants:
+  - name: demo
+YAML
+serve "$tmp/weights.yaml"
+first=$(api GET "/api/v1/events?deployment=w&kind=replica.placed" |
+  jq_py 'j["items"][0]["details"]["node"]')
+[ "$(api GET /api/v1/nodes | jq_py "[n['name'] for n in j['items'] if '/models/org/w-7b' in n['weights']]" 2>/dev/null)" = "['$first']" ] ||
+  fail "the weights should be recorded on $first only: $(api GET /api/v1/nodes)"
+api POST /api/v1/deployments/w/scale -d '{"replicas": 0}' >/dev/null
+wait_for w 's["replicas"] == 0' 10 || fail "w should scale to 0"
+api POST /api/v1/deployments/w/scale -d '{"replicas": 1}' >/dev/null
+wait_for w 's["readyReplicas"] == 1' 10 || fail "w should come back"
+api GET "/api/v1/events?deployment=w&kind=replica.placed" >"$tmp/placed.json"
+[ "$(jq_py '(lambda e: e["weightsLocal"] and e["weightsPath"] == "/models/org/w-7b" and e["node"] == "'"$first"'")(j["items"][0]["details"])' <"$tmp/placed.json")" = True ] ||
+  fail "the second placement should prefer $first where the weights are: $(cat "$tmp/placed.json")"
+[ "$(jq_py 'j["items"][-1]["details"]["weightsLocal"]' <"$tmp/placed.json")" = False ] ||
+  fail "the first placement had no local weights: $(cat "$tmp/placed.json")"
 stop
 finish elastic_live

@@ -481,6 +481,14 @@ void Controller::CheckRuntime(const config::DeploymentSpec& d,
         ": spec.engine.args: the 'command' template needs the command line "
         "in args"));
   }
+  if (!d.weights_path.empty()) {
+    auto path = runtime::ExpandPlaceholders(
+        d.weights_path, {{"model", d.model}, {"name", d.name}});
+    if (!path.ok()) {
+      problems->push_back(absl::StrCat(
+          where, ": spec.engine.weightsPath: ", path.status().message()));
+    }
+  }
   const inventory::GpuCatalog& catalog = inventory::GpuCatalog::Builtin();
   for (const std::string& m : d.resources.gpu_models) {
     if (catalog.Find(m) == nullptr) {
@@ -587,6 +595,7 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
                    runtime::FindTemplate(spec.engine));
   engine.extra_args = spec.args;
   for (const auto& [k, v] : spec.env) engine.env[k] = v;
+  if (!spec.weights_path.empty()) engine.weights_path = spec.weights_path;
   RETURN_IF_ERROR(
       gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
   Deployment& d = deployments_[spec.name];
@@ -820,6 +829,15 @@ void Controller::HandleExits(Micros now) {
       }
     }
   }
+}
+
+std::string Controller::WeightsPath(const Deployment& d) const {
+  if (d.engine.weights_path.empty()) return "";
+  auto path = runtime::ExpandPlaceholders(
+      d.engine.weights_path,
+      {{"model", d.spec.model.empty() ? d.spec.name : d.spec.model},
+       {"name", d.spec.name}});
+  return path.ok() ? *path : "";
 }
 
 int Controller::ClassRank(const std::string& priority_class) const {
@@ -1245,6 +1263,12 @@ void Controller::Autoscale(Micros now) {
         ++o.starting;
       }
     }
+    // The SLO policy's samples: TTFTs of requests finished since the last
+    // observation (the gateway's clock is the same steady clock).
+    if (autoscaler_->config(d.autoscale).policy == autoscale::Policy::kSlo) {
+      o.ttft_samples_s = gateway_->stats().TtftSince(name, d.ttft_seen);
+      d.ttft_seen = now;
+    }
     autoscaler_->Observe(d.autoscale, now, o);
   }
   decisions_.clear();
@@ -1345,7 +1369,23 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
         }
       }
       const Micros place_start = SteadyNow();
-      placement::Decision dec = scheduler_->Place(r.name, *pod);
+      // Nodes where the weights are local first.
+      const std::string weights = WeightsPath(d);
+      placement::Decision dec;
+      bool weights_local = false;
+      if (!weights.empty()) {
+        if (cluster_.source == "nvml" && std::filesystem::exists(weights)) {
+          weights_nodes_[weights].insert(0);  // this machine
+        }
+        for (int n : weights_nodes_[weights]) {
+          dec = scheduler_->PlaceOn(r.name, *pod, n);
+          if (dec.placed) {
+            weights_local = true;
+            break;
+          }
+        }
+      }
+      if (!dec.placed) dec = scheduler_->Place(r.name, *pod);
       if (options_.metrics) {
         options_.metrics->Placement(dec, ToSeconds(SteadyNow() - place_start));
       }
@@ -1391,7 +1431,9 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
                  {"gpus", gpus},
                  {"score", dec.score},
                  {"top", top},
-                 {"policy", options_.placement_policy}});
+                 {"policy", options_.placement_policy},
+                 {"weightsPath", weights},
+                 {"weightsLocal", weights_local}});
     }
   }
   if (cold && cold->placed == 0) cold->placed = SteadyNow();
@@ -1497,6 +1539,11 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   r.endpoint = {"127.0.0.1", static_cast<uint16_t>(*port)};
   r.metrics_port = static_cast<uint16_t>(*metrics_port);
   r.state = State::kStarting;
+  // The engine loads its weights on this node: they are local there now.
+  if (const std::string w = WeightsPath(d);
+      !w.empty() && r.placed && r.allocation.node >= 0) {
+    weights_nodes_[w].insert(r.allocation.node);
+  }
   r.started = now;
   r.started_wall = WallNow();
   r.next_probe = now + kStartingProbe;
@@ -1842,8 +1889,13 @@ json Controller::NodesJson() {
     for (const inventory::GpuState& g : st.gpus) {
       allocated += inventory::kMilliPerGpu - g.milli_free;
     }
+    json weights = json::array();
+    for (const auto& [path, nodes] : weights_nodes_) {
+      if (nodes.count(n)) weights.push_back(path);
+    }
     items.push_back({{"name", spec.name},
                      {"simulated", spec.simulated},
+                     {"weights", weights},
                      {"gpus", spec.gpu_count},
                      {"gpuModel", spec.gpu_model},
                      {"cpuMilli", spec.cpu_milli},

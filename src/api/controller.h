@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -227,6 +228,7 @@ class Controller {
     // scale to zero (steady clock); 0: none.
     Micros demand_arrival = 0;
     std::optional<ColdStart> cold;
+    Micros ttft_seen = 0;  // slo policy: TTFT samples taken up to here
   };
   struct Tenant {
     config::TenantSpec spec;
@@ -270,6 +272,8 @@ class Controller {
   // draining for it (it is placed once they are gone).
   bool MakeRoom(Deployment& d, Replica& r, const placement::PodRequest& pod,
                 Micros now);
+  // The deployment's weights path expanded ("" when none is declared).
+  std::string WeightsPath(const Deployment& d) const;
   // Index of the class in options_.classes (0 = most important).
   int ClassRank(const std::string& priority_class) const;
   // Scheduling metadata of the deployment's replicas: its owner's queue,
@@ -308,6 +312,9 @@ class Controller {
   std::map<std::string, Tenant> tenants_;
   inventory::ClusterState cluster_state_;
   std::unique_ptr<placement::Scheduler> scheduler_;
+  // Weights path -> nodes where it is local (a replica loaded it there, or
+  // it exists on this machine's disk).
+  std::map<std::string, std::set<int>> weights_nodes_;
   // The scheduler's filters, for preemption plans.
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();

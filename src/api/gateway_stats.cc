@@ -47,6 +47,18 @@ std::pair<double, double> GatewayStats::Rate::PerSecond(Micros now) const {
           static_cast<double>(tokens) / kRateSeconds};
 }
 
+std::vector<double> GatewayStats::TtftSince(const std::string& deployment,
+                                            Micros since) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<double> out;
+  auto it = deployments_.find(deployment);
+  if (it == deployments_.end()) return out;
+  for (const Sample& s : it->second.ring) {
+    if (s.time > since) out.push_back(ToSeconds(s.ttft));
+  }
+  return out;
+}
+
 void GatewayStats::RecordFinished(const Finish& f) {
   std::lock_guard<std::mutex> lock(mu_);
   Deployment& d = deployments_[f.deployment];

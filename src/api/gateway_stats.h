@@ -53,6 +53,10 @@ class GatewayStats {
   //  "outputTokens", "requestsPerSecond"}]}; percentiles are null without
   // samples in the window.
   nlohmann::json Json(Micros now) const;
+  // TTFTs (seconds) of the deployment's requests finished after `since`
+  // (steady clock; within the last kSamples), for the SLO autoscaler.
+  std::vector<double> TtftSince(const std::string& deployment,
+                                Micros since) const;
   nlohmann::json Json() const;  // now: the steady clock, as the gateway's
 
  private:

@@ -1,5 +1,6 @@
 #include "api/gateway_stats.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gpusched::api {
@@ -66,6 +67,16 @@ TEST(GatewayStatsTest, OldSamplesAndSecondsAge) {
   EXPECT_EQ(j["deployments"][0]["completed"], 1);
   EXPECT_TRUE(j["deployments"][0]["ttftSeconds"]["p50"].is_null());
   EXPECT_DOUBLE_EQ(j["deployments"][0]["requestsPerSecond"].get<double>(), 0);
+}
+
+TEST(GatewayStatsTest, TtftSinceTakesOnlyNewerSamples) {
+  GatewayStats stats;
+  stats.RecordFinished(Done(10 * kS, 5 * kMs, 9 * kMs));
+  stats.RecordFinished(Done(12 * kS, 7 * kMs, 9 * kMs));
+  EXPECT_THAT(stats.TtftSince("chat", 0), ::testing::ElementsAre(0.005, 0.007));
+  EXPECT_THAT(stats.TtftSince("chat", 10 * kS), ::testing::ElementsAre(0.007));
+  EXPECT_TRUE(stats.TtftSince("chat", 12 * kS).empty());
+  EXPECT_TRUE(stats.TtftSince("other", 0).empty());
 }
 
 TEST(GatewayStatsTest, RingKeepsTheNewestSamples) {

@@ -200,7 +200,11 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
   }
   json out = {
       {"model", d.model},
-      {"engine", {{"template", d.engine}, {"args", d.args}, {"env", d.env}}},
+      {"engine",
+       {{"template", d.engine},
+        {"args", d.args},
+        {"env", d.env},
+        {"weightsPath", d.weights_path}}},
       {"endpoints", std::move(endpoints)},
       {"resources", std::move(resources)},
       {"replicas", std::move(replicas)},

@@ -19,6 +19,11 @@
 //                                    #   (docs/engines.md)
 //       args: []                     # extra engine arguments, verbatim
 //       env: {}                      # extra environment for the engine
+//       weightsPath: ""              # where the engine reads the weights
+//                                    #   ({model}, {name}); "" = the
+//                                    #   template's (vllm, sglang, llama-cpp,
+//                                    #   tgi, triton: {model}). Placement
+//                                    #   prefers nodes where they are local
 //     endpoints: []                  # attach to running engines (host:port)
 //                                    #   instead of launching: then replicas
 //                                    #   and resources are not used
@@ -165,6 +170,9 @@ struct DeploymentSpec {
   std::string tenant;  // owner whose GPU quota its replicas count against
   // False: its replicas are never swapped out nor preempted.
   bool preemptible = true;
+  // engine.weightsPath: overrides the template's weights path ("" = the
+  // template's).
+  std::string weights_path;
   // spec.autoscaling; absent: the replica count only changes when the
   // manifest does. Its min/max_replicas equal min_replicas/max_replicas
   // above (the parser sets both), and slo_ttft_s is slo.ttftMs / 1000.

@@ -176,7 +176,10 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     if (const YAML::Node e = spec["engine"]) {
       const std::string p = Join(path, "engine");
       if (Map(e, p)) {
-        CheckKeys(e, p, {"template", "args", "env"});
+        CheckKeys(e, p, {"template", "args", "env", "weightsPath"});
+        if (const YAML::Node n = e["weightsPath"]) {
+          String(n, Join(p, "weightsPath"), &d->weights_path);
+        }
         if (const YAML::Node n = e["template"]) {
           String(n, Join(p, "template"), &d->engine);
         }

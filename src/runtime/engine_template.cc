@@ -27,6 +27,7 @@ EngineTemplate Reference() {
 
 EngineTemplate Vllm() {
   EngineTemplate t;
+  t.weights_path = "{model}";
   t.name = "vllm";
   t.argv = {"vllm",
             "serve",
@@ -50,6 +51,7 @@ EngineTemplate Vllm() {
 
 EngineTemplate Sglang() {
   EngineTemplate t;
+  t.weights_path = "{model}";
   t.name = "sglang";
   t.argv = {"python3",
             "-m",
@@ -76,6 +78,7 @@ EngineTemplate Sglang() {
 
 EngineTemplate LlamaCpp() {
   EngineTemplate t;
+  t.weights_path = "{model}";
   t.name = "llama-cpp";
   // Offloads every layer to the visible GPUs; --metrics enables /metrics.
   t.argv = {"llama-server", "-m",        "{model}",   "--port",
@@ -88,6 +91,7 @@ EngineTemplate LlamaCpp() {
 
 EngineTemplate Tgi() {
   EngineTemplate t;
+  t.weights_path = "{model}";
   t.name = "tgi";
   t.argv = {"text-generation-launcher",
             "--model-id",
@@ -108,6 +112,7 @@ EngineTemplate Tgi() {
 
 EngineTemplate Triton() {
   EngineTemplate t;
+  t.weights_path = "{model}";
   t.name = "triton";
   // gRPC is off so that replicas on one host never collide on its fixed
   // default port; metrics live on their own port in Triton.

@@ -80,6 +80,10 @@ struct EngineTemplate {
   // the reference engine), so routing reads the same signals from each.
   std::string metrics_prefix;
   GpuMemoryFlag gpu_memory = GpuMemoryFlag::kNone;
+  // Where the engine reads the model's weights, with placeholders ({model},
+  // {name}); "" when it declares none. The controller records the nodes
+  // where they are local and places replicas there first.
+  std::string weights_path;
 };
 
 // Names of the built-in templates, in a fixed order.
