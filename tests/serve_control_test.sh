@@ -263,6 +263,7 @@ wait_for /api/v1/deployments/cli-demo 20 'j["status"]["readyReplicas"] == 1' ||
   fail "apply examples/manifests.yaml: $(cat "$tmp/cli.out")"
 expect_contains "$tmp/cli.out" "tenant/team-a created"
 expect_contains "$tmp/cli.out" "deployment/summarize created"
+expect_contains "$tmp/cli.out" "deployment/translate created"
 wait_for /api/v1/deployments/summarize 20 'j["status"]["readyReplicas"] == 1' ||
   fail "summarize not ready: $(cat "$tmp/body")"
 "$bin" get deployments >"$tmp/cli.out" 2>&1 || fail "gpusched get: $(cat "$tmp/cli.out")"
