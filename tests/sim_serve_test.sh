@@ -6,6 +6,8 @@
 #   * the same config and seed give byte-identical reports; the report has
 #     the fields the issue asks for, wall_seconds unless omitted, and an
 #     HTML page with charts;
+#   * an elastic run (autoscaling, bounded cluster) reports its capacity
+#     figures, the static baseline and a replicas chart;
 #   * bad configs fail with the file, line and problem.
 # Usage: sim_serve_test.sh GPUSCHED_BINARY SOURCE_DIR
 set -u
@@ -59,7 +61,32 @@ expect_contains "$tmp/a.html" "new uPlot("
 expect_contains "$tmp/a.html" "Time to first token (CDF)"
 expect_contains "$tmp/err" "s simulated in"
 
-# 3. Bad configs name the file, line and problem.
+# 3. Elastic capacity: the capacity report, the static baseline, the
+# replicas chart.
+cfg="$golden/elastic_zero_to_n.yaml"
+"$bin" sim serve --config "$cfg" --compare-static --out "$tmp/e.json" \
+  --html "$tmp/e.html" 2>"$tmp/err" || fail "elastic run: $(cat "$tmp/err")"
+python3 - "$tmp/e.json" <<'PY' || fail "elastic report fields"
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["overall"]["capacity"]
+for k in ("gpu_hours", "replicas_mean", "cold_starts", "cold_start_s",
+          "held_requests", "hold_s", "evictions", "preemptions",
+          "scale_decisions", "cluster_gpus", "span_s"):
+    assert k in c, k
+assert c["cold_starts"] >= 2 and c["held_requests"] >= 1 and c["preemptions"] >= 1
+chat = r["deployments"]["chat"]["capacity"]
+assert chat["scale_decisions"]["held_requests"] >= 1
+assert chat["scale_decisions"]["idle_timeout"] >= 1
+reps = [s["replicas"][0] for s in r["load_over_time"]["samples"]]
+assert max(reps) >= 2 and reps[-1] == 0, reps
+b = r["static_baseline"]
+assert b["gpus"] == 3 and 0 < b["gpu_hours_ratio"] < 1, b
+PY
+expect_contains "$tmp/e.html" "Replicas over time"
+expect_contains "$tmp/err" "static one replica per deployment"
+
+# 4. Bad configs name the file, line and problem.
 printf 'deployments:\n  - name: x\n    model: llama-2-7b\n    gpu: A100-80GB\n    replicas: -1\nworkload:\n  trace: {format: azure, path: nowhere.csv}\n' >"$tmp/bad.yaml"
 "$bin" sim serve --config "$tmp/bad.yaml" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] || fail "bad config: expected exit status 2"
@@ -73,5 +100,10 @@ printf 'deployments: [{name: x, model: llama-2-7b, gpu: A100-80GB}]\nworkload:\n
 "$bin" sim serve --config "$tmp/missing.yaml" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] || fail "missing trace: expected exit status 2"
 expect_contains "$tmp/err" "missing.csv"
+
+printf 'cluster: {gpus: 1}\ndeployments: [{name: x, model: llama-2-7b, gpu: A100-80GB, replicas: 2, priority_class: gold}]\nworkload:\n  synthetic: {tenants: [{name: a}]}\n' >"$tmp/class.yaml"
+"$bin" sim serve --config "$tmp/class.yaml" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "unknown class: expected exit status 2"
+expect_contains "$tmp/err" "class.yaml:2: deployment 'x': unknown priority class 'gold'"
 
 finish sim_serve

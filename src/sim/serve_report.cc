@@ -409,6 +409,25 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
     load.series.push_back(std::move(o));
   }
   load.y_max = ymax;
+  // Replicas over time per deployment (starting or ready).
+  std::string replicas_chart;
+  if (run.elastic) {
+    ChartSpec rc;
+    rc.x_label = "simulated time (s)";
+    rc.y_label = "replicas";
+    rc.x_max = load.x_max;
+    double rmax = 1;
+    for (size_t d = 0; d < run.deployment_names.size(); ++d) {
+      ChartSeries r{run.deployment_names[d], {}, false, ""};
+      for (const LoadSample& s : run.load) {
+        r.points.emplace_back(ToSeconds(s.t), s.replicas[d]);
+        rmax = std::max<double>(rmax, s.replicas[d]);
+      }
+      rc.series.push_back(std::move(r));
+    }
+    rc.y_max = rmax;
+    replicas_chart = LineChartUPlot(rc, "replicas", "Replicas over time");
+  }
 
   std::string rows;
   auto row = [&](const std::string& name, const json& j) {
@@ -461,7 +480,7 @@ std::string ServeReportHtml(const ServeSimRun& run, const json& report) {
       "<th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>E2E p50</th>"
       "<th>E2E p99</th><th>SLO met</th><th>prefix hits</th></tr>",
       rows, "</table></section>", ttft, e2e,
-      LineChartUPlot(load, "load", "Load over time"),
+      LineChartUPlot(load, "load", "Load over time"), replicas_chart,
       "</main></body></html>\n");
 }
 
