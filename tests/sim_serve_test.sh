@@ -65,7 +65,14 @@ expect_contains "$tmp/err" "s simulated in"
 # replicas chart.
 cfg="$golden/elastic_zero_to_n.yaml"
 "$bin" sim serve --config "$cfg" --compare-static --out "$tmp/e.json" \
-  --html "$tmp/e.html" 2>"$tmp/err" || fail "elastic run: $(cat "$tmp/err")"
+  --html "$tmp/e.html" --events "$tmp/e.csv" 2>"$tmp/err" ||
+  fail "elastic run: $(cat "$tmp/err")"
+for kind in deployment.autoscaled replica.started replica.ready \
+  replica.preempted replica.stopped replica.pending; do
+  grep -q ",$kind," "$tmp/e.csv" || fail "no $kind in the events CSV"
+done
+expect_contains "$tmp/e.csv" "(held_requests: "
+expect_contains "$tmp/e.csv" "preempted for chat (class critical); draining"
 python3 - "$tmp/e.json" <<'PY' || fail "elastic report fields"
 import json, sys
 r = json.load(open(sys.argv[1]))

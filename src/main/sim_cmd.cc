@@ -103,6 +103,7 @@ struct ServeFlags {
   std::string out;
   std::string html;
   std::string requests;
+  std::string events;
   bool omit_wall_time = false;
   bool compare_static = false;
 };
@@ -179,6 +180,10 @@ int RunServe(const ServeFlags& flags) {
   if (!flags.requests.empty() &&
       !WriteFile(flags.requests, sim::ServeRequestsCsv(*run))) {
     return fail("cannot write " + flags.requests);
+  }
+  if (!flags.events.empty() &&
+      !WriteFile(flags.events, sim::ServeEventsCsv(*run))) {
+    return fail("cannot write " + flags.events);
   }
   const nlohmann::json& o = report["overall"];
   std::fprintf(stderr,
@@ -276,6 +281,9 @@ void AddSimCommand(CLI::App& app) {
                     "per-request outcomes CSV path");
   serve->add_flag("--omit-wall-time", serve_flags->omit_wall_time,
                   "leave wall_seconds out, so equal runs give equal files");
+  serve->add_option("--events", serve_flags->events,
+                    "capacity decisions CSV path (autoscaling, starts, "
+                    "swaps, preemptions, with their reasons)");
   serve->add_flag("--compare-static", serve_flags->compare_static,
                   "also run every deployment at one fixed replica and report "
                   "it as static_baseline (GPU-hours ratio, SLO)");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "sim/svg_chart.h"
 #include "sim/uplot_chart.h"
 
@@ -244,6 +245,17 @@ std::string ServeRequestsCsv(const ServeSimRun& run) {
         o.cached_tokens, ",",
         o.completed() ? "completed" : serving::RejectReasonName(o.reason),
         "\n");
+  }
+  return csv;
+}
+
+std::string ServeEventsCsv(const ServeSimRun& run) {
+  std::string csv = "t_s,kind,deployment,message\n";
+  for (const CapacityEvent& e : run.events) {
+    std::string message = e.message;
+    absl::StrReplaceAll({{"\"", "\"\""}}, &message);
+    absl::StrAppend(&csv, absl::StrFormat("%.6f", ToSeconds(e.t)), ",", e.kind,
+                    ",", e.deployment, ",\"", message, "\"\n");
   }
   return csv;
 }

@@ -23,6 +23,9 @@ std::string ServeReportHtml(const ServeSimRun& run,
 // rejection reason).
 std::string ServeRequestsCsv(const ServeSimRun& run);
 
+// One CSV row per capacity event: t_s, kind, deployment, message.
+std::string ServeEventsCsv(const ServeSimRun& run);
+
 // Nearest-rank percentile of `v` (sorted ascending); 0 when empty.
 double Percentile(const std::vector<double>& sorted, double p);
 

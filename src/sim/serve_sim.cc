@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "autoscale/autoscaler.h"
 #include "common/check.h"
 #include "common/status.h"
@@ -234,6 +235,11 @@ class Simulation : public ReplicaSimListener {
     return absl::OkStatus();
   }
 
+  void Log(Micros t, const char* kind, ModelId m, std::string message) {
+    run_.events.push_back(
+        {t, kind, run_.deployment_names[m], std::move(message)});
+  }
+
   // A new replica of deployment `m`: warm ones serve at once (the initial
   // replicas), the others after a cold start.
   absl::Status StartReplica(ModelId m, Micros now, bool warm) {
@@ -284,6 +290,10 @@ class Simulation : public ReplicaSimListener {
                               : cold_->Sample(d.model, d.tensor_parallel);
       cap.cold_start_s.push_back(cold);
       ready_.push({now + std::max<Micros>(1, FromSeconds(cold)), id});
+      Log(now, "replica.started", m,
+          absl::StrFormat("replica %d started (cold start %.3f s); %d GPUs "
+                          "in use",
+                          id, cold, used_gpus_));
       replicas_.push_back(std::move(rep));
     }
     run_.replicas.push_back({d.name, 0, 0, 0});
@@ -340,6 +350,8 @@ class Simulation : public ReplicaSimListener {
     }
     freed_ = true;
     run_.capacity_end = std::max(run_.capacity_end, now);
+    Log(now, "replica.stopped", r.deployment,
+        absl::StrFormat("replica %d stopped; %d GPUs in use", id, used_gpus_));
   }
 
   // No new request; stopped when its in-flight ones are done.
@@ -357,7 +369,14 @@ class Simulation : public ReplicaSimListener {
     const int tp = dep.spec->tensor_parallel;
     while (dep.starting + dep.ready < dep.desired) {
       if (!MakeRoom(m, tp, now)) {
-        if (dep.pending_since == kNever) dep.pending_since = now;
+        if (dep.pending_since == kNever) {
+          dep.pending_since = now;
+          Log(now, "replica.pending", m,
+              absl::StrFormat("no room: %d of %d GPUs in use, %d GPUs "
+                              "draining for it",
+                              used_gpus_, cfg_.cluster_gpus,
+                              dep.incoming_gpus));
+        }
         break;
       }
       dep.pending_since = kNever;
@@ -447,6 +466,13 @@ class Simulation : public ReplicaSimListener {
       const size_t id = idle[k];
       const ModelId vm = replicas_[id].deployment;
       Dep& v = deps_[vm];
+      Log(now, "replica.evicted", vm,
+          absl::StrFormat("replica %d swapped out for %s (class %s): idle "
+                          "%.3f s, least recently used of class %s or lower",
+                          id, run_.deployment_names[m],
+                          dep.spec->priority_class,
+                          ToSeconds(now - replicas_[id].last_used),
+                          dep.spec->priority_class));
       Stop(id, now);
       --v.desired;
       autoscaler_.SetTarget(v.autoscale, v.desired);
@@ -459,6 +485,12 @@ class Simulation : public ReplicaSimListener {
       replicas_[id].preempted_for = static_cast<int>(m);
       dep.incoming_gpus += deps_[vm].spec->tensor_parallel;
       ++run_.capacity[vm].preemptions;
+      Log(now, "replica.preempted", vm,
+          absl::StrFormat("replica %d (class %s, %d in flight) preempted "
+                          "for %s (class %s); draining",
+                          id, deps_[vm].spec->priority_class,
+                          replicas_[id].in_flight, run_.deployment_names[m],
+                          dep.spec->priority_class));
       Drain(id, now);
       // Its deployment keeps its count: the replica waits for room again.
       Dep& v = deps_[vm];
@@ -514,6 +546,10 @@ class Simulation : public ReplicaSimListener {
     for (const autoscale::Decision& d : decisions_) {
       const ModelId m = deployment_ids_.at(d.deployment);
       ++run_.capacity[m].decisions[autoscale::ReasonName(d.reason)];
+      Log(now, "deployment.autoscaled", m,
+          absl::StrCat("from ", d.from, " to ", d.to, " replicas (",
+                       autoscale::ReasonName(d.reason), ": ",
+                       d.signals.ToString(), ")"));
       deps_[m].desired = d.to;
       Reconcile(m, now);
     }
@@ -694,6 +730,9 @@ class Simulation : public ReplicaSimListener {
         ++dep.ready;
         Join(id);
         run_.capacity_end = std::max(run_.capacity_end, now);
+        Log(now, "replica.ready", rep.deployment,
+            absl::StrFormat("replica %d ready after %.3f s", id,
+                            ToSeconds(now - rep.started)));
       }
       // Replica iterations that end now.
       while (!events_.empty() && events_.top().first == now) {

@@ -70,6 +70,16 @@ struct LoadSample {
   std::vector<int> replicas;         // per deployment, starting or ready
 };
 
+// One capacity decision, as the live controller logs it: kind is
+// deployment.autoscaled, replica.started, replica.ready, replica.stopped,
+// replica.evicted, replica.preempted or replica.pending.
+struct CapacityEvent {
+  Micros t = 0;
+  std::string kind;
+  std::string deployment;
+  std::string message;  // the why, with the numbers
+};
+
 // What one deployment's replicas cost and did (autoscaling, swapping,
 // preemption).
 struct DeploymentCapacity {
@@ -112,6 +122,7 @@ struct ServeSimRun {
   // bounded (the report then has the capacity sections).
   std::vector<DeploymentCapacity> capacity;
   bool elastic = false;
+  std::vector<CapacityEvent> events;  // in time order
   // When the last replica change happened or the last request finished.
   Micros capacity_end = 0;
   // Backlog intervals per tenant: [start, end) while it had queued requests.
