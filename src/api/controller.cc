@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "autoscale/swap.h"
 #include "boost/asio.hpp"
 #include "common/status.h"
 #include "inventory/gpu_catalog.h"
@@ -887,35 +888,34 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
   if (!r.awaiting.empty()) return true;
   const int rank = ClassRank(d.spec.priority_class);
 
-  // 1. Swap: idle replicas (nothing in flight, nothing queued) of
-  // autoscaled deployments of a lower or equal class.
+  // 1. Swap: idle replicas of autoscaled deployments of a lower or equal
+  // class (autoscale/swap.h, the simulator's rule too).
   struct Idle {
     Deployment* d;
     Replica* r;
-    int rank;
   };
-  std::vector<Idle> idle;
+  std::vector<Idle> all;
+  std::vector<autoscale::SwapCandidate> candidates;
+  int index = 0;
   for (auto& [name, od] : deployments_) {
-    if (&od == &d || od.deleting || !od.spec.preemptible || od.autoscale < 0) {
-      continue;
-    }
-    const int orank = ClassRank(od.spec.priority_class);
-    if (orank < rank || gateway_->Load(name).queued > 0) continue;
+    ++index;
+    if (&od == &d || od.deleting) continue;
+    const bool queued = gateway_->Load(name).queued > 0;
     for (auto& o : od.replicas) {
-      if (o->state != State::kReady || !o->placed ||
-          gateway_->InFlightOn(o->endpoint) > 0) {
-        continue;
-      }
-      idle.push_back({&od, o.get(), orank});
+      if (o->state != State::kReady || !o->placed) continue;
+      candidates.push_back({static_cast<int64_t>(all.size()), index,
+                            ClassRank(od.spec.priority_class),
+                            od.autoscale >= 0, od.spec.preemptible,
+                            !queued && gateway_->InFlightOn(o->endpoint) == 0,
+                            o->last_busy});
+      all.push_back({&od, o.get()});
     }
   }
-  std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) {
-    if (a.rank != b.rank) return a.rank > b.rank;
-    if (a.r->last_busy != b.r->last_busy) {
-      return a.r->last_busy < b.r->last_busy;
-    }
-    return a.r->name < b.r->name;
-  });
+  std::vector<Idle> idle;
+  for (const autoscale::SwapCandidate& c :
+       autoscale::SwapOrder(std::move(candidates), /*deployment=*/0, rank)) {
+    idle.push_back(all[c.id]);
+  }
   // The fewest, in that order, whose GPUs let it fit: tried on the cluster
   // state, then put back as they were.
   size_t fit = 0;

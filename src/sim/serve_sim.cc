@@ -8,9 +8,11 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autoscale/autoscaler.h"
+#include "autoscale/swap.h"
 #include "common/check.h"
 #include "common/status.h"
 #include "serving/batcher.h"
@@ -415,31 +417,32 @@ class Simulation : public ReplicaSimListener {
     int64_t free = cfg_.cluster_gpus - used_gpus_;
     if (free >= need) return true;
     Dep& dep = deps_[m];
-    // Swap candidates: idle ready replicas of autoscaled deployments of a
-    // lower or equal class.
-    std::vector<size_t> idle, busy;
+    // Swap candidates (autoscale/swap.h, the live controller's rule), and
+    // the rest of the lower classes for preemption.
+    std::vector<autoscale::SwapCandidate> candidates;
     for (size_t i = 0; i < replicas_.size(); ++i) {
       const Replica& r = replicas_[i];
       if (r.state != Replica::State::kReady || r.deployment == m) continue;
       const Dep& v = deps_[r.deployment];
-      if (!v.preemptible || v.cls < dep.cls) continue;
-      const bool quiet =
-          r.in_flight == 0 && dispatcher_.queue(r.deployment).size() == 0;
-      if (quiet && v.autoscale >= 0) {
-        idle.push_back(i);
-      } else if (v.cls > dep.cls) {
-        busy.push_back(i);
+      candidates.push_back(
+          {static_cast<int64_t>(i), static_cast<int>(r.deployment), v.cls,
+           v.autoscale >= 0, v.preemptible,
+           r.in_flight == 0 && dispatcher_.queue(r.deployment).size() == 0,
+           r.last_used});
+    }
+    std::vector<size_t> idle, busy;
+    absl::flat_hash_set<size_t> swappable;
+    for (const autoscale::SwapCandidate& c :
+         autoscale::SwapOrder(candidates, static_cast<int>(m), dep.cls)) {
+      idle.push_back(static_cast<size_t>(c.id));
+      swappable.insert(static_cast<size_t>(c.id));
+    }
+    for (const autoscale::SwapCandidate& c : candidates) {
+      if (c.preemptible && c.class_rank > dep.cls &&
+          !swappable.contains(static_cast<size_t>(c.id))) {
+        busy.push_back(static_cast<size_t>(c.id));
       }
     }
-    std::sort(idle.begin(), idle.end(), [&](size_t a, size_t b) {
-      const int ca = deps_[replicas_[a].deployment].cls;
-      const int cb = deps_[replicas_[b].deployment].cls;
-      if (ca != cb) return ca > cb;
-      if (replicas_[a].last_used != replicas_[b].last_used) {
-        return replicas_[a].last_used < replicas_[b].last_used;
-      }
-      return a < b;
-    });
     std::sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
       const int ca = deps_[replicas_[a].deployment].cls;
       const int cb = deps_[replicas_[b].deployment].cls;
