@@ -5,7 +5,8 @@
 #   1. swap under memory pressure: three scale-to-zero models, room for two;
 #      a request for the third swaps out the least recently used idle one
 #      (drained), and is answered; then the first one comes back the same
-#      way. Every request is answered 200.
+#      way. Every request is answered 200. After a restart each model is
+#      back at the count last decided for it.
 #   2. preemption: a batch deployment holds both GPUs with requests in
 #      flight; a request for a critical deployment at zero replicas
 #      preempts one batch replica by the cluster layer's rules: it drains
@@ -88,6 +89,16 @@ events replica.evicted >"$tmp/evicted.json"
 [ "$(echo $codes)" = "200 200 200 200" ] || fail "swap drill answers: $codes"
 curl -s "$url/metrics" | grep -q '^gpusched_evictions_total [2-9]' ||
   fail "evictions not counted: $(curl -s "$url/metrics" | grep evictions)"
+# A restart resumes each autoscaled deployment at the count last decided
+# for it (a and c up, b swapped out), from the event log.
+kill -TERM "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+serve "$tmp/swap.yaml"
+desired() { api GET "/api/v1/deployments/$1" | jq_py 'j["status"]["desiredReplicas"]'; }
+[ "$(desired a) $(desired b) $(desired c)" = "1 0 1" ] ||
+  fail "after a restart: desired a b c = $(desired a) $(desired b) $(desired c), want 1 0 1"
+wait_for a 's["readyReplicas"] == 1' 10 && wait_for c 's["readyReplicas"] == 1' 10 ||
+  fail "a and c should be running again after the restart"
 stop
 
 # --- 2. Preemption drill -----------------------------------------------------

@@ -365,6 +365,29 @@ absl::Status Controller::Start() {
       }
     }
   }
+  // Autoscaled deployments resume at the count last decided for them (the
+  // newest deployment.autoscaled or replica.evicted event says it), not
+  // at their manifest's initial count.
+  for (auto& [name, d] : deployments_) {
+    if (d.autoscale < 0) continue;
+    runtime::EventFilter f;
+    f.kinds = {"deployment.autoscaled", "replica.evicted"};
+    f.deployment = name;
+    f.limit = 1;
+    absl::StatusOr<std::vector<runtime::Event>> last;
+    {
+      std::lock_guard<std::mutex> store_lock(store_mu_);
+      last = store_->QueryEvents(f);
+    }
+    if (!last.ok() || last->empty()) continue;
+    const json& details = (*last)[0].details;
+    const char* key = (*last)[0].kind == "replica.evicted" ? "replicas" : "to";
+    if (!details.contains(key) || !details[key].is_number_integer()) continue;
+    const autoscale::AutoscalingConfig& c = autoscaler_->config(d.autoscale);
+    const int target =
+        std::clamp(details[key].get<int>(), c.min_replicas, c.max_replicas);
+    autoscaler_->SetTarget(d.autoscale, target);
+  }
   Event("server.started", "",
         absl::StrCat("restored ", deployments.size(), " deployments and ",
                      tenants.size(), " tenants; ", cluster_.nodes.size(),
