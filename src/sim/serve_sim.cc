@@ -7,6 +7,7 @@
 #include <queue>
 #include <utility>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -277,6 +278,7 @@ class Simulation : public ReplicaSimListener {
     rep.last_used = now;
     const size_t id = replicas_.size();
     used_gpus_ += d.tensor_parallel;
+    live_.insert(id);
     DeploymentCapacity& cap = run_.capacity[m];
     if (warm) {
       rep.state = Replica::State::kReady;
@@ -319,9 +321,7 @@ class Simulation : public ReplicaSimListener {
   // Replicas of `m` holding GPUs (starting, ready or draining).
   int Live(ModelId m) const {
     int n = 0;
-    for (const Replica& r : replicas_) {
-      n += r.deployment == m && r.state != Replica::State::kStopped;
-    }
+    for (size_t i : live_) n += replicas_[i].deployment == m;
     return n;
   }
 
@@ -346,6 +346,7 @@ class Simulation : public ReplicaSimListener {
     }
     r.state = Replica::State::kStopped;
     r.stopped = now;
+    live_.erase(id);
     used_gpus_ -= dep.spec->tensor_parallel;
     if (r.preempted_for >= 0) {
       deps_[r.preempted_for].incoming_gpus -= dep.spec->tensor_parallel;
@@ -389,7 +390,7 @@ class Simulation : public ReplicaSimListener {
     while (dep.starting + dep.ready > dep.desired) {
       // Starting replicas first (the latest), then the least busy ready one.
       size_t pick = replicas_.size();
-      for (size_t i = 0; i < replicas_.size(); ++i) {
+      for (size_t i : live_) {
         const Replica& r = replicas_[i];
         if (r.deployment != m) continue;
         if (r.state == Replica::State::kStarting) {
@@ -420,7 +421,7 @@ class Simulation : public ReplicaSimListener {
     // Swap candidates (autoscale/swap.h, the live controller's rule), and
     // the rest of the lower classes for preemption.
     std::vector<autoscale::SwapCandidate> candidates;
-    for (size_t i = 0; i < replicas_.size(); ++i) {
+    for (size_t i : live_) {
       const Replica& r = replicas_[i];
       if (r.state != Replica::State::kReady || r.deployment == m) continue;
       const Dep& v = deps_[r.deployment];
@@ -888,6 +889,7 @@ class Simulation : public ReplicaSimListener {
       false;  // GPUs were freed since the last ReconcilePending
   Micros last_evaluate_ = -1;
   std::vector<size_t> stopping_;  // drained replicas to stop
+  absl::btree_set<size_t> live_;  // replicas not stopped, by id
   // (ready time, replica) min-heap of starting replicas.
   std::priority_queue<std::pair<Micros, size_t>,
                       std::vector<std::pair<Micros, size_t>>, std::greater<>>
