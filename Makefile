@@ -46,7 +46,7 @@ format-check: deps
 # ASan + UBSan build of the unit tests.
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DGPUSCHED_SANITIZE=ON -DGPUSCHED_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
 
 test: format-check unit asan

@@ -16,6 +16,9 @@ function(gpusched_test name)
     set(labels ${ARG_LABELS})
   endif()
   add_test(NAME ${name} COMMAND ${name})
+  # The `unit_tests` target builds every unit test and nothing else (the
+  # ASan run needs no binary).
+  set_property(GLOBAL APPEND PROPERTY GPUSCHED_UNIT_TESTS ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${labels}")
   # Tests read shipped fixtures (testdata/) through this path, never through env vars.
   target_compile_definitions(${name} PRIVATE GPUSCHED_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
