@@ -753,6 +753,9 @@ class Simulation : public ReplicaSimListener {
         Schedule(r);
       }
       StopDrained(now);
+      // GPUs just freed go to the pending replicas (by class) before any
+      // new decision may take them.
+      if (freed_) ReconcilePending(now);
       // Arrivals.
       bool held_arrival = false;
       while (next_arrival < n &&
