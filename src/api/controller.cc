@@ -936,7 +936,8 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
   }
   std::vector<Idle> idle;
   for (const autoscale::SwapCandidate& c :
-       autoscale::SwapOrder(std::move(candidates), /*deployment=*/0, rank)) {
+       autoscale::SwapOrder(std::move(candidates), /*deployment=*/0, rank, now,
+                            options_.swap_min_idle)) {
     idle.push_back(all[c.id]);
   }
   // The fewest, in that order, whose GPUs let it fit: tried on the cluster
@@ -1562,6 +1563,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   r.endpoint = {"127.0.0.1", static_cast<uint16_t>(*port)};
   r.metrics_port = static_cast<uint16_t>(*metrics_port);
   r.state = State::kStarting;
+  r.last_busy = now;  // residency for swap_min_idle counts from its start
   // The engine loads its weights on this node: they are local there now.
   if (const std::string w = WeightsPath(d);
       !w.empty() && r.placed && r.allocation.node >= 0) {

@@ -75,6 +75,9 @@ struct ControllerOptions {
   // how long its engine has between SIGTERM and SIGKILL.
   Micros drain_grace = 30 * kMicrosPerSecond;
   Micros stop_grace = 10 * kMicrosPerSecond;
+  // An idle replica is swapped out for another model only after this long
+  // without a request in flight (0: at once).
+  Micros swap_min_idle = 0;
   runtime::RestartBackoff::Options backoff;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
   // Control-plane metrics (docs/metrics.md); optional, outlives the

@@ -30,8 +30,11 @@ struct SwapCandidate {
 
 // The candidates that may be swapped out for a replica of `deployment` with
 // class `rank`, in the order they should go (see the file comment).
+// Candidates used within `min_idle` before `now` are kept (not swapped
+// out so soon after their last request: swapping thrash).
 std::vector<SwapCandidate> SwapOrder(std::vector<SwapCandidate> candidates,
-                                     int deployment, int rank);
+                                     int deployment, int rank, Micros now = 0,
+                                     Micros min_idle = 0);
 
 }  // namespace gpusched::autoscale
 

@@ -42,6 +42,13 @@ TEST(SwapOrderTest, NeverBusyHigherClassFixedOrProtected) {
   EXPECT_THAT(Ids(order), ElementsAre(6));
 }
 
+TEST(SwapOrderTest, RecentlyUsedStayWithMinIdle) {
+  const std::vector<SwapCandidate> c = {C(1, 1, 1, 100), C(2, 2, 1, 40)};
+  EXPECT_THAT(Ids(SwapOrder(c, 0, 1, /*now=*/110, /*min_idle=*/50)),
+              ElementsAre(2));
+  EXPECT_THAT(Ids(SwapOrder(c, 0, 1, 110, 0)), ElementsAre(2, 1));
+}
+
 TEST(SwapOrderTest, TiesGoByIdForDeterminism) {
   EXPECT_THAT(Ids(SwapOrder({C(9, 1, 1, 5), C(3, 2, 1, 5)}, 0, 1)),
               ElementsAre(3, 9));

@@ -48,11 +48,11 @@ class Parser : public SpecReader {
       Error(root, absl::StrCat("expected a config map, got ", YamlType(root)));
       return;
     }
-    CheckKeys(
-        root, "the config",
-        {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
-         "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
-         "drain_grace_s", "gpu_prices", "deployments", "tenants"});
+    CheckKeys(root, "the config",
+              {"listen", "state", "admin_key", "key_dir", "log_dir",
+               "inventory", "gpu_discovery", "placement_policy", "tls",
+               "health_check_period_ms", "drain_grace_s", "swap_min_idle_s",
+               "gpu_prices", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -97,6 +97,9 @@ class Parser : public SpecReader {
     if (const YAML::Node n = root["health_check_period_ms"]) {
       Int(n, "health_check_period_ms", 1, std::numeric_limits<int64_t>::max(),
           &cfg.health_check_period_ms);
+    }
+    if (const YAML::Node n = root["swap_min_idle_s"]) {
+      Number(n, "swap_min_idle_s", 0, false, &cfg.swap_min_idle_s);
     }
     if (const YAML::Node n = root["drain_grace_s"]) {
       Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);

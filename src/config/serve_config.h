@@ -19,6 +19,9 @@
 //   tls: {cert: PATH, key: PATH}  # both or neither; default none (plain HTTP)
 //   health_check_period_ms: 5000  # engine readiness probes, > 0
 //   drain_grace_s: 30             # on SIGTERM, wait this long for requests
+//   swap_min_idle_s: 0            # an idle replica is swapped out for
+//                                 #   another model only after this long
+//                                 #   without a request (docs/autoscaling.md)
 //   gpu_prices: {}                # price per GPU-hour by GPU model (catalog
 //                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
 //                                 #   the cost metrics; a model not listed
@@ -86,6 +89,7 @@ struct ServeConfig {
   TlsFiles tls;
   int64_t health_check_period_ms = 5000;
   double drain_grace_s = 30;
+  double swap_min_idle_s = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;

@@ -68,8 +68,9 @@ class Parser : public YamlReader {
     OptDouble(root, "autoscaling_interval_s", 1e-3, kBig,
               &cfg.autoscaling_interval_s);
     if (const YAML::Node c = root["cluster"]; c && IsMap(c, "cluster")) {
-      CheckKeys(c, "cluster", {"gpus"});
+      CheckKeys(c, "cluster", {"gpus", "swap_min_idle_s"});
       OptInt(c, "gpus", 0, 1 << 24, &cfg.cluster_gpus);
+      OptDouble(c, "swap_min_idle_s", 0, kBig, &cfg.swap_min_idle_s);
     }
     if (const YAML::Node c = root["cold_start"]; c && IsMap(c, "cold_start")) {
       CheckKeys(c, "cold_start",

@@ -9,6 +9,8 @@
 //                                  #   Bounded: a replica that does not fit
 //                                  #   swaps out idle replicas or preempts
 //                                  #   lower-priority ones (sim/serve_sim.h)
+//     swap_min_idle_s: 0           # an idle replica is swapped out only
+//                                  #   after this long without a request
 //   cold_start:                    # replica start -> ready (sim/cold_start.h)
 //     profile: ""                  # model-load CSV (ServerlessLLM format)
 //     format: safetensors          # its checkpoint_format rows to sample
@@ -277,6 +279,8 @@ struct ServeSimConfig {
   uint64_t seed = 42;
   // GPUs replicas may hold (each takes tensor_parallel); 0: unbounded.
   int cluster_gpus = 0;
+  // An idle replica is swapped out only after this long without a request.
+  double swap_min_idle_s = 0;
   ColdStartSpec cold_start;
   double autoscaling_interval_s = 1;
   double fairness_window_s = 10;

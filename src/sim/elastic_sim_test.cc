@@ -216,6 +216,36 @@ workload:
   EXPECT_EQ(r.report["overall"]["capacity"]["preemptions"], 0);
 }
 
+TEST(ElasticSimTest, RecentlyUsedReplicasAreNotSwappedOut) {
+  // As above, with swap_min_idle_s 100: a, last used about 11 s in, may
+  // only go 100 s later, so b's first request waits for that, then for
+  // its cold start.
+  std::vector<std::pair<double, std::string>> rows;
+  for (int i = 0; i < 10; ++i) rows.emplace_back(1 + i, "a");
+  rows.emplace_back(30, "b");
+  const std::string trace = WriteTrace("minidle.csv", rows);
+  const Result r = Simulate(absl::StrCat(R"(
+cluster: {gpus: 1, swap_min_idle_s: 100}
+deployments:
+  - name: a
+    model: llama-2-7b
+    gpu: A100-80GB
+    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 1000, cold_start_s: 3}
+  - name: b
+    model: llama-2-7b
+    gpu: A100-80GB
+    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 1000, cold_start_s: 3}
+workload:
+  trace: {format: aegaeon, path: )",
+                                         trace, "}\n"));
+  EXPECT_EQ(Completed(r.run, "b"), 1);
+  EXPECT_EQ(r.report["deployments"]["a"]["capacity"]["evictions"], 1);
+  const RequestOutcome& b = r.run.requests.back();
+  const double hold = ToSeconds(b.dispatched - b.arrival);
+  EXPECT_GT(hold, 80);  // a's last request ended ~11 s in: free at ~111 s
+  EXPECT_LT(hold, 90);
+}
+
 std::string PreemptionConfig(const std::string& trace, bool preemptible) {
   return absl::StrCat(R"(
 cluster: {gpus: 2}

@@ -434,7 +434,8 @@ class Simulation : public ReplicaSimListener {
     std::vector<size_t> idle, busy;
     absl::flat_hash_set<size_t> swappable;
     for (const autoscale::SwapCandidate& c :
-         autoscale::SwapOrder(candidates, static_cast<int>(m), dep.cls)) {
+         autoscale::SwapOrder(candidates, static_cast<int>(m), dep.cls, now,
+                              FromSeconds(cfg_.swap_min_idle_s))) {
       idle.push_back(static_cast<size_t>(c.id));
       swappable.insert(static_cast<size_t>(c.id));
     }
@@ -501,6 +502,24 @@ class Simulation : public ReplicaSimListener {
       if (v.pending_since == kNever) v.pending_since = now;
     }
     return cfg_.cluster_gpus - used_gpus_ >= need;
+  }
+
+  // With swap_min_idle_s, when a pending replica may next find an idle
+  // replica old enough to swap out (kNever: none pending, or no such wait).
+  Micros NextSwapChance(Micros now) const {
+    if (cfg_.swap_min_idle_s <= 0) return kNever;
+    bool pending = false;
+    for (const Dep& d : deps_) pending |= d.pending_since != kNever;
+    if (!pending) return kNever;
+    const Micros min_idle = FromSeconds(cfg_.swap_min_idle_s);
+    Micros next = kNever;
+    for (size_t i : live_) {
+      const Replica& r = replicas_[i];
+      if (r.state != Replica::State::kReady || r.in_flight > 0) continue;
+      const Micros t = r.last_used + min_idle;
+      if (t > now) next = std::min(next, t);
+    }
+    return next;
   }
 
   // GPUs were freed: pending replicas start, by class, then waiting time.
@@ -715,8 +734,10 @@ class Simulation : public ReplicaSimListener {
         if (t_deadline <= last_evaluate_) t_deadline = kNever;
         t_control = std::min(t_control, t_deadline);
       }
-      now = std::min({t_event, t_arrival, t_timeout, t_control});
+      const Micros t_swap = NextSwapChance(now);
+      now = std::min({t_event, t_arrival, t_timeout, t_control, t_swap});
       if (now == kNever) break;
+      if (now == t_swap) freed_ = true;  // retry the pending replicas
       while (next_sample <= now) {
         Sample(next_sample);
         next_sample += sample_every;
