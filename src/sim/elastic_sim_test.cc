@@ -174,16 +174,10 @@ workload:
   EXPECT_GT(cap["gpu_hours"].get<double>() * 3600, 30);
 }
 
-TEST(ElasticSimTest, SwapsOutAnIdleModelWhenNothingFits) {
-  // One GPU, two models: b's first request finds a's idle replica in the
-  // way; a is swapped out (it would otherwise stay for 1000 s).
-  std::vector<std::pair<double, std::string>> rows;
-  for (int i = 0; i < 10; ++i) rows.emplace_back(1 + i, "a");
-  for (int i = 0; i < 10; ++i) rows.emplace_back(30 + i, "b");
-  rows.emplace_back(60, "a");  // and back
-  const std::string trace = WriteTrace("swap.csv", rows);
-  const Result r = Simulate(absl::StrCat(R"(
-cluster: {gpus: 1}
+// Two scale-to-zero models (a, b) on one GPU; 3 s cold starts.
+std::string TwoModelsOnOneGpu(const std::string& trace, int swap_min_idle_s) {
+  return absl::StrCat("cluster: {gpus: 1, swap_min_idle_s: ", swap_min_idle_s,
+                      R"(}
 deployments:
   - name: a
     model: llama-2-7b
@@ -195,7 +189,18 @@ deployments:
     autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 1000, cold_start_s: 3}
 workload:
   trace: {format: aegaeon, path: )",
-                                         trace, "}\n"));
+                      trace, "}\n");
+}
+
+TEST(ElasticSimTest, SwapsOutAnIdleModelWhenNothingFits) {
+  // One GPU, two models: b's first request finds a's idle replica in the
+  // way; a is swapped out (it would otherwise stay for 1000 s).
+  std::vector<std::pair<double, std::string>> rows;
+  for (int i = 0; i < 10; ++i) rows.emplace_back(1 + i, "a");
+  for (int i = 0; i < 10; ++i) rows.emplace_back(30 + i, "b");
+  rows.emplace_back(60, "a");  // and back
+  const std::string trace = WriteTrace("swap.csv", rows);
+  const Result r = Simulate(TwoModelsOnOneGpu(trace, 0));
   EXPECT_EQ(Completed(r.run, "a"), 11);
   EXPECT_EQ(Completed(r.run, "b"), 10);
   const json& a = r.report["deployments"]["a"]["capacity"];
@@ -224,20 +229,7 @@ TEST(ElasticSimTest, RecentlyUsedReplicasAreNotSwappedOut) {
   for (int i = 0; i < 10; ++i) rows.emplace_back(1 + i, "a");
   rows.emplace_back(30, "b");
   const std::string trace = WriteTrace("minidle.csv", rows);
-  const Result r = Simulate(absl::StrCat(R"(
-cluster: {gpus: 1, swap_min_idle_s: 100}
-deployments:
-  - name: a
-    model: llama-2-7b
-    gpu: A100-80GB
-    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 1000, cold_start_s: 3}
-  - name: b
-    model: llama-2-7b
-    gpu: A100-80GB
-    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 1000, cold_start_s: 3}
-workload:
-  trace: {format: aegaeon, path: )",
-                                         trace, "}\n"));
+  const Result r = Simulate(TwoModelsOnOneGpu(trace, 100));
   EXPECT_EQ(Completed(r.run, "b"), 1);
   EXPECT_EQ(r.report["deployments"]["a"]["capacity"]["evictions"], 1);
   const RequestOutcome& b = r.run.requests.back();
