@@ -48,11 +48,7 @@ tenants:
 YAML
 
 serve_until_ready "$tmp/serve.yaml"
-if [ -z "$url" ]; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  kill -9 "$pid" 2>/dev/null
-  finish autoscale
-fi
+served_or_finish autoscale
 admin=$(cat "$tmp/keys/admin.key")
 demo=$(cat "$tmp/keys/demo.key")
 

@@ -25,10 +25,7 @@ if ! command -v node >/dev/null 2>&1 || [ -z "$chromium" ]; then
   echo "dashboard: skipped (node or chromium is not installed; scripts/install-deps.sh installs both)"
   exit 0
 fi
-if [ ! -f "$e2e/node_modules/playwright-core/package.json" ]; then
-  fail "no playwright-core in $e2e/node_modules: run scripts/install-deps.sh (npm ci there)"
-  finish dashboard
-fi
+need_node_package dashboard playwright-core
 
 cat >"$tmp/inventory.yaml" <<YAML
 apiVersion: gpusched.io/v1
@@ -44,13 +41,7 @@ spec:
       memory: 32Gi
       gpus: {model: L4-24GB, count: 1}
 YAML
-cat >"$tmp/serve.yaml" <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-inventory: $tmp/inventory.yaml
-gpu_discovery: declared
+{ serve_config_lines; cat <<YAML; } >"$tmp/serve.yaml"
 deployments:
   - name: chat
     engine: {template: reference, args: ["--hidden", "12"]}
@@ -69,12 +60,7 @@ tenants:
     quota: {gpus: 1, limit: 2}
 YAML
 start_serve "$tmp/serve.yaml"
-if [ -z "$url" ]; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  finish dashboard
-fi
+served_or_finish dashboard
 admin=$(cat "$tmp/keys/admin.key")
 demo=$(cat "$tmp/keys/demo.key")
 

@@ -27,11 +27,7 @@ big='{fraction: {milli: 500, memory: 60Gi}}'
 
 serve() {  # config -> url, pid, admin, demo
   serve_until_ready "$1"
-  if [ -z "$url" ]; then
-    fail "serve did not start: $(cat "$tmp/err")"
-    kill -9 "$pid" 2>/dev/null
-    finish elastic_live
-  fi
+  served_or_finish elastic_live
   admin=$(cat "$tmp/keys/admin.key")
   demo=$(cat "$tmp/keys/demo.key")
 }
@@ -138,7 +134,7 @@ total=$(cat "$tmp"/batch.* | wc -l)
 ok=$(cat "$tmp"/batch.* | grep -c '^200$')
 [ "$total" = 16 ] && [ "$ok" = 16 ] ||
   fail "every batch request should complete: $ok of $total ($(sort "$tmp"/batch.* | uniq -c))"
-# The victim drained: it stopped after its requests, not before.
+# The victim drained (its requests above all completed).
 api GET "/api/v1/events?deployment=offline&limit=200" >"$tmp/offline.json"
 [ "$(jq_py 'any(e["kind"] == "replica.draining" and "preempted by" in e["message"] for e in j["items"])' <"$tmp/offline.json")" = True ] ||
   fail "the victim should have drained: $(cat "$tmp/offline.json")"
@@ -154,7 +150,6 @@ stop
 # Two nodes of one GPU each; `w` declares where its weights are. Its replica
 # loads them on some node, which records them; after a scale to zero and
 # back, it is placed on that node again, marked weightsLocal.
-serve_config_head >"$tmp/weights.yaml"
 cat >"$tmp/inventory.yaml" <<YAML
 apiVersion: gpusched.io/v1
 kind: Inventory
@@ -163,7 +158,7 @@ spec:
     - {name: node-a, cpu: "8", memory: 32Gi, gpus: {model: H100-SXM-80GB, count: 1}}
     - {name: node-b, cpu: "8", memory: 32Gi, gpus: {model: H100-SXM-80GB, count: 1}}
 YAML
-cat >>"$tmp/weights.yaml" <<YAML
+{ serve_config_lines; cat <<YAML; } >"$tmp/weights.yaml"
 deployments:
   - name: w
     model: org/w-7b

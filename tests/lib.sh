@@ -70,13 +70,47 @@ wait_status() {  # deployment condition timeout-seconds
   return 1
 }
 
+# Ends the test, failed, when serve did not start (`url` is empty).
+served_or_finish() {  # test name
+  [ -n "$url" ] && return 0
+  fail "serve did not start: $(cat "$tmp/err")"
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  finish "$1"
+}
+
+# Skips the test where node is absent; fails it when the npm package is not
+# installed in $e2e (tests/e2e).
+need_node_package() {  # test name, package
+  if ! command -v node >/dev/null 2>&1; then
+    echo "$1: skipped (node is not installed; scripts/install-deps.sh installs it)"
+    exit 0
+  fi
+  if [ ! -f "$e2e/node_modules/$2/package.json" ]; then
+    fail "no $2 in $e2e/node_modules: run scripts/install-deps.sh (npm ci there)"
+    finish "$1"
+  fi
+}
+
 jq_py() {  # python expression over the JSON on stdin, bound to j
   python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
 }
 
+# Prints the platform lines of a serve config using $tmp/inventory.yaml:
+# port 0, state, logs and keys under $tmp. A test appends its own lines.
+serve_config_lines() {
+  cat <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+inventory: $tmp/inventory.yaml
+gpu_discovery: declared
+YAML
+}
+
 # Writes $tmp/inventory.yaml (one declared node with two NVLinked H100s)
-# and prints the platform lines of a serve config that uses it: port 0,
-# state, logs and keys under $tmp. A test appends its own lines.
+# and prints serve_config_lines.
 serve_config_head() {
   cat >"$tmp/inventory.yaml" <<YAML
 apiVersion: gpusched.io/v1
@@ -88,12 +122,5 @@ spec:
       memory: 64Gi
       gpus: {model: H100-SXM-80GB, count: 2, nvlink: all}
 YAML
-  cat <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-inventory: $tmp/inventory.yaml
-gpu_discovery: declared
-YAML
+  serve_config_lines
 }

@@ -16,14 +16,7 @@ bin="$1"
 e2e="$2/tests/e2e"
 source "$(dirname "$0")/lib.sh"
 
-if ! command -v node >/dev/null 2>&1; then
-  echo "metrics: skipped (node is not installed; scripts/install-deps.sh installs it)"
-  exit 0
-fi
-if [ ! -f "$e2e/node_modules/parse-prometheus-text-format/package.json" ]; then
-  fail "no parse-prometheus-text-format in $e2e/node_modules: run scripts/install-deps.sh (npm ci there)"
-  finish metrics
-fi
+need_node_package metrics parse-prometheus-text-format
 
 # Engine sizes unlike the other tests': they look for their own engines by
 # their command line, and ctest runs tests at once.
@@ -46,12 +39,7 @@ tenants:
     limits: {requestsPerMinute: 1}
 YAML
 start_serve "$tmp/serve.yaml"
-if [ -z "$url" ]; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  finish metrics
-fi
+served_or_finish metrics
 limited=$(grep -o 'tenant limited key: gs-[A-Za-z0-9_-]*' "$tmp/out" | head -1)
 limited=${limited#tenant limited key: }
 

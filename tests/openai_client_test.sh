@@ -15,14 +15,7 @@ bin="$1"
 e2e="$2/tests/e2e"
 source "$(dirname "$0")/lib.sh"
 
-if ! command -v node >/dev/null 2>&1; then
-  echo "openai_client: skipped (node is not installed; scripts/install-deps.sh installs it)"
-  exit 0
-fi
-if [ ! -f "$e2e/node_modules/openai/package.json" ]; then
-  fail "no openai package in $e2e/node_modules: run scripts/install-deps.sh (npm ci there)"
-  finish openai_client
-fi
+need_node_package openai_client openai
 
 # Sizes unlike serve_cli_test.sh's: it looks for its own engines by their
 # command line, and ctest runs both at once.
@@ -41,12 +34,7 @@ tenants:
   - name: demo
 YAML
 start_serve "$tmp/serve.yaml"
-if [ -z "$url" ]; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  finish openai_client
-fi
+served_or_finish openai_client
 
 node "$e2e/openai_client.mjs" "$url/v1" "$key" >"$tmp/node.out" 2>&1
 rc=$?

@@ -20,10 +20,7 @@ tenants:
   - name: demo
 YAML
 start_serve "$tmp/serve.yaml"
-if [ -z "$url" ]; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  finish serve_cli
-fi
+served_or_finish serve_cli
 curl -s "$url/v1/chat/completions" -H "Authorization: Bearer $key" \
   -H 'Content-Type: application/json' \
   -d '{"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":3}' >"$tmp/chat.json"

@@ -44,11 +44,7 @@ wait_for() {  # python condition over GET $1 ; timeout seconds $2
 }
 
 start_serve
-if [ -z "$url" ] || ! grep -q "all replicas ready" "$tmp/out"; then
-  fail "serve did not start: $(cat "$tmp/err")"
-  kill -9 "$pid" 2>/dev/null
-  finish serve_control
-fi
+served_or_finish serve_control
 admin=$(cat "$tmp/keys/admin.key")
 demo=$(cat "$tmp/keys/demo.key")
 
