@@ -4,6 +4,7 @@
 // ran (a screenshot is saved either way).
 // Usage: node dashboard.mjs URL ADMIN_KEY TENANT_KEY CHROMIUM SCREENSHOT
 import { chromium } from 'playwright-core';
+import { failures, step } from './report.mjs';
 
 const [url, admin, tenantKey, executablePath, screenshot] = process.argv.slice(2);
 if (!screenshot) {
@@ -11,16 +12,6 @@ if (!screenshot) {
   process.exit(2);
 }
 
-let failures = 0;
-async function step(name, fn) {
-  try {
-    await fn();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL: ${name}: ${e?.message ?? e}`);
-  }
-}
 function assert(ok, what) {
   if (!ok) throw new Error(what);
 }
@@ -190,4 +181,4 @@ try {
   console.log(`screenshot: ${screenshot}`);
   await browser.close();
 }
-process.exit(failures ? 1 : 0);
+process.exit(failures() ? 1 : 0);

@@ -7,6 +7,7 @@
 // after running them all.
 // Usage: node metrics.mjs BASE_URL DEMO_KEY LIMITED_KEY ADMIN_KEY
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { check, failures } from './report.mjs';
 
 const [base, demoKey, limitedKey, adminKey] = process.argv.slice(2);
 if (!base || !demoKey || !limitedKey || !adminKey) {
@@ -14,12 +15,6 @@ if (!base || !demoKey || !limitedKey || !adminKey) {
   process.exit(2);
 }
 
-let failures = 0;
-function check(ok, what, detail) {
-  if (ok) return;
-  failures++;
-  console.log(`FAIL: ${what}${detail === undefined ? '' : `: ${JSON.stringify(detail)}`}`);
-}
 
 async function post(path, key, body, headers = {}) {
   const res = await fetch(base + path, {
@@ -311,5 +306,5 @@ for (const f of families) {
 }
 check(series < 2000, 'series bounded', series);
 
-console.log(`metrics: ${families.length} families, ${series} series, ${failures} failures`);
-process.exit(failures ? 1 : 0);
+console.log(`metrics: ${families.length} families, ${series} series, ${failures()} failures`);
+process.exit(failures() ? 1 : 0);

@@ -3,6 +3,7 @@
 // exits 1 after running the rest.
 // Usage: node openai_client.mjs BASE_URL API_KEY   (BASE_URL ends in /v1)
 import OpenAI from 'openai';
+import { check, failures, step } from './report.mjs';
 
 const [baseURL, apiKey] = process.argv.slice(2);
 if (!baseURL || !apiKey) {
@@ -12,12 +13,6 @@ if (!baseURL || !apiKey) {
 // No retries: a failure shows as it happened.
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 30_000 });
 
-let failures = 0;
-function check(ok, what, detail) {
-  if (ok) return;
-  failures++;
-  console.log(`FAIL: ${what}${detail === undefined ? '' : `: ${JSON.stringify(detail)}`}`);
-}
 function isUsage(u) {
   return (
     u != null &&
@@ -27,15 +22,6 @@ function isUsage(u) {
   );
 }
 
-async function step(name, fn) {
-  try {
-    await fn();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL: ${name}: ${e?.constructor?.name}: ${e?.message}`);
-  }
-}
 
 await step('chat completion', async () => {
   const r = await client.chat.completions.create({
@@ -159,8 +145,8 @@ await step('unknown model -> NotFoundError', async () => {
   check(/no-such-model/.test(e?.message ?? ''), 'the error names the model', e?.message);
 });
 
-if (failures > 0) {
-  console.log(`${failures} failure(s)`);
+if (failures() > 0) {
+  console.log(`${failures()} failure(s)`);
   process.exit(1);
 }
 console.log('openai client: all checks passed');
