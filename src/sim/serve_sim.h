@@ -13,7 +13,8 @@
 // makes room:
 //   1. swap: idle replicas (nothing in flight, nothing queued for their
 //      deployment) of autoscaled deployments of a lower or equal class are
-//      evicted, lowest class first, then least recently used; their
+//      evicted, lowest class first, then least recently used
+//      (autoscale::SwapOrder, as live), once idle `swap_min_idle_s`; their
 //      autoscaler target drops by one;
 //   2. preemption: when idle ones are not enough, replicas of strictly lower
 //      classes are preempted, lowest class first, then fewest in flight:
