@@ -42,7 +42,7 @@ deployments:
     resources: {fraction: {milli: 250, memory: 10Gi},
                 gpuModels: [A100-SXM4-80GB]}
     autoscaling: {minReplicas: 0, maxReplicas: 1, maxHeld: 1,
-                  holdTimeoutS: 2}
+                  holdTimeoutS: 15}
 tenants:
   - name: demo
 YAML
@@ -129,13 +129,17 @@ grep -q '^gpusched_request_hold_seconds_count{deployment="auto"} [1-9]' "$tmp/me
 
 # Hold bound and deadline: stuck holds one request (maxHeld 1); the next
 # gets 503 with Retry-After at once, the held one 503 after holdTimeoutS.
+# holdTimeoutS is 15 s, not 2: the second request must arrive while the
+# first is still held, and on a loaded 2-core machine the poll and curl
+# start-up between them took longer than 2 s (the held one had timed out,
+# so the second was held too and answered queue_timeout, not hold_limit).
 curl -s -D "$tmp/held.h" -o "$tmp/held.json" -w '%{http_code}' -m 30 \
   "$url/v1/chat/completions" -H "Authorization: Bearer $demo" \
   -H 'Content-Type: application/json' \
   -d '{"model":"stuck","max_tokens":1,"messages":[{"role":"user","content":"x"}]}' \
   >"$tmp/held.code" &
 held=$!
-wait_for stuck 's["queued"] == 1' 10 || fail "stuck holds no request: $(cat "$tmp/body")"
+wait_for stuck 's["queued"] == 1' 12 || fail "stuck holds no request: $(cat "$tmp/body")"
 code=$(curl -s -D "$tmp/over.h" -o "$tmp/over.json" -w '%{http_code}' \
   "$url/v1/chat/completions" -H "Authorization: Bearer $demo" \
   -H 'Content-Type: application/json' \

@@ -20,8 +20,8 @@ namespace {
 
 constexpr char kPrefix[] = "/api/v1";
 
-HttpResponse Json(http::status status, const json& body) {
-  HttpResponse res{status, 11};
+net::HttpResponse Json(http::status status, const json& body) {
+  net::HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
   res.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return res;
@@ -47,8 +47,8 @@ http::status StatusOf(const absl::Status& st) {
 
 // {"error": {"message", "type", "problems"?}}: problems are the lines of a
 // multi-line InvalidArgument.
-HttpResponse Error(http::status status, const std::string& message,
-                   const std::string& type = "") {
+net::HttpResponse Error(http::status status, const std::string& message,
+                        const std::string& type = "") {
   json err = {{"message", message},
               {"type", type.empty() ? std::string(http::obsolete_reason(status))
                                     : type}};
@@ -64,7 +64,7 @@ HttpResponse Error(http::status status, const std::string& message,
   return Json(status, json{{"error", err}});
 }
 
-HttpResponse Error(const absl::Status& st) {
+net::HttpResponse Error(const absl::Status& st) {
   return Error(StatusOf(st), std::string(st.message()));
 }
 
@@ -117,7 +117,8 @@ json EventJson(const runtime::Event& e) {
 
 }  // namespace
 
-bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
+bool ControlApi::Handle(net::HttpRequest& req,
+                        std::shared_ptr<net::Responder>& r) {
   const std::string full(req.target());
   const std::string path = full.substr(0, full.find('?'));
   if (path != kPrefix && !absl::StartsWith(path, absl::StrCat(kPrefix, "/"))) {
@@ -314,7 +315,7 @@ bool ControlApi::Handle(HttpRequest& req, std::shared_ptr<Responder>& r) {
                       std::string(text.status().message())));
         return true;
       }
-      HttpResponse res{http::status::ok, 11};
+      net::HttpResponse res{http::status::ok, 11};
       res.set(http::field::content_type, "text/plain; charset=utf-8");
       res.body() = *text;
       r->Send(std::move(res));

@@ -9,9 +9,11 @@
 
 #include "api/controller.h"
 #include "api/gateway_stats.h"
-#include "api/http_server.h"
+#include "net/http_server.h"
 
 namespace gpusched::api {
+
+namespace http = boost::beast::http;
 
 class ControlApi {
  public:
@@ -22,7 +24,8 @@ class ControlApi {
 
   // True when `request` is a control request (its path starts with
   // /api/v1) and was answered.
-  bool Handle(HttpRequest& request, std::shared_ptr<Responder>& responder);
+  bool Handle(net::HttpRequest& request,
+              std::shared_ptr<net::Responder>& responder);
 
  private:
   Controller* controller_;

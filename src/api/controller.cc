@@ -197,12 +197,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   if (!policy.ok()) return policy.status();
   c->scheduler_ = std::make_unique<placement::Scheduler>(
       &c->cluster_state_, *std::move(policy), /*seed=*/1);
-  runtime::UpstreamOptions probe;
+  net::UpstreamOptions probe;
   probe.connect_timeout = std::chrono::milliseconds(500);
   probe.first_byte_timeout = std::chrono::milliseconds(5000);
   probe.idle_timeout = std::chrono::milliseconds(5000);
   probe.max_idle_per_endpoint = 2;
-  c->probe_ = std::make_unique<runtime::UpstreamClient>(probe);
+  c->probe_ = std::make_unique<net::UpstreamClient>(probe);
   if (c->options_.metrics) {
     Controller* self = c.get();
     c->options_.metrics->SetSource([self] { return self->MetricsSnapshot(); });
@@ -1058,9 +1058,8 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
     // Attached engines: one "replica" per endpoint, probed, never launched.
     std::vector<std::unique_ptr<Replica>> next;
     for (size_t i = 0; i < d.spec.endpoints.size() && !d.deleting; ++i) {
-      const runtime::Endpoint ep{
-          d.spec.endpoints[i].host,
-          static_cast<uint16_t>(d.spec.endpoints[i].port)};
+      const net::Endpoint ep{d.spec.endpoints[i].host,
+                             static_cast<uint16_t>(d.spec.endpoints[i].port)};
       std::unique_ptr<Replica> r;
       for (auto& old : reps) {
         if (old && old->state == State::kExternal &&
@@ -1203,7 +1202,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
 }
 
 void Controller::PushReady(Deployment& d) {
-  std::vector<runtime::Endpoint> ready;
+  std::vector<net::Endpoint> ready;
   std::vector<std::string> keys;
   for (const auto& r : d.replicas) {
     if (r->state == State::kReady ||
@@ -1592,7 +1591,7 @@ void Controller::Probe(Deployment& d, Replica& r, Micros now) {
   r.probing = true;
   const std::string deployment = d.spec.name, replica = r.name;
   const runtime::ProcessId pid = r.pid;
-  runtime::UpstreamCallbacks cb;
+  net::UpstreamCallbacks cb;
   auto status = std::make_shared<unsigned>(0);
   cb.on_head = [status](const boost::beast::http::response_header<>& h) {
     *status = h.result_int();
@@ -1613,13 +1612,13 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
   r.next_scrape = now + options_.metrics_period;
   if (!names) return;
   r.scraping = true;
-  runtime::Endpoint at = r.endpoint;
+  net::Endpoint at = r.endpoint;
   if (r.metrics_port != 0) at.port = r.metrics_port;
   const std::string deployment = d.spec.name, replica = r.name;
-  const runtime::Endpoint serving_ep = r.endpoint;
+  const net::Endpoint serving_ep = r.endpoint;
   auto text = std::make_shared<std::string>();
   auto status = std::make_shared<unsigned>(0);
-  runtime::UpstreamCallbacks cb;
+  net::UpstreamCallbacks cb;
   cb.on_head = [status](const boost::beast::http::response_header<>& h) {
     *status = h.result_int();
   };

@@ -48,13 +48,13 @@
 #include "config/manifest.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
+#include "net/upstream.h"
 #include "nlohmann/json.hpp"
 #include "placement/scheduler.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
 #include "runtime/launcher.h"
 #include "runtime/store.h"
-#include "runtime/upstream.h"
 
 namespace gpusched::api {
 
@@ -179,7 +179,7 @@ class Controller {
     std::string template_key;  // what it was launched from
     State state = State::kPending;
     runtime::ProcessId pid = 0;
-    runtime::Endpoint endpoint;
+    net::Endpoint endpoint;
     bool placed = false;
     inventory::Allocation allocation;
     runtime::RestartBackoff backoff;
@@ -322,7 +322,7 @@ class Controller {
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();
   runtime::LocalLauncher launcher_;
-  std::unique_ptr<runtime::UpstreamClient> probe_;
+  std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ = 0;  // guarded by mu_
   // Guarded by mu_: the autoscaled deployments' policy, its decisions

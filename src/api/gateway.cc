@@ -138,8 +138,8 @@ class OpenAiScan : public json::json_sax_t {
   std::string key_;
 };
 
-HttpResponse JsonResponse(http::status status, const json& body) {
-  HttpResponse res{status, 11};
+net::HttpResponse JsonResponse(http::status status, const json& body) {
+  net::HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
   res.body() = body.dump();
   return res;
@@ -155,13 +155,13 @@ bool IsLimit(RejectReason reason) {
 
 }  // namespace
 
-std::string EndpointKey(const runtime::Endpoint& ep) {
+std::string EndpointKey(const net::Endpoint& ep) {
   return absl::StrCat(ep.host, ":", ep.port);
 }
 
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
     const GatewayConfig& config, Authenticator authenticate,
-    runtime::UpstreamOptions upstream) {
+    net::UpstreamOptions upstream) {
   if (config.classes.empty()) {
     return absl::InvalidArgumentError("gateway: at least one priority class");
   }
@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
   g->authenticate_ = std::move(authenticate);
   g->config_ = config;
   g->upstream_options_ = upstream;
-  g->upstreams_.push_back(std::make_unique<runtime::UpstreamClient>(upstream));
+  g->upstreams_.push_back(std::make_unique<net::UpstreamClient>(upstream));
   g->dispatcher_ = std::make_unique<serving::Dispatcher>(config.seed);
   return g;
 }
@@ -180,14 +180,14 @@ Gateway::~Gateway() {
 }
 
 void Gateway::UseIoContext(boost::asio::io_context& ioc) {
-  runtime::UpstreamOptions o = upstream_options_;
+  net::UpstreamOptions o = upstream_options_;
   o.io_context = &ioc;
-  auto client = std::make_unique<runtime::UpstreamClient>(o);
+  auto client = std::make_unique<net::UpstreamClient>(o);
   std::lock_guard<std::mutex> lock(mu_);
   upstreams_.push_back(std::move(client));
 }
 
-runtime::UpstreamClient* Gateway::Upstream() {
+net::UpstreamClient* Gateway::Upstream() {
   std::lock_guard<std::mutex> lock(mu_);
   return upstreams_.back().get();
 }
@@ -264,7 +264,7 @@ absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
 void Gateway::SyncReplicas(serving::ModelId id, const Model& m) {
   Queue& q = queues_[id];
   std::map<std::string, serving::ReplicaId> keep;
-  for (const runtime::Endpoint& ep : m.ready) {
+  for (const net::Endpoint& ep : m.ready) {
     const std::string key = EndpointKey(ep);
     if (suspect_until_.contains(key)) continue;
     auto it = q.replicas.find(key);
@@ -297,7 +297,7 @@ void Gateway::RemoveDeployment(const std::string& name) {
 }
 
 void Gateway::SetReplicas(const std::string& name,
-                          const std::vector<runtime::Endpoint>& ready) {
+                          const std::vector<net::Endpoint>& ready) {
   std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -306,7 +306,7 @@ void Gateway::SetReplicas(const std::string& name,
     Model& m = it->second;
     m.ready = ready;
     // The controller's view is authoritative: it has probed these.
-    for (const runtime::Endpoint& ep : ready) {
+    for (const net::Endpoint& ep : ready) {
       suspect_until_.erase(EndpointKey(ep));
     }
     SyncAll(m);
@@ -365,7 +365,7 @@ void Gateway::RemoveTenant(const std::string& name) {
   if (it != tenants_.end()) it->second.deleted = true;
 }
 
-void Gateway::UpdateEngineLoad(const runtime::Endpoint& ep,
+void Gateway::UpdateEngineLoad(const net::Endpoint& ep,
                                const serving::EngineLoad& load) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = EndpointKey(ep);
@@ -393,7 +393,7 @@ DeploymentLoad Gateway::Load(const std::string& name) {
   return load;
 }
 
-int64_t Gateway::InFlightOn(const runtime::Endpoint& ep) {
+int64_t Gateway::InFlightOn(const net::Endpoint& ep) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = in_flight_.find(EndpointKey(ep));
   return it == in_flight_.end() ? 0 : it->second;
@@ -506,12 +506,13 @@ void Gateway::Tick() {
 
 // --- Requests ---------------------------------------------------------------
 
-void Gateway::Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
+void Gateway::Reject(Protocol protocol,
+                     const std::shared_ptr<net::Responder>& r,
                      http::status status, const std::string& message,
                      const std::string& type, Micros retry_after) {
-  HttpResponse res = protocol == Protocol::kOpenAi
-                         ? JsonError(status, message, type)
-                         : JsonResponse(status, json{{"error", message}});
+  net::HttpResponse res = protocol == Protocol::kOpenAi
+                              ? net::JsonError(status, message, type)
+                              : JsonResponse(status, json{{"error", message}});
   if (retry_after > 0) {
     res.set(http::field::retry_after,
             std::to_string((retry_after + kMicrosPerSecond - 1) /
@@ -537,8 +538,8 @@ std::vector<std::string> Gateway::AllowedModels(const Tenant& t) const {
 }
 
 std::optional<Gateway::Tenant> Gateway::Authenticate(
-    const HttpRequest& req, Protocol protocol,
-    const std::shared_ptr<Responder>& r) {
+    const net::HttpRequest& req, Protocol protocol,
+    const std::shared_ptr<net::Responder>& r) {
   const std::string_view auth(req[http::field::authorization].data(),
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
@@ -569,11 +570,11 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
   return it->second;
 }
 
-void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
+void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
   const std::string target(req.target().substr(0, req.target().find('?')));
   if (target == "/healthz" || target == "/v2/health/live" ||
       target == "/v2/health/ready") {
-    HttpResponse res{http::status::ok, 11};
+    net::HttpResponse res{http::status::ok, 11};
     if (target == "/healthz") {
       res.body() = "ok";
     } else {
@@ -641,7 +642,8 @@ void Gateway::Handle(HttpRequest req, std::shared_ptr<Responder> r) {
          f.stream.value_or(false), max_tokens, *tenant);
 }
 
-void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
+void Gateway::HandleKServe(net::HttpRequest& req,
+                           std::shared_ptr<net::Responder> r,
                            const std::string& target) {
   // /v2/models/{name}[/versions/{v}][/ready|/infer]
   std::vector<std::string> parts = absl::StrSplit(target, '/');
@@ -670,7 +672,7 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
   }
   const std::optional<Tenant> tenant = Authenticate(req, Protocol::kKServe, r);
   if (!tenant) return;
-  std::vector<runtime::Endpoint> ready;
+  std::vector<net::Endpoint> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!Allowed(*tenant, model)) {
@@ -687,7 +689,7 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
       absl::StrCat("/v2/models/", model, version.empty() ? "" : "/versions/",
                    version, action.empty() ? "" : "/", action);
   if (action == "ready") {
-    HttpResponse res = JsonResponse(
+    net::HttpResponse res = JsonResponse(
         ready.empty() ? http::status::service_unavailable : http::status::ok,
         json{{"name", model}, {"ready", !ready.empty()}});
     r->Send(std::move(res));
@@ -706,10 +708,10 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
       return;
     }
     // Metadata comes from a replica, without queueing.
-    HttpRequest up{http::verb::get, engine_target, 11};
+    net::HttpRequest up{http::verb::get, engine_target, 11};
     auto body = std::make_shared<std::string>();
     auto status = std::make_shared<unsigned>(502);
-    runtime::UpstreamCallbacks cb;
+    net::UpstreamCallbacks cb;
     cb.on_head = [status](const http::response_header<>& h) {
       *status = h.result_int();
     };
@@ -720,7 +722,7 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
                absl::StrCat("replica failed: ", st.message()), "server_error");
         return;
       }
-      HttpResponse res{static_cast<http::status>(*status), 11};
+      net::HttpResponse res{static_cast<http::status>(*status), 11};
       res.set(http::field::content_type, "application/json");
       res.body() = std::move(*body);
       r->Send(std::move(res));
@@ -746,10 +748,10 @@ void Gateway::HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
          *tenant);
 }
 
-void Gateway::Submit(Protocol protocol, HttpRequest& req,
-                     std::shared_ptr<Responder> r, const std::string& model,
-                     std::string engine_target, bool stream, int64_t max_tokens,
-                     const Tenant& tenant) {
+void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
+                     std::shared_ptr<net::Responder> r,
+                     const std::string& model, std::string engine_target,
+                     bool stream, int64_t max_tokens, const Tenant& tenant) {
   const Micros now = NowMicros();
   serving::Request sr;
   sr.arrival = now;
@@ -892,7 +894,7 @@ void Gateway::DispatchLocked(std::vector<Job>* jobs) {
   assigned_.clear();
   const Micros now = NowMicros();
   dispatcher_->Dispatch(now, &assigned_);
-  runtime::UpstreamClient* upstream = upstreams_.back().get();
+  net::UpstreamClient* upstream = upstreams_.back().get();
   for (const serving::Assignment& a : assigned_) {
     Pending& p = pending_.at(a.request.id);
     p.request = a.request;  // as dispatched
@@ -913,7 +915,7 @@ void Gateway::DispatchLocked(std::vector<Job>* jobs) {
 }
 
 void Gateway::Proxy(Job job) {
-  HttpRequest up{http::verb::post, job.target, 11};
+  net::HttpRequest up{http::verb::post, job.target, 11};
   up.set(http::field::content_type, "application/json");
   up.body() = *job.body;
   struct Relay {
@@ -924,19 +926,19 @@ void Gateway::Proxy(Job job) {
     Micros first_byte = 0;  // the head (not streamed) or first chunk
   };
   auto relay = std::make_shared<Relay>();
-  runtime::UpstreamCallbacks cb;
+  net::UpstreamCallbacks cb;
   const bool stream = job.stream;
   const Protocol protocol = job.protocol;
   const serving::Request req = job.a.request;
   const serving::ReplicaId replica = job.a.replica;
-  std::shared_ptr<Responder> responder = std::move(job.responder);
+  std::shared_ptr<net::Responder> responder = std::move(job.responder);
   GatewayMetrics::RequestCells* cells = job.cells;
   cb.on_head = [relay, stream, responder](const http::response_header<>& h) {
     relay->head = true;
     relay->status = h.result_int();
     if (!stream) relay->first_byte = NowMicros();
     if (stream && relay->status == 200) {
-      HttpResponse head{http::status::ok, 11};
+      net::HttpResponse head{http::status::ok, 11};
       head.set(http::field::content_type, "text/event-stream");
       head.set(http::field::cache_control, "no-cache");
       responder->StartStream(std::move(head));
@@ -1003,13 +1005,13 @@ void Gateway::Proxy(Job job) {
       if (relay->status == 200) {
         responder->EndStream();
       } else {
-        HttpResponse res{static_cast<http::status>(relay->status), 11};
+        net::HttpResponse res{static_cast<http::status>(relay->status), 11};
         res.set(http::field::content_type, "application/json");
         res.body() = relay->text;
         responder->Send(std::move(res));
       }
     } else if (st.ok()) {
-      HttpResponse res{
+      net::HttpResponse res{
           static_cast<http::status>(relay->status ? relay->status : 502), 11};
       res.set(http::field::content_type, "application/json");
       res.body() = std::move(relay->text);

@@ -48,12 +48,14 @@
 #include "absl/status/statusor.h"
 #include "api/gateway_metrics.h"
 #include "api/gateway_stats.h"
-#include "api/http_server.h"
+#include "net/http_server.h"
+#include "net/upstream.h"
 #include "runtime/store.h"
-#include "runtime/upstream.h"
 #include "serving/dispatcher.h"
 
 namespace gpusched::api {
+
+namespace http = boost::beast::http;
 
 struct GatewayDeployment {
   serving::DeploymentSpec spec;  // spec.name is the model name clients use
@@ -96,10 +98,11 @@ class Gateway {
  public:
   static absl::StatusOr<std::unique_ptr<Gateway>> Create(
       const GatewayConfig& config, Authenticator authenticate,
-      runtime::UpstreamOptions upstream = {});
+      net::UpstreamOptions upstream = {});
   ~Gateway();
 
-  void Handle(HttpRequest request, std::shared_ptr<Responder> responder);
+  void Handle(net::HttpRequest request,
+              std::shared_ptr<net::Responder> responder);
 
   // From now on, proxy on `ioc` (the HTTP server's, so that a request is
   // read, proxied and answered on one thread without hand-offs); `ioc`
@@ -114,13 +117,13 @@ class Gateway {
   // The ready replicas of `name` (an unknown name is ignored). A replica
   // left out takes no new request; its in-flight ones finish.
   void SetReplicas(const std::string& name,
-                   const std::vector<runtime::Endpoint>& ready);
+                   const std::vector<net::Endpoint>& ready);
   absl::Status UpsertTenant(const GatewayTenant& t);
   // The tenant's keys stop working here at once.
   void RemoveTenant(const std::string& name);
 
   // Engine-reported load of the replica at `ep` (for the routers).
-  void UpdateEngineLoad(const runtime::Endpoint& ep,
+  void UpdateEngineLoad(const net::Endpoint& ep,
                         const serving::EngineLoad& load);
 
   DeploymentLoad Load(const std::string& name);
@@ -128,7 +131,7 @@ class Gateway {
   // (GET /api/v1/stats); thread-safe.
   const GatewayStats& stats() const { return stats_; }
   // Requests proxied to `ep` and not finished.
-  int64_t InFlightOn(const runtime::Endpoint& ep);
+  int64_t InFlightOn(const net::Endpoint& ep);
   // Expires queued requests past their timeout and forgets drained old
   // queues; the controller calls it periodically (every ~50 ms).
   void Tick();
@@ -153,7 +156,7 @@ class Gateway {
     std::shared_ptr<const std::string> body;
     bool stream = false;
     Protocol protocol = Protocol::kOpenAi;
-    std::shared_ptr<Responder> responder;
+    std::shared_ptr<net::Responder> responder;
     int attempts = 0;
     std::string endpoint;  // where it is in flight, "" when queued
     GatewayMetrics::RequestCells* cells = nullptr;  // null: no metrics
@@ -170,7 +173,7 @@ class Gateway {
     GatewayDeployment config;
     serving::ModelId current = 0;
     std::vector<serving::ModelId> retired;
-    std::vector<runtime::Endpoint> ready;
+    std::vector<net::Endpoint> ready;
     bool deleted = false;
     // Metric cells by tenant id * classes + class, made at first use.
     std::vector<GatewayMetrics::RequestCells*> cells;
@@ -188,14 +191,14 @@ class Gateway {
     std::string target;
     bool stream = false;
     Protocol protocol = Protocol::kOpenAi;
-    std::shared_ptr<Responder> responder;
-    runtime::Endpoint ep;
-    runtime::UpstreamClient* upstream = nullptr;
+    std::shared_ptr<net::Responder> responder;
+    net::Endpoint ep;
+    net::UpstreamClient* upstream = nullptr;
     GatewayMetrics::RequestCells* cells = nullptr;
     GatewayStats::Finish finish;  // deployment and tenant filled in
   };
   struct Replica {
-    runtime::Endpoint ep;
+    net::Endpoint ep;
     std::string key;  // EndpointKey(ep)
   };
 
@@ -205,17 +208,19 @@ class Gateway {
   // mu_ held: dispatches what can go; the jobs are proxied after unlocking.
   void DispatchLocked(std::vector<Job>* jobs);
   void Proxy(Job job);
-  void Reject(Protocol protocol, const std::shared_ptr<Responder>& r,
+  void Reject(Protocol protocol, const std::shared_ptr<net::Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);
-  void Submit(Protocol protocol, HttpRequest& req, std::shared_ptr<Responder> r,
-              const std::string& model, std::string engine_target, bool stream,
-              int64_t max_tokens, const Tenant& tenant);
-  void HandleKServe(HttpRequest& req, std::shared_ptr<Responder> r,
+  void Submit(Protocol protocol, net::HttpRequest& req,
+              std::shared_ptr<net::Responder> r, const std::string& model,
+              std::string engine_target, bool stream, int64_t max_tokens,
+              const Tenant& tenant);
+  void HandleKServe(net::HttpRequest& req, std::shared_ptr<net::Responder> r,
                     const std::string& target);
   // The tenant behind the request's key, or answers 401/403 and nullopt.
-  std::optional<Tenant> Authenticate(const HttpRequest& req, Protocol protocol,
-                                     const std::shared_ptr<Responder>& r);
+  std::optional<Tenant> Authenticate(const net::HttpRequest& req,
+                                     Protocol protocol,
+                                     const std::shared_ptr<net::Responder>& r);
   // mu_ held: may the tenant use the live deployment `model`?
   bool Allowed(const Tenant& t, const std::string& model) const;
   std::vector<std::string> AllowedModels(const Tenant& t) const;  // mu_ held
@@ -231,10 +236,10 @@ class Gateway {
 
   // The upstream client the proxy uses now; its options; replaced ones are
   // kept until the gateway is destroyed (their requests may be in flight).
-  runtime::UpstreamClient* Upstream();
+  net::UpstreamClient* Upstream();
   Authenticator authenticate_;
-  runtime::UpstreamOptions upstream_options_;
-  std::vector<std::unique_ptr<runtime::UpstreamClient>> upstreams_;
+  net::UpstreamOptions upstream_options_;
+  std::vector<std::unique_ptr<net::UpstreamClient>> upstreams_;
   GatewayConfig config_;
   std::mutex mu_;
   // Everything below is guarded by mu_.
@@ -265,7 +270,7 @@ class Gateway {
 };
 
 // "host:port".
-std::string EndpointKey(const runtime::Endpoint& ep);
+std::string EndpointKey(const net::Endpoint& ep);
 
 }  // namespace gpusched::api
 

@@ -15,9 +15,9 @@
 namespace gpusched::api {
 namespace {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -43,7 +43,7 @@ class GatewayTest : public ::testing::Test {
     GatewayDeployment chat;
     chat.spec.name = "chat";
     chat.spec.router.policy = "round-robin";
-    std::vector<runtime::Endpoint> chat_eps;
+    std::vector<net::Endpoint> chat_eps;
     if (with_dead_replica) chat_eps.push_back({"127.0.0.1", 1});
     for (auto& e : engines_) chat_eps.push_back({"127.0.0.1", e->port()});
     ASSERT_TRUE(gateway_->UpsertDeployment(chat).ok());
@@ -61,9 +61,9 @@ class GatewayTest : public ::testing::Test {
     b.models = {"secret-model"};
     ASSERT_TRUE(gateway_->UpsertTenant(a).ok());
     ASSERT_TRUE(gateway_->UpsertTenant(b).ok());
-    auto s = HttpServer::Start(
-        HttpServerOptions{},
-        [this](HttpRequest req, std::shared_ptr<Responder> r) {
+    auto s = net::HttpServer::Start(
+        net::HttpServerOptions{},
+        [this](net::HttpRequest req, std::shared_ptr<net::Responder> r) {
           gateway_->Handle(std::move(req), std::move(r));
         });
     ASSERT_TRUE(s.ok());
@@ -74,7 +74,7 @@ class GatewayTest : public ::testing::Test {
     engine::EngineOptions o;
     o.model = model;
     o.hidden = 16;
-    auto e = engine::EngineServer::Start(o, HttpServerOptions{});
+    auto e = engine::EngineServer::Start(o, net::HttpServerOptions{});
     ASSERT_TRUE(e.ok()) << e.status();
     engines_.push_back(*std::move(e));
   }
@@ -83,21 +83,21 @@ class GatewayTest : public ::testing::Test {
     gateway_.reset();
     for (auto& e : engines_) e->Shutdown(std::chrono::seconds(1));
   }
-  HttpResponse Call(const std::string& key, const std::string& target,
-                    const std::string& body,
-                    http::verb verb = http::verb::post) {
-    net::io_context ioc;
+  net::HttpResponse Call(const std::string& key, const std::string& target,
+                         const std::string& body,
+                         http::verb verb = http::verb::post) {
+    asio::io_context ioc;
     tcp::socket socket(ioc);
     socket.connect(
-        tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
-    HttpRequest req{verb, target, 11};
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    net::HttpRequest req{verb, target, 11};
     req.set(http::field::host, "127.0.0.1");
     if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
     req.body() = body;
     req.prepare_payload();
     http::write(socket, req);
     beast::flat_buffer buffer;
-    HttpResponse res;
+    net::HttpResponse res;
     http::read(socket, buffer, res);
     return res;
   }
@@ -105,7 +105,7 @@ class GatewayTest : public ::testing::Test {
   std::vector<std::unique_ptr<engine::EngineServer>> engines_;
   std::unique_ptr<runtime::Store> store_;
   std::unique_ptr<Gateway> gateway_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<net::HttpServer> server_;
   std::string alice_, bob_;
 };
 
@@ -259,7 +259,7 @@ TEST_F(GatewayTest, QueuedRequestsTimeOutWithoutReplicas) {
 TEST_F(GatewayTest, HoldsRequestsAtZeroReplicasWithinTheBound) {
   Start(false);
   StartEngine("cold");
-  const runtime::Endpoint replica{"127.0.0.1", engines_.back()->port()};
+  const net::Endpoint replica{"127.0.0.1", engines_.back()->port()};
   GatewayDeployment cold;
   cold.spec.name = "cold";
   cold.max_held = 2;
@@ -287,7 +287,7 @@ TEST_F(GatewayTest, HoldsRequestsAtZeroReplicasWithinTheBound) {
     return gateway_->Load("cold").queued == n;
   };
   const std::string body = R"({"model":"cold","prompt":"x","max_tokens":1})";
-  HttpResponse first, second;
+  net::HttpResponse first, second;
   std::thread t1([&] { first = Call(alice_, "/v1/completions", body); });
   ASSERT_TRUE(held(1));
   std::thread t2([&] { second = Call(alice_, "/v1/completions", body); });

@@ -11,9 +11,9 @@ namespace {
 
 constexpr std::string_view kUiPrefix = "/ui/";
 
-HttpResponse Plain(http::status status, unsigned version,
-                   std::string_view text) {
-  HttpResponse res{status, version};
+net::HttpResponse Plain(http::status status, unsigned version,
+                        std::string_view text) {
+  net::HttpResponse res{status, version};
   res.set(http::field::content_type, "text/plain; charset=utf-8");
   res.body() = std::string(text);
   return res;
@@ -21,8 +21,8 @@ HttpResponse Plain(http::status status, unsigned version,
 
 }  // namespace
 
-bool ServeStaticAsset(const HttpRequest& req,
-                      const std::shared_ptr<Responder>& r) {
+bool ServeStaticAsset(const net::HttpRequest& req,
+                      const std::shared_ptr<net::Responder>& r) {
   const std::string_view target(req.target().data(), req.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
   std::string_view name;
@@ -35,8 +35,9 @@ bool ServeStaticAsset(const HttpRequest& req,
   }
   const unsigned version = req.version();
   if (req.method() != http::verb::get && req.method() != http::verb::head) {
-    HttpResponse res = Plain(http::status::method_not_allowed, version,
-                             "the dashboard's files answer GET and HEAD\n");
+    net::HttpResponse res =
+        Plain(http::status::method_not_allowed, version,
+              "the dashboard's files answer GET and HEAD\n");
     res.set(http::field::allow, "GET, HEAD");
     r->Send(std::move(res));
     return true;
@@ -47,7 +48,7 @@ bool ServeStaticAsset(const HttpRequest& req,
                   "no such dashboard asset; the dashboard is at /\n"));
     return true;
   }
-  HttpResponse res{http::status::ok, version};
+  net::HttpResponse res{http::status::ok, version};
   res.set(http::field::etag, std::string(asset->etag));
   res.set(http::field::cache_control, "no-cache");
   res.set("X-Content-Type-Options", "nosniff");

@@ -11,13 +11,15 @@
 
 #include <memory>
 
-#include "api/http_server.h"
+#include "net/http_server.h"
 
 namespace gpusched::api {
 
+namespace http = boost::beast::http;
+
 // True when `request` is for `/` or under `/ui/` and was answered.
-bool ServeStaticAsset(const HttpRequest& request,
-                      const std::shared_ptr<Responder>& responder);
+bool ServeStaticAsset(const net::HttpRequest& request,
+                      const std::shared_ptr<net::Responder>& responder);
 
 }  // namespace gpusched::api
 

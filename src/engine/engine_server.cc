@@ -19,11 +19,10 @@
 
 namespace gpusched::engine {
 
-using api::HttpRequest;
-using api::HttpResponse;
-using api::Responder;
+using net::HttpRequest;
+using net::HttpResponse;
+using net::Responder;
 using nlohmann::json;
-namespace http = api::http;
 
 struct EngineServer::State {
   explicit State(EngineOptions o) : core(std::move(o)) {}
@@ -78,16 +77,17 @@ struct EngineServer::State {
 
 namespace {
 
-HttpResponse Json(const json& body, http::status status = http::status::ok) {
-  HttpResponse res{status, 11};
+net::HttpResponse Json(const json& body,
+                       http::status status = http::status::ok) {
+  net::HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
   res.body() = body.dump();
   return res;
 }
 
-void Error(const std::shared_ptr<Responder>& r, http::status status,
+void Error(const std::shared_ptr<net::Responder>& r, http::status status,
            const std::string& message, const std::string& type) {
-  r->Send(api::JsonError(status, message, type));
+  r->Send(net::JsonError(status, message, type));
 }
 
 int64_t NowSeconds() {
@@ -149,8 +149,8 @@ bool PromptOf(const json& body, bool chat, std::string* prompt,
   return true;
 }
 
-void HandleGenerate(EngineServer::State& st, HttpRequest& req,
-                    std::shared_ptr<Responder> r, bool chat) {
+void HandleGenerate(EngineServer::State& st, net::HttpRequest& req,
+                    std::shared_ptr<net::Responder> r, bool chat) {
   json body = json::parse(req.body(), nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
     Error(r, http::status::bad_request, "the request body is not valid JSON",
@@ -239,7 +239,7 @@ void HandleGenerate(EngineServer::State& st, HttpRequest& req,
     return "data: " + c.dump() + "\n\n";
   };
   if (stream) {
-    HttpResponse head{http::status::ok, 11};
+    net::HttpResponse head{http::status::ok, 11};
     head.set(http::field::content_type, "text/event-stream");
     head.set(http::field::cache_control, "no-cache");
     r->StartStream(std::move(head));
@@ -339,8 +339,8 @@ std::string Base64Floats(const std::vector<float>& values) {
   return absl::Base64Escape(bytes);
 }
 
-void HandleEmbeddings(EngineServer::State& st, HttpRequest& req,
-                      const std::shared_ptr<Responder>& r) {
+void HandleEmbeddings(EngineServer::State& st, net::HttpRequest& req,
+                      const std::shared_ptr<net::Responder>& r) {
   json body = json::parse(req.body(), nullptr, false);
   std::vector<std::string> texts;
   if (body.is_discarded() || !body.is_object() || !body.contains("input") ||
@@ -383,8 +383,8 @@ void HandleEmbeddings(EngineServer::State& st, HttpRequest& req,
             {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}));
 }
 
-void HandleInfer(EngineServer::State& st, HttpRequest& req,
-                 const std::shared_ptr<Responder>& r) {
+void HandleInfer(EngineServer::State& st, net::HttpRequest& req,
+                 const std::shared_ptr<net::Responder>& r) {
   json body = json::parse(req.body(), nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("inputs") ||
       !body["inputs"].is_array() || body["inputs"].empty()) {
@@ -453,8 +453,8 @@ std::string Metrics(EngineServer::State& st) {
   return out;
 }
 
-void Handle(EngineServer::State& st, HttpRequest req,
-            std::shared_ptr<Responder> r) {
+void Handle(EngineServer::State& st, net::HttpRequest req,
+            std::shared_ptr<net::Responder> r) {
   const std::string target(req.target().substr(0, req.target().find('?')));
   const bool post = req.method() == http::verb::post;
   const std::string& model = st.core.options().model;
@@ -462,7 +462,7 @@ void Handle(EngineServer::State& st, HttpRequest req,
       target == "/v2/health/ready") {
     r->Send(Json(json::object()));
   } else if (target == "/metrics") {
-    HttpResponse res{http::status::ok, 11};
+    net::HttpResponse res{http::status::ok, 11};
     res.set(http::field::content_type, "text/plain; version=0.0.4");
     res.body() = Metrics(st);
     r->Send(std::move(res));
@@ -521,14 +521,14 @@ void Handle(EngineServer::State& st, HttpRequest req,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(
-    const EngineOptions& engine, const api::HttpServerOptions& http) {
+    const EngineOptions& engine, const net::HttpServerOptions& http) {
   if (absl::Status st = ValidateEngineOptions(engine); !st.ok()) return st;
   std::unique_ptr<EngineServer> server(new EngineServer());
   server->state_ = std::make_shared<State>(engine);
   State* state = server->state_.get();
   state->loop = std::thread([state] { state->Run(); });
-  auto http_server = api::HttpServer::Start(
-      http, [state](HttpRequest req, std::shared_ptr<Responder> r) {
+  auto http_server = net::HttpServer::Start(
+      http, [state](net::HttpRequest req, std::shared_ptr<net::Responder> r) {
         Handle(*state, std::move(req), std::move(r));
       });
   if (!http_server.ok()) {

@@ -19,15 +19,17 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "api/http_server.h"
 #include "engine/engine_core.h"
+#include "net/http_server.h"
 
 namespace gpusched::engine {
+
+namespace http = boost::beast::http;
 
 class EngineServer {
  public:
   static absl::StatusOr<std::unique_ptr<EngineServer>> Start(
-      const EngineOptions& engine, const api::HttpServerOptions& http);
+      const EngineOptions& engine, const net::HttpServerOptions& http);
   ~EngineServer();
 
   uint16_t port() const;
@@ -40,7 +42,7 @@ class EngineServer {
  private:
   EngineServer() = default;
   std::shared_ptr<State> state_;
-  std::unique_ptr<api::HttpServer> http_;
+  std::unique_ptr<net::HttpServer> http_;
 };
 
 }  // namespace gpusched::engine

@@ -14,10 +14,9 @@
 namespace gpusched::engine {
 namespace {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = api::http;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -27,24 +26,24 @@ class EngineServerTest : public ::testing::Test {
     EngineOptions o;
     o.model = "tiny";
     o.hidden = 16;
-    auto s = EngineServer::Start(o, api::HttpServerOptions{});
+    auto s = EngineServer::Start(o, net::HttpServerOptions{});
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
   }
-  api::HttpResponse Call(http::verb verb, const std::string& target,
+  net::HttpResponse Call(http::verb verb, const std::string& target,
                          const std::string& body = "") {
-    net::io_context ioc;
+    asio::io_context ioc;
     tcp::socket socket(ioc);
     socket.connect(
-        tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
-    api::HttpRequest req{verb, target, 11};
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    net::HttpRequest req{verb, target, 11};
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::content_type, "application/json");
     req.body() = body;
     req.prepare_payload();
     http::write(socket, req);
     beast::flat_buffer buffer;
-    api::HttpResponse res;
+    net::HttpResponse res;
     http::read(socket, buffer, res);
     return res;
   }

@@ -25,8 +25,8 @@
 #include "absl/strings/strip.h"
 #include "boost/asio.hpp"
 #include "main/table.h"
+#include "net/upstream.h"
 #include "nlohmann/json.hpp"
-#include "runtime/upstream.h"
 
 namespace gpusched {
 namespace {
@@ -358,7 +358,7 @@ std::string Query(
 }
 
 struct ServerAddress {
-  runtime::Endpoint endpoint;
+  net::Endpoint endpoint;
   std::string prefix;  // path before /api/v1, without a trailing '/'
 };
 
@@ -438,8 +438,8 @@ Answer NoAnswer(absl::Status why) {
   return a;
 }
 
-runtime::UpstreamOptions UpstreamOptionsFor(const CtlOptions& o) {
-  runtime::UpstreamOptions u;
+net::UpstreamOptions UpstreamOptionsFor(const CtlOptions& o) {
+  net::UpstreamOptions u;
   u.connect_timeout = o.connect_timeout;
   u.first_byte_timeout = o.timeout;
   u.idle_timeout = o.timeout;
@@ -467,7 +467,7 @@ class Client {
       req.set(http::field::content_type, content_type);
     }
     req.body() = std::move(body);
-    absl::StatusOr<runtime::UpstreamClient::Result> r =
+    absl::StatusOr<net::UpstreamClient::Result> r =
         upstream_.Fetch((*address_)->endpoint, std::move(req));
     if (!r.ok()) return NoAnswer(r.status());
     Answer a;
@@ -478,7 +478,7 @@ class Client {
 
  private:
   const CtlOptions& o_;
-  runtime::UpstreamClient upstream_;
+  net::UpstreamClient upstream_;
   std::optional<absl::StatusOr<ServerAddress>> address_;
 };
 

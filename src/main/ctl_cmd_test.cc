@@ -12,18 +12,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "api/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "net/http_server.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched {
 namespace {
 
 namespace http = boost::beast::http;
-using api::HttpRequest;
-using api::HttpResponse;
-using api::Responder;
+using net::HttpRequest;
+using net::HttpResponse;
+using net::Responder;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using Json = nlohmann::json;
@@ -94,15 +94,15 @@ struct Seen {
   std::string body;
 };
 
-HttpResponse JsonAnswer(http::status status, std::string body) {
-  HttpResponse res{status, 11};
+net::HttpResponse JsonAnswer(http::status status, std::string body) {
+  net::HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
   res.body() = std::move(body);
   return res;
 }
 
-HttpResponse Error(http::status status, const std::string& message,
-                   std::vector<std::string> problems = {}) {
+net::HttpResponse Error(http::status status, const std::string& message,
+                        std::vector<std::string> problems = {}) {
   Json e = {{"message", message}, {"type", "error"}};
   if (!problems.empty()) e["problems"] = problems;
   return JsonAnswer(status, Json{{"error", e}}.dump());
@@ -131,8 +131,8 @@ class CtlTest : public ::testing::Test {
         {"DELETE /api/v1/deployments/chat",
          R"({"kind": "Deployment", "name": "chat", "action": "deleted"})"},
     };
-    auto s = api::HttpServer::Start(
-        {}, [this](HttpRequest req, std::shared_ptr<Responder> r) {
+    auto s = net::HttpServer::Start(
+        {}, [this](net::HttpRequest req, std::shared_ptr<net::Responder> r) {
           r->Send(Handle(req));
         });
     ASSERT_TRUE(s.ok()) << s.status();
@@ -152,7 +152,7 @@ class CtlTest : public ::testing::Test {
     if (server_) server_->Shutdown(std::chrono::milliseconds(100));
   }
 
-  HttpResponse Handle(const HttpRequest& req) {
+  net::HttpResponse Handle(const net::HttpRequest& req) {
     Seen s{std::string(req.method_string()), std::string(req.target()),
            std::string(req[http::field::authorization]),
            std::string(req[http::field::content_type]), req.body()};
@@ -178,7 +178,7 @@ class CtlTest : public ::testing::Test {
         {"kind": "Deployment", "name": "chat", "action": "deleted"}]})");
     }
     if (absl::StartsWith(s.target, "/api/v1/deployments/chat/logs")) {
-      HttpResponse res{http::status::ok, 11};
+      net::HttpResponse res{http::status::ok, 11};
       res.set(http::field::content_type, "text/plain");
       res.body() = "line 1\nline 2";
       return res;
@@ -224,7 +224,7 @@ class CtlTest : public ::testing::Test {
   }
 
   std::map<std::string, std::string> routes_;
-  std::unique_ptr<api::HttpServer> server_;
+  std::unique_ptr<net::HttpServer> server_;
   CtlOptions o_;
   std::string out_, err_;
   std::mutex mu_;

@@ -49,7 +49,7 @@ int RunEngine(EngineFlags flags) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  api::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = flags.host;
   http.port = static_cast<uint16_t>(flags.port);
   http.threads = flags.threads;

@@ -19,11 +19,11 @@
 #include "api/controller_metrics.h"
 #include "api/gateway.h"
 #include "api/gateway_metrics.h"
-#include "api/http_server.h"
 #include "api/static_assets.h"
 #include "config/serve_config.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
+#include "net/http_server.h"
 #include "runtime/store.h"
 
 namespace gpusched {
@@ -202,19 +202,19 @@ int RunServe(const ServeFlags& flags) {
   }
 
   api::ControlApi control(controller.get(), &(*gateway)->stats());
-  api::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
   http.tls_cert_file = cfg->tls.cert;
   http.tls_key_file = cfg->tls.key;
   api::Gateway* g = gateway->get();
-  auto server = api::HttpServer::Start(
-      http, [g, &control, &registry](api::HttpRequest req,
-                                     std::shared_ptr<api::Responder> r) {
-        if (req.method() == api::http::verb::get &&
+  auto server = net::HttpServer::Start(
+      http, [g, &control, &registry](net::HttpRequest req,
+                                     std::shared_ptr<net::Responder> r) {
+        if (req.method() == net::http::verb::get &&
             req.target().substr(0, req.target().find('?')) == "/metrics") {
-          api::HttpResponse res{api::http::status::ok, 11};
-          res.set(api::http::field::content_type,
+          net::HttpResponse res{net::http::status::ok, 11};
+          res.set(net::http::field::content_type,
                   "text/plain; version=0.0.4; charset=utf-8");
           res.body() = registry.Expose();
           r->Send(std::move(res));

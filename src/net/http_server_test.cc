@@ -1,4 +1,4 @@
-#include "api/http_server.h"
+#include "net/http_server.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -26,12 +26,12 @@
 #include "openssl/x509.h"
 #include "openssl/x509v3.h"
 
-namespace gpusched::api {
+namespace gpusched::net {
 namespace {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 using ::testing::HasSubstr;
 
 // A self-signed certificate for 127.0.0.1 (P-256, CA:TRUE so a client can
@@ -110,19 +110,19 @@ class Client {
   explicit Client(uint16_t port, const TlsFiles* tls = nullptr,
                   const std::function<void(SSL_CTX*)>& tls_options = {})
       : socket_(ioc_) {
-    const tcp::endpoint server(net::ip::make_address("127.0.0.1"), port);
+    const tcp::endpoint server(asio::ip::make_address("127.0.0.1"), port);
     if (tls == nullptr) {
       socket_.connect(server);
       return;
     }
-    ctx_.set_verify_mode(net::ssl::verify_peer);
+    ctx_.set_verify_mode(asio::ssl::verify_peer);
     beast::error_code ec;
     ctx_.load_verify_file(tls->cert, ec);
     EXPECT_FALSE(ec) << ec.message();
     if (tls_options) tls_options(ctx_.native_handle());
     tls_.emplace(ioc_, ctx_);
     beast::get_lowest_layer(*tls_).connect(server);
-    tls_->handshake(net::ssl::stream_base::client, handshake_error_);
+    tls_->handshake(asio::ssl::stream_base::client, handshake_error_);
   }
   HttpResponse Request(http::verb verb, const std::string& target,
                        const std::string& body = "") {
@@ -135,7 +135,7 @@ class Client {
     return Read();
   }
   void WriteRaw(const std::string& bytes) {
-    With([&](auto& s) { net::write(s, net::buffer(bytes)); });
+    With([&](auto& s) { asio::write(s, asio::buffer(bytes)); });
   }
   HttpResponse Read() {
     HttpResponse res;
@@ -148,9 +148,9 @@ class Client {
   bool ReadEof() {
     char c;
     beast::error_code ec;
-    With([&](auto& s) { s.read_some(net::buffer(&c, 1), ec); });
-    return ec == net::error::eof || ec == net::error::connection_reset ||
-           ec == net::ssl::error::stream_truncated;
+    With([&](auto& s) { s.read_some(asio::buffer(&c, 1), ec); });
+    return ec == asio::error::eof || ec == asio::error::connection_reset ||
+           ec == asio::ssl::error::stream_truncated;
   }
   beast::error_code last_error() const { return last_error_; }
   beast::error_code handshake_error() const { return handshake_error_; }
@@ -166,9 +166,9 @@ class Client {
       fn(socket_);
     }
   }
-  net::io_context ioc_;
+  asio::io_context ioc_;
   tcp::socket socket_;
-  net::ssl::context ctx_{net::ssl::context::tls_client};
+  asio::ssl::context ctx_{asio::ssl::context::tls_client};
   std::optional<TlsClientStream> tls_;
   beast::error_code handshake_error_;
   beast::flat_buffer buffer_;
@@ -365,10 +365,10 @@ TEST_P(HttpServerTest, ShutdownDrainsInFlightRequests) {
   EXPECT_EQ(res.body(), "late");
   EXPECT_FALSE(res.keep_alive());
   // No longer accepting.
-  net::io_context ioc;
+  asio::io_context ioc;
   tcp::socket s(ioc);
   beast::error_code ec;
-  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
   EXPECT_TRUE(ec);
 }
 
@@ -468,4 +468,4 @@ TEST(HttpServerTlsTest, CertificateAndKeyErrorsNameTheFile) {
 }
 
 }  // namespace
-}  // namespace gpusched::api
+}  // namespace gpusched::net

@@ -10,8 +10,8 @@
 // Thread-safe. Callbacks run on the client's threads, one request's
 // callbacks never concurrently, in order: OnHead, OnData*, OnDone (OnDone
 // alone when the request fails before a response head).
-#ifndef GPUSCHED_RUNTIME_UPSTREAM_H_
-#define GPUSCHED_RUNTIME_UPSTREAM_H_
+#ifndef GPUSCHED_NET_UPSTREAM_H_
+#define GPUSCHED_NET_UPSTREAM_H_
 
 #include <chrono>
 #include <cstdint>
@@ -24,7 +24,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/beast/http.hpp"
 
-namespace gpusched::runtime {
+namespace gpusched::net {
 
 struct Endpoint {
   std::string host = "127.0.0.1";
@@ -84,6 +84,6 @@ class UpstreamClient {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace gpusched::runtime
+}  // namespace gpusched::net
 
-#endif  // GPUSCHED_RUNTIME_UPSTREAM_H_
+#endif  // GPUSCHED_NET_UPSTREAM_H_

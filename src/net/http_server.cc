@@ -1,4 +1,4 @@
-#include "api/http_server.h"
+#include "net/http_server.h"
 
 #include <deque>
 #include <mutex>
@@ -18,11 +18,11 @@
 #include "openssl/err.h"
 #include "openssl/ssl.h"
 
-namespace gpusched::api {
+namespace gpusched::net {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -114,15 +114,15 @@ std::string OpenSslErrors() {
 
 // The server's TLS context: TLS 1.2 or later, the certificate chain and its
 // key from PEM files.
-absl::StatusOr<std::unique_ptr<net::ssl::context>> LoadTlsContext(
+absl::StatusOr<std::unique_ptr<asio::ssl::context>> LoadTlsContext(
     const HttpServerOptions& o) {
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "tls: set both the certificate and the key file, or neither");
   }
-  std::unique_ptr<net::ssl::context> ctx;
+  std::unique_ptr<asio::ssl::context> ctx;
   try {  // the context's constructor is Asio's only throwing call here
-    ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
   } catch (const boost::system::system_error& e) {
     return absl::InternalError(absl::StrCat("tls: ", e.what()));
   }
@@ -160,7 +160,7 @@ absl::StatusOr<std::unique_ptr<net::ssl::context>> LoadTlsContext(
 struct HttpServer::Impl {
   HttpServerOptions options;
   HttpHandler handler;
-  std::unique_ptr<net::ssl::context> tls;  // null: plain HTTP
+  std::unique_ptr<asio::ssl::context> tls;  // null: plain HTTP
   // Declared before the io_context so they outlive it: destroying the
   // io_context destroys pending handlers, and with them connections, which
   // update these.
@@ -170,12 +170,12 @@ struct HttpServer::Impl {
   bool shut_down = false;
   std::mutex mu;  // guards live
   std::vector<std::weak_ptr<Connection>> live;
-  net::io_context ioc;
+  asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   // Keeps the threads running while handlers hold requests with no socket
   // operation pending; released at shutdown.
-  net::executor_work_guard<net::io_context::executor_type> work =
-      net::make_work_guard(ioc);
+  asio::executor_work_guard<asio::io_context::executor_type> work =
+      asio::make_work_guard(ioc);
   std::vector<std::thread> threads;
 
   void Accept();
@@ -205,13 +205,13 @@ class Session final : public Connection,
   template <class... Args>
   explicit Session(HttpServer::Impl* server, Args&&... args)
       : stream_(std::forward<Args>(args)...),
-        strand_(net::make_strand(server->ioc)),
+        strand_(asio::make_strand(server->ioc)),
         server_(server) {
     ++server_->connections;
     // Streamed chunks are small writes: without this, Nagle holds each one
     // until the client ACKs the last (up to 40 ms with delayed ACKs).
     beast::error_code ignored;
-    tcp().socket().set_option(net::ip::tcp::no_delay(true), ignored);
+    tcp().socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   }
   ~Session() override { --server_->connections; }
 
@@ -228,7 +228,7 @@ class Session final : public Connection,
   // A completion handler run on the strand, holding the session.
   template <class Fn>
   auto OnStrand(Fn fn) {
-    return net::bind_executor(
+    return asio::bind_executor(
         strand_, [self = shared_from_this(), fn](auto&&... args) mutable {
           fn(self.get(), std::forward<decltype(args)>(args)...);
         });
@@ -247,7 +247,7 @@ class Session final : public Connection,
   void CloseSocket();
 
   Stream stream_;
-  net::strand<net::io_context::executor_type> strand_;
+  asio::strand<asio::io_context::executor_type> strand_;
   HttpServer::Impl* server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -266,14 +266,14 @@ class Session final : public Connection,
 
 template <class Stream>
 void Session<Stream>::Start() {
-  net::dispatch(strand_, [self = shared_from_this()] {
+  asio::dispatch(strand_, [self = shared_from_this()] {
     if constexpr (kTls) {
       // The handshake must finish within the read timeout; a client that
       // speaks plain HTTP fails here and is dropped.
       self->tcp().expires_after(self->server_->options.read_timeout);
       self->reading_ = true;
       self->stream_.async_handshake(
-          net::ssl::stream_base::server,
+          asio::ssl::stream_base::server,
           self->OnStrand([](Session* s, beast::error_code ec) {
             s->reading_ = false;
             if (ec) {
@@ -335,9 +335,9 @@ void Session<Stream>::OnHeader(beast::error_code ec) {
   }
   if (ec) {  // closed by the client, idle timeout, or garbage
     if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
-        ec != net::error::operation_aborted && ec != net::error::eof &&
-        ec != net::error::connection_reset &&
-        ec != net::ssl::error::stream_truncated && buffer_.size() > 0) {
+        ec != asio::error::operation_aborted && ec != asio::error::eof &&
+        ec != asio::error::connection_reset &&
+        ec != asio::ssl::error::stream_truncated && buffer_.size() > 0) {
       Reject(http::status::bad_request,
              absl::StrCat("malformed request: ", ec.message()));
       return;
@@ -387,10 +387,10 @@ void Session<Stream>::OnBody(beast::error_code ec) {
     return;
   }
   if (ec) {
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted ||
-        ec == net::ssl::error::stream_truncated) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+        ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted ||
+        ec == asio::ssl::error::stream_truncated) {
       Close();
       return;
     }
@@ -423,8 +423,8 @@ void Session<Stream>::Reject(http::status status, const std::string& message) {
 template <class Stream>
 void Session<Stream>::Write(std::string bytes, bool ends_response,
                             bool keep_alive) {
-  net::dispatch(strand_, [self = shared_from_this(), b = std::move(bytes),
-                          ends_response, keep_alive]() mutable {
+  asio::dispatch(strand_, [self = shared_from_this(), b = std::move(bytes),
+                           ends_response, keep_alive]() mutable {
     if (self->closed_) {
       if (ends_response) self->FinishResponse(false);
       return;
@@ -439,10 +439,10 @@ void Session<Stream>::WriteNext() {
   if (writing_ || out_.empty() || closed_) return;
   writing_ = true;
   tcp().expires_after(server_->options.read_timeout);
-  net::async_write(stream_, net::buffer(out_.front().bytes),
-                   OnStrand([](Session* s, beast::error_code ec, std::size_t) {
-                     s->OnWritten(ec);
-                   }));
+  asio::async_write(stream_, asio::buffer(out_.front().bytes),
+                    OnStrand([](Session* s, beast::error_code ec, std::size_t) {
+                      s->OnWritten(ec);
+                    }));
 }
 
 template <class Stream>
@@ -479,14 +479,14 @@ void Session<Stream>::FinishResponse(bool keep_alive) {
 
 template <class Stream>
 void Session<Stream>::CloseIfIdle() {
-  net::dispatch(strand_, [self = shared_from_this()] {
+  asio::dispatch(strand_, [self = shared_from_this()] {
     if (!self->busy_) self->Close();
   });
 }
 
 template <class Stream>
 void Session<Stream>::Abort() {
-  net::dispatch(strand_, [self = shared_from_this()] {
+  asio::dispatch(strand_, [self = shared_from_this()] {
     self->closed_ = true;
     self->gone_->store(true);
     self->CloseSocket();
@@ -523,10 +523,10 @@ void Session<Stream>::CloseSocket() {
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec,
-                                                      tcp::socket s) {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec,
+                                                       tcp::socket s) {
     if (ec) {
-      if (ec == net::error::operation_aborted || draining) return;
+      if (ec == asio::error::operation_aborted || draining) return;
     } else {
       auto start = [&](auto session) {
         {
@@ -612,16 +612,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     ASSIGN_OR_RETURN(impl->tls, LoadTlsContext(options));
   }
   beast::error_code ec;
-  const auto address = net::ip::make_address(options.address, ec);
+  const auto address = asio::ip::make_address(options.address, ec);
   if (ec) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", options.address, "': ", ec.message()));
   }
   const tcp::endpoint endpoint(address, options.port);
   impl->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(endpoint, ec);
-  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.address, ":", options.port,
@@ -656,7 +657,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
   if (impl_->shut_down) return;
   impl_->shut_down = true;
   impl_->draining = true;
-  net::post(impl_->ioc, [impl = impl_.get()] {
+  asio::post(impl_->ioc, [impl = impl_.get()] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
   });
@@ -680,4 +681,4 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
   impl_->threads.clear();
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::net

@@ -1,4 +1,4 @@
-#include "runtime/upstream.h"
+#include "net/upstream.h"
 
 #include <future>
 #include <limits>
@@ -13,22 +13,22 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 
-namespace gpusched::runtime {
+namespace gpusched::net {
 
-namespace net = boost::asio;
+namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = net::ip::tcp;
+using tcp = asio::ip::tcp;
 
 struct UpstreamClient::Impl {
   explicit Impl(const UpstreamOptions& o)
       : options(o),
         ioc(o.io_context != nullptr ? *o.io_context : own),
-        work(net::make_work_guard(own)) {}
+        work(asio::make_work_guard(own)) {}
   UpstreamOptions options;
-  net::io_context own;  // unused when options.io_context is set
-  net::io_context& ioc;
-  net::executor_work_guard<net::io_context::executor_type> work;
+  asio::io_context own;  // unused when options.io_context is set
+  asio::io_context& ioc;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
   std::vector<std::thread> threads;
   mutable std::mutex mu;
   // Idle keep-alive connections per endpoint.
@@ -77,13 +77,14 @@ class Call : public std::enable_shared_from_this<Call> {
  private:
   void Connect() {
     beast::error_code ec;
-    const auto address = net::ip::make_address(ep_.host, ec);
+    const auto address = asio::ip::make_address(ep_.host, ec);
     if (ec) {
       Done(absl::InvalidArgumentError(
           absl::StrCat("upstream address '", ep_.host, "': ", ec.message())));
       return;
     }
-    stream_ = std::make_unique<beast::tcp_stream>(net::make_strand(impl_->ioc));
+    stream_ =
+        std::make_unique<beast::tcp_stream>(asio::make_strand(impl_->ioc));
     stream_->expires_after(impl_->options.connect_timeout);
     stream_->async_connect(tcp::endpoint(address, ep_.port),
                            [self = shared_from_this()](beast::error_code ec) {
@@ -241,7 +242,7 @@ void UpstreamClient::Send(const Endpoint& to,
                                      std::move(callbacks));
   // On the client's own thread (an HTTP thread sharing the context) the
   // call starts at once; elsewhere it is queued there.
-  net::dispatch(impl_->ioc, [call] { call->Start(); });
+  asio::dispatch(impl_->ioc, [call] { call->Start(); });
 }
 
 absl::StatusOr<UpstreamClient::Result> UpstreamClient::Fetch(
@@ -268,4 +269,4 @@ int UpstreamClient::idle_connections() const {
   return n;
 }
 
-}  // namespace gpusched::runtime
+}  // namespace gpusched::net

@@ -13,8 +13,8 @@
 // at a time). Every request gets exactly one response: a Responder dropped
 // without answering sends 500, and a dropped stream is ended. Responders
 // must not outlive the server: Shutdown waits for in-flight ones.
-#ifndef GPUSCHED_API_HTTP_SERVER_H_
-#define GPUSCHED_API_HTTP_SERVER_H_
+#ifndef GPUSCHED_NET_HTTP_SERVER_H_
+#define GPUSCHED_NET_HTTP_SERVER_H_
 
 #include <atomic>
 #include <chrono>
@@ -27,7 +27,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/beast/http.hpp"
 
-namespace gpusched::api {
+namespace gpusched::net {
 
 namespace http = boost::beast::http;
 
@@ -99,7 +99,7 @@ class HttpServer {
 
   uint16_t port() const;
   // The I/O context the server's threads run: an upstream client may run
-  // on it too (runtime::UpstreamOptions::io_context), so a proxied request
+  // on it too (net::UpstreamOptions::io_context), so a proxied request
   // stays on one thread. Valid until the server is destroyed; stopped by
   // Shutdown.
   boost::asio::io_context& io_context();
@@ -123,6 +123,6 @@ HttpResponse JsonError(http::status status, const std::string& message,
                        const std::string& type, unsigned version = 11,
                        bool keep_alive = true);
 
-}  // namespace gpusched::api
+}  // namespace gpusched::net
 
-#endif  // GPUSCHED_API_HTTP_SERVER_H_
+#endif  // GPUSCHED_NET_HTTP_SERVER_H_

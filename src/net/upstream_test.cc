@@ -1,4 +1,4 @@
-#include "runtime/upstream.h"
+#include "net/upstream.h"
 
 #include <chrono>
 #include <functional>
@@ -7,22 +7,22 @@
 #include <thread>
 #include <vector>
 
-#include "api/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "net/http_server.h"
 
-namespace gpusched::runtime {
+namespace gpusched::net {
 namespace {
 
 namespace http = boost::beast::http;
-using api::HttpRequest;
-using api::HttpResponse;
-using api::Responder;
+using net::HttpRequest;
+using net::HttpResponse;
+using net::Responder;
 
 class UpstreamTest : public ::testing::Test {
  protected:
-  void StartServer(api::HttpServerOptions o = {}) {
-    auto s = api::HttpServer::Start(
+  void StartServer(net::HttpServerOptions o = {}) {
+    auto s = net::HttpServer::Start(
         o, [this](HttpRequest req, std::shared_ptr<Responder> r) {
           const std::string target(req.target());
           if (target == "/stream") {
@@ -58,7 +58,7 @@ class UpstreamTest : public ::testing::Test {
     return http::request<http::string_body>{http::verb::get, target, 11};
   }
 
-  std::unique_ptr<api::HttpServer> server_;
+  std::unique_ptr<net::HttpServer> server_;
   std::mutex mu_;
   std::vector<std::thread> workers_;
   std::vector<std::shared_ptr<Responder>> held_;
@@ -101,7 +101,7 @@ TEST_F(UpstreamTest, StreamsPiecesAsTheyArrive) {
 }
 
 TEST_F(UpstreamTest, StalePooledConnectionIsRetriedFresh) {
-  api::HttpServerOptions o;
+  net::HttpServerOptions o;
   o.idle_timeout = std::chrono::milliseconds(30);
   StartServer(o);
   UpstreamClient client;
@@ -132,4 +132,4 @@ TEST_F(UpstreamTest, RefusedAndTimedOutAreDistinct) {
 }
 
 }  // namespace
-}  // namespace gpusched::runtime
+}  // namespace gpusched::net
