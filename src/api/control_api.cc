@@ -132,7 +132,7 @@ bool ControlApi::Handle(net::HttpRequest& req,
                   "authentication_error"));
     return true;
   }
-  auto key = controller_->Authenticate(auth.substr(7));
+  auto key = keys_->Authenticate(auth.substr(7));
   if (!key.ok()) {
     r->Send(Error(http::status::unauthorized,
                   std::string(key.status().message()), "authentication_error"));

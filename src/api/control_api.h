@@ -8,7 +8,8 @@
 #include <memory>
 
 #include "api/controller.h"
-#include "api/gateway_stats.h"
+#include "gateway/gateway_stats.h"
+#include "gateway/key_cache.h"
 #include "net/http_server.h"
 
 namespace gpusched::api {
@@ -17,10 +18,11 @@ namespace http = boost::beast::http;
 
 class ControlApi {
  public:
-  // `stats` (the gateway's, may be null) answers GET /api/v1/stats.
-  explicit ControlApi(Controller* controller,
-                      const GatewayStats* stats = nullptr)
-      : controller_(controller), stats_(stats) {}
+  // `keys` checks the callers' API keys; `stats` (the gateway's, may be
+  // null) answers GET /api/v1/stats.
+  ControlApi(Controller* controller, gateway::KeyCache* keys,
+             const gateway::GatewayStats* stats = nullptr)
+      : controller_(controller), keys_(keys), stats_(stats) {}
 
   // True when `request` is a control request (its path starts with
   // /api/v1) and was answered.
@@ -29,7 +31,8 @@ class ControlApi {
 
  private:
   Controller* controller_;
-  const GatewayStats* stats_;
+  gateway::KeyCache* keys_;
+  const gateway::GatewayStats* stats_;
 };
 
 }  // namespace gpusched::api

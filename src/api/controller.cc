@@ -81,9 +81,9 @@ inventory::ResourceRequest ToRequest(const config::ResourceSpec& r) {
   return q;
 }
 
-GatewayDeployment ToGateway(const config::DeploymentSpec& s,
-                            const std::vector<std::string>& classes) {
-  GatewayDeployment g;
+gateway::GatewayDeployment ToGateway(const config::DeploymentSpec& s,
+                                     const std::vector<std::string>& classes) {
+  gateway::GatewayDeployment g;
   g.spec.name = s.name;
   g.spec.router = s.router;
   g.spec.max_queue_size = s.max_queue_size;
@@ -176,7 +176,7 @@ const char* Controller::StateName(State s) {
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
-    Gateway* gateway) {
+    gateway::Gateway* gateway) {
   std::unique_ptr<Controller> c(new Controller());
   c->options_ = std::move(options);
   c->cluster_ = std::move(cluster);
@@ -238,7 +238,6 @@ void Controller::Event(const std::string& kind, const std::string& deployment,
 }
 
 void Controller::RecordEvent(runtime::Event e) {
-  std::lock_guard<std::mutex> lock(store_mu_);
   auto id = store_->AppendEvent(e);
   if (!id.ok()) {
     std::fprintf(stderr, "gpusched: event not stored: %s\n",
@@ -249,28 +248,13 @@ void Controller::RecordEvent(runtime::Event e) {
   if (*id % 1000 == 0) (void)store_->PruneEvents(100000, INT64_MIN);
 }
 
-absl::StatusOr<runtime::KeyInfo> Controller::Authenticate(
-    std::string_view secret) {
-  std::lock_guard<std::mutex> lock(store_mu_);
-  auto it = key_cache_.find(absl::string_view(secret.data(), secret.size()));
-  if (it != key_cache_.end()) return it->second;
-  auto info = store_->AuthenticateKey(secret);
-  if (info.ok()) {
-    if (key_cache_.size() >= 10000) key_cache_.clear();
-    key_cache_.emplace(std::string(secret), *info);
-  }
-  return info;
-}
-
 absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
     const std::string& tenant, const std::string& name, bool admin) {
-  std::lock_guard<std::mutex> lock(store_mu_);
   return store_->CreateApiKey(tenant, name, WallNow(), admin);
 }
 
 absl::Status Controller::EnsureKey(std::string_view secret,
                                    const std::string& tenant, bool admin) {
-  std::lock_guard<std::mutex> lock(store_mu_);
   return store_
       ->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve", admin,
                   WallNow())
@@ -278,20 +262,16 @@ absl::Status Controller::EnsureKey(std::string_view secret,
 }
 
 absl::Status Controller::RevokeKey(const std::string& key_id) {
-  std::lock_guard<std::mutex> lock(store_mu_);
-  key_cache_.clear();
   return store_->RevokeApiKey(key_id, WallNow());
 }
 
 absl::StatusOr<std::vector<runtime::KeyInfo>> Controller::ListKeys(
     const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(store_mu_);
   return store_->ListApiKeys(tenant);
 }
 
 absl::StatusOr<std::vector<runtime::Event>> Controller::Events(
     const runtime::EventFilter& filter) {
-  std::lock_guard<std::mutex> lock(store_mu_);
   return store_->QueryEvents(filter);
 }
 
@@ -332,7 +312,6 @@ absl::Status Controller::Start() {
   KillOrphans();
   std::vector<runtime::Document> deployments, tenants;
   {
-    std::lock_guard<std::mutex> lock(store_mu_);
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
     ASSIGN_OR_RETURN(deployments, store_->ListDeployments());
   }
@@ -375,10 +354,7 @@ absl::Status Controller::Start() {
     f.deployment = name;
     f.limit = 1;
     absl::StatusOr<std::vector<runtime::Event>> last;
-    {
-      std::lock_guard<std::mutex> store_lock(store_mu_);
-      last = store_->QueryEvents(f);
-    }
+    { last = store_->QueryEvents(f); }
     if (!last.ok() || last->empty()) continue;
     const json& details = (*last)[0].details;
     const char* key = (*last)[0].kind == "replica.evicted" ? "replicas" : "to";
@@ -611,7 +587,6 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   }
   const Micros wall = WallNow();
   if (persist) {
-    std::lock_guard<std::mutex> lock(store_mu_);
     RETURN_IF_ERROR(
         store_->PutDeployment(spec.name, canonical.dump(), generation, wall));
   }
@@ -672,7 +647,7 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
       exists ? it->second.generation : 0, result);
   if (generation == 0) return absl::OkStatus();
   const Micros wall = WallNow();
-  GatewayTenant gt;
+  gateway::GatewayTenant gt;
   gt.spec.name = spec.name;
   gt.spec.weight = spec.weight;
   gt.spec.limits = spec.limits;
@@ -684,7 +659,6 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
     RETURN_IF_ERROR(check.AddTenant(gt.spec).status());
   }
   if (persist) {
-    std::lock_guard<std::mutex> lock(store_mu_);
     RETURN_IF_ERROR(
         store_->PutTenant(spec.name, canonical.dump(), generation, wall));
   }
@@ -713,11 +687,7 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
     if (!tenants_.count(name)) {
       return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
     }
-    {
-      std::lock_guard<std::mutex> slock(store_mu_);
-      RETURN_IF_ERROR(store_->DeleteTenant(name));
-      key_cache_.clear();
-    }
+    { RETURN_IF_ERROR(store_->DeleteTenant(name)); }
     gateway_->RemoveTenant(name);
     tenants_.erase(name);
     RecordEvent({0, WallNow(), "tenant.deleted", "", name,
@@ -730,10 +700,7 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
     return absl::NotFoundError(
         absl::StrCat("deployment '", name, "' not found"));
   }
-  {
-    std::lock_guard<std::mutex> slock(store_mu_);
-    RETURN_IF_ERROR(store_->DeleteDeployment(name));
-  }
+  { RETURN_IF_ERROR(store_->DeleteDeployment(name)); }
   gateway_->RemoveDeployment(name);
   it->second.deleting = true;
   it->second.delete_deadline = SteadyNow() + options_.drain_grace;
@@ -1063,7 +1030,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
       std::unique_ptr<Replica> r;
       for (auto& old : reps) {
         if (old && old->state == State::kExternal &&
-            EndpointKey(old->endpoint) == EndpointKey(ep)) {
+            gateway::EndpointKey(old->endpoint) == gateway::EndpointKey(ep)) {
           r = std::move(old);
         }
       }
@@ -1208,7 +1175,7 @@ void Controller::PushReady(Deployment& d) {
     if (r->state == State::kReady ||
         (r->state == State::kExternal && r->external_ok)) {
       ready.push_back(r->endpoint);
-      keys.push_back(EndpointKey(r->endpoint));
+      keys.push_back(gateway::EndpointKey(r->endpoint));
     }
   }
   if (keys == d.pushed) return;
@@ -1271,7 +1238,7 @@ void Controller::Autoscale(Micros now) {
   if (autoscaler_->num_deployments() == 0) return;
   for (auto& [name, d] : deployments_) {
     if (d.autoscale < 0) continue;
-    const DeploymentLoad load = gateway_->Load(name);
+    const gateway::DeploymentLoad load = gateway_->Load(name);
     autoscale::Observation o;
     o.in_flight = load.in_flight;
     o.queued = load.queued;
@@ -1680,9 +1647,10 @@ void Controller::OnProbe(const std::string& deployment,
         }
         if (d.cold && d.cold->replica == r->name) d.cold->ready = now;
         Event("replica.ready", deployment,
-              absl::StrCat(
-                  r->name, " ready on ", EndpointKey(r->endpoint), " after ",
-                  absl::StrFormat("%.2f", (now - r->started) / 1e6), " s"),
+              absl::StrCat(r->name, " ready on ",
+                           gateway::EndpointKey(r->endpoint), " after ",
+                           absl::StrFormat("%.2f", (now - r->started) / 1e6),
+                           " s"),
               json{{"replica", r->name},
                    {"startup_seconds", (now - r->started) / 1e6}});
         dirty_ = true;
@@ -1712,7 +1680,7 @@ void Controller::OnProbe(const std::string& deployment,
     case State::kExternal:
       if (ok != r->external_ok) {
         Event(ok ? "replica.ready" : "replica.unhealthy", deployment,
-              absl::StrCat("endpoint ", EndpointKey(r->endpoint),
+              absl::StrCat("endpoint ", gateway::EndpointKey(r->endpoint),
                            ok ? " answers its health check"
                               : " fails its health check"));
         dirty_ = true;
@@ -1765,13 +1733,14 @@ absl::Status Controller::WaitReady(Micros timeout) {
 // --- Views ------------------------------------------------------------------
 
 json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
-  json j = {{"name", r.name},
-            {"deployment", d.spec.name},
-            {"state", StateName(r.state)},
-            {"endpoint", r.endpoint.port ? EndpointKey(r.endpoint) : ""},
-            {"pid", r.pid},
-            {"restarts", r.restarts},
-            {"message", r.message}};
+  json j = {
+      {"name", r.name},
+      {"deployment", d.spec.name},
+      {"state", StateName(r.state)},
+      {"endpoint", r.endpoint.port ? gateway::EndpointKey(r.endpoint) : ""},
+      {"pid", r.pid},
+      {"restarts", r.restarts},
+      {"message", r.message}};
   if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
   if (r.placed && r.allocation.node >= 0) {
     j["node"] = cluster_state_.spec(r.allocation.node).name;
@@ -1798,7 +1767,7 @@ json Controller::DeploymentJson(const Deployment& d) {
   j["metadata"]["generation"] = d.generation;
   j["metadata"]["created"] = IsoTime(d.created);
   j["metadata"]["updated"] = IsoTime(d.updated);
-  const DeploymentLoad load = gateway_->Load(d.spec.name);
+  const gateway::DeploymentLoad load = gateway_->Load(d.spec.name);
   json reps = json::array();
   int ready = 0;
   std::string message;
@@ -1935,7 +1904,7 @@ json Controller::QueuesJson() {
   std::lock_guard<std::mutex> lock(mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
-    const DeploymentLoad load = gateway_->Load(name);
+    const gateway::DeploymentLoad load = gateway_->Load(name);
     items.push_back({{"deployment", name},
                      {"queued", load.queued},
                      {"inFlight", load.in_flight},
@@ -2052,7 +2021,7 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
       for (const auto& r : d.replicas) count += r->state == st;
       sd.replicas.emplace_back(StateName(st), count);
     }
-    const DeploymentLoad load = gateway_->Load(name);
+    const gateway::DeploymentLoad load = gateway_->Load(name);
     sd.queued = load.queued;
     sd.in_flight = load.in_flight;
     snap.deployments.push_back(std::move(sd));

@@ -43,9 +43,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "api/controller_metrics.h"
-#include "api/gateway.h"
 #include "autoscale/autoscaler.h"
 #include "config/manifest.h"
+#include "gateway/gateway.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
 #include "net/upstream.h"
@@ -105,7 +105,7 @@ class Controller {
  public:
   static absl::StatusOr<std::unique_ptr<Controller>> Create(
       ControllerOptions options, ControllerCluster cluster,
-      runtime::Store* store, Gateway* gateway);
+      runtime::Store* store, gateway::Gateway* gateway);
   ~Controller();  // Stop() if not stopped
 
   // Loads the stored state, cleans up after a previous run and starts the
@@ -147,8 +147,8 @@ class Controller {
                                    const std::string& replica,
                                    const std::string& stream, int lines);
 
-  // --- Keys and events (Store, serialized) --------------------------------
-  absl::StatusOr<runtime::KeyInfo> Authenticate(std::string_view secret);
+  // --- Keys and events (the Store, which is thread-safe) ------------------
+  // The data plane checks keys itself (gateway::KeyCache over the Store).
   absl::StatusOr<runtime::NewApiKey> CreateKey(const std::string& tenant,
                                                const std::string& name,
                                                bool admin);
@@ -305,7 +305,7 @@ class Controller {
   ControllerOptions options_;
   ControllerCluster cluster_;
   runtime::Store* store_ = nullptr;
-  Gateway* gateway_ = nullptr;
+  gateway::Gateway* gateway_ = nullptr;
 
   std::mutex mu_;  // the controller's state
   std::condition_variable wake_;
@@ -331,9 +331,6 @@ class Controller {
       std::make_unique<autoscale::Autoscaler>();
   std::vector<autoscale::Decision> decisions_;
   Micros next_wake_ = 0;
-
-  std::mutex store_mu_;  // the Store and the key cache
-  absl::flat_hash_map<std::string, runtime::KeyInfo> key_cache_;
 };
 
 }  // namespace gpusched::api

@@ -114,7 +114,7 @@ std::pair<std::string, std::string> SplitReason(const std::string& r) {
 }  // namespace
 
 ControllerMetrics::ControllerMetrics(metrics::Registry* r,
-                                     GatewayMetrics* gateway,
+                                     gateway::GatewayMetrics* gateway,
                                      std::map<std::string, double> gpu_prices)
     : gateway_(gateway), prices_(std::move(gpu_prices)) {
   replica_starts_ = r->AddCounter(

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "api/gateway_metrics.h"
+#include "gateway/gateway_metrics.h"
 #include "metrics/registry.h"
 #include "placement/scheduler.h"
 #include "runtime/engine_metrics.h"
@@ -66,7 +66,8 @@ class ControllerMetrics {
   };
 
   // `gpu_prices`: price per GPU-hour by GPU model (absent: 0).
-  ControllerMetrics(metrics::Registry* registry, GatewayMetrics* gateway,
+  ControllerMetrics(metrics::Registry* registry,
+                    gateway::GatewayMetrics* gateway,
                     std::map<std::string, double> gpu_prices);
 
   // Read at each scrape; set once, before serving.
@@ -97,7 +98,7 @@ class ControllerMetrics {
  private:
   void Collect(std::vector<std::vector<metrics::Sample>>* out);
 
-  GatewayMetrics* gateway_;
+  gateway::GatewayMetrics* gateway_;
   std::map<std::string, double> prices_;
   metrics::CounterFamily* replica_starts_;
   metrics::HistogramFamily* startup_;

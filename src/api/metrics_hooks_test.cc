@@ -3,7 +3,7 @@
 #include <string>
 
 #include "api/controller_metrics.h"
-#include "api/gateway_metrics.h"
+#include "gateway/gateway_metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,15 +18,17 @@ constexpr Micros kMs = kMicrosPerMilli;
 class MetricsHooksTest : public ::testing::Test {
  protected:
   metrics::Registry registry_;
-  GatewayMetrics gateway_{&registry_};
+  gateway::GatewayMetrics gateway_{&registry_};
   ControllerMetrics controller_{
       &registry_, &gateway_, {{"H100-SXM-80GB", 3.6}}};
 };
 
 TEST_F(MetricsHooksTest, CellsAreStablePerTuple) {
-  GatewayMetrics::RequestCells* a = gateway_.Cells("chat", "alice", "standard");
+  gateway::GatewayMetrics::RequestCells* a =
+      gateway_.Cells("chat", "alice", "standard");
   EXPECT_EQ(a, gateway_.Cells("chat", "alice", "standard"));
-  GatewayMetrics::RequestCells* b = gateway_.Cells("chat", "alice", "batch");
+  gateway::GatewayMetrics::RequestCells* b =
+      gateway_.Cells("chat", "alice", "batch");
   EXPECT_NE(a, b);
   EXPECT_EQ(a->deployment, b->deployment);      // per deployment
   EXPECT_EQ(a->input_tokens, b->input_tokens);  // per (deployment, tenant)
@@ -34,11 +36,12 @@ TEST_F(MetricsHooksTest, CellsAreStablePerTuple) {
 }
 
 TEST_F(MetricsHooksTest, HeldRequestsAndHoldTime) {
-  GatewayMetrics::RequestCells* c = gateway_.Cells("chat", "alice", "standard");
-  GatewayMetrics::Held(c);
-  GatewayMetrics::Held(c);
-  GatewayMetrics::Released(c, 0.03);
-  GatewayMetrics::Held(nullptr);  // no metrics: ignored
+  gateway::GatewayMetrics::RequestCells* c =
+      gateway_.Cells("chat", "alice", "standard");
+  gateway::GatewayMetrics::Held(c);
+  gateway::GatewayMetrics::Held(c);
+  gateway::GatewayMetrics::Released(c, 0.03);
+  gateway::GatewayMetrics::Held(nullptr);  // no metrics: ignored
   const std::string text = registry_.Expose();
   EXPECT_THAT(
       text, HasSubstr("gpusched_held_requests_total{deployment=\"chat\"} 2\n"));
@@ -52,14 +55,17 @@ TEST_F(MetricsHooksTest, HeldRequestsAndHoldTime) {
 
 TEST_F(MetricsHooksTest, StreamedRequestTimesAndSlo) {
   controller_.SetSlo("chat", /*ttft_ms=*/100, /*tpot_ms=*/20);
-  GatewayMetrics::RequestCells* c = gateway_.Cells("chat", "alice", "standard");
+  gateway::GatewayMetrics::RequestCells* c =
+      gateway_.Cells("chat", "alice", "standard");
   // First chunk at 50 ms, 11 tokens by 250 ms: TPOT 20 ms; meets both.
-  GatewayMetrics::Finished(c, true, true, 1000 * kMs, 1050 * kMs, 1250 * kMs,
-                           30, 11);
+  gateway::GatewayMetrics::Finished(c, true, true, 1000 * kMs, 1050 * kMs,
+                                    1250 * kMs, 30, 11);
   // TTFT 150 ms: misses the TTFT SLO.
-  GatewayMetrics::Finished(c, true, true, 0, 150 * kMs, 200 * kMs, 30, 2);
+  gateway::GatewayMetrics::Finished(c, true, true, 0, 150 * kMs, 200 * kMs, 30,
+                                    2);
   // Failed: never meets it.
-  GatewayMetrics::Finished(c, false, false, 0, 10 * kMs, 20 * kMs, 30, 0);
+  gateway::GatewayMetrics::Finished(c, false, false, 0, 10 * kMs, 20 * kMs, 30,
+                                    0);
   const std::string text = registry_.Expose();
   EXPECT_THAT(text, HasSubstr("gpusched_requests_total{deployment=\"chat\","
                               "tenant=\"alice\",class=\"standard\",outcome="
@@ -82,10 +88,13 @@ TEST_F(MetricsHooksTest, StreamedRequestTimesAndSlo) {
 }
 
 TEST_F(MetricsHooksTest, RejectionsAndThrottling) {
-  GatewayMetrics::RequestCells* c = gateway_.Cells("chat", "bob", "batch");
-  GatewayMetrics::Rejected(c, serving::RejectReason::kRateLimitedTokens);
-  GatewayMetrics::Rejected(c, serving::RejectReason::kQueueTimeout);
-  GatewayMetrics::Rejected(nullptr, serving::RejectReason::kQueueTimeout);
+  gateway::GatewayMetrics::RequestCells* c =
+      gateway_.Cells("chat", "bob", "batch");
+  gateway::GatewayMetrics::Rejected(c,
+                                    serving::RejectReason::kRateLimitedTokens);
+  gateway::GatewayMetrics::Rejected(c, serving::RejectReason::kQueueTimeout);
+  gateway::GatewayMetrics::Rejected(nullptr,
+                                    serving::RejectReason::kQueueTimeout);
   gateway_.Invalid("unknown_priority");
   const std::string text = registry_.Expose();
   EXPECT_THAT(text, HasSubstr("outcome=\"rejected\"} 2\n"));
@@ -102,10 +111,10 @@ TEST_F(MetricsHooksTest, RejectionsAndThrottling) {
 }
 
 TEST_F(MetricsHooksTest, GpuSecondsSplitByTokens) {
-  GatewayMetrics::Finished(gateway_.Cells("chat", "alice", "standard"), true,
-                           false, 0, 1, 2, 30, 0);
-  GatewayMetrics::Finished(gateway_.Cells("chat", "bob", "critical"), true,
-                           false, 0, 1, 2, 10, 0);
+  gateway::GatewayMetrics::Finished(gateway_.Cells("chat", "alice", "standard"),
+                                    true, false, 0, 1, 2, 30, 0);
+  gateway::GatewayMetrics::Finished(gateway_.Cells("chat", "bob", "critical"),
+                                    true, false, 0, 1, 2, 10, 0);
   // Half a GPU for 10 s: 5 GPU-seconds, 5 * 3.6 / 3600 = 0.005.
   controller_.Accrue("chat", {{"H100-SXM-80GB", 0.5}}, 10);
   // Idle for 10 s more: charged to the deployment only; an unpriced model

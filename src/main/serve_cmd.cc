@@ -17,10 +17,11 @@
 #include "api/control_api.h"
 #include "api/controller.h"
 #include "api/controller_metrics.h"
-#include "api/gateway.h"
-#include "api/gateway_metrics.h"
 #include "api/static_assets.h"
 #include "config/serve_config.h"
+#include "gateway/gateway.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/key_cache.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
@@ -109,17 +110,18 @@ int RunServe(const ServeFlags& flags) {
   // Metrics (GET /metrics): declared before the gateway and the
   // controller, which update them, so they outlive both.
   metrics::Registry registry;
-  api::GatewayMetrics gateway_metrics(&registry);
+  gateway::GatewayMetrics gateway_metrics(&registry);
   api::ControllerMetrics controller_metrics(&registry, &gateway_metrics,
                                             cfg->gpu_prices);
 
-  api::GatewayConfig gateway_config;
+  gateway::GatewayConfig gateway_config;
   gateway_config.metrics = &gateway_metrics;
-  std::unique_ptr<api::Controller> controller;
-  api::Controller* ctl = nullptr;
-  auto gateway = api::Gateway::Create(
+  // The data plane checks keys itself, over the store (never through the
+  // controller).
+  gateway::KeyCache keys(store->get());
+  auto gateway = gateway::Gateway::Create(
       gateway_config,
-      [&ctl](std::string_view secret) { return ctl->Authenticate(secret); });
+      [&keys](std::string_view secret) { return keys.Authenticate(secret); });
   if (!gateway.ok()) return Fail(std::string(gateway.status().message()));
 
   api::ControllerOptions options;
@@ -133,6 +135,8 @@ int RunServe(const ServeFlags& flags) {
   options.metrics = &controller_metrics;
   options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
                 getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
+  std::unique_ptr<api::Controller> controller;
+  api::Controller* ctl = nullptr;
   auto made =
       api::Controller::Create(options, cluster, store->get(), gateway->get());
   if (!made.ok()) return Fail(std::string(made.status().message()));
@@ -201,13 +205,13 @@ int RunServe(const ServeFlags& flags) {
     printed.emplace_back(t.name, key->secret);
   }
 
-  api::ControlApi control(controller.get(), &(*gateway)->stats());
+  api::ControlApi control(controller.get(), &keys, &(*gateway)->stats());
   net::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
   http.tls_cert_file = cfg->tls.cert;
   http.tls_key_file = cfg->tls.key;
-  api::Gateway* g = gateway->get();
+  gateway::Gateway* g = gateway->get();
   auto server = net::HttpServer::Start(
       http, [g, &control, &registry](net::HttpRequest req,
                                      std::shared_ptr<net::Responder> r) {

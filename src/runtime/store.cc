@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 
 namespace gpusched::runtime {
@@ -499,30 +500,40 @@ absl::Status Store::DeleteDocument(DocKind kind, const std::string& name) {
 absl::Status Store::PutDeployment(const std::string& name,
                                   const std::string& manifest_json,
                                   int64_t generation, Micros now) {
+  absl::MutexLock lock(&mu_);
   return PutDocument(DocKind::kDeployment, name, manifest_json, generation,
                      now);
 }
 absl::StatusOr<Document> Store::GetDeployment(const std::string& name) {
+  absl::MutexLock lock(&mu_);
   return GetDocument(DocKind::kDeployment, name);
 }
 absl::StatusOr<std::vector<Document>> Store::ListDeployments() {
+  absl::MutexLock lock(&mu_);
   return ListDocuments(DocKind::kDeployment);
 }
 absl::Status Store::DeleteDeployment(const std::string& name) {
+  absl::MutexLock lock(&mu_);
   return DeleteDocument(DocKind::kDeployment, name);
 }
 absl::Status Store::PutTenant(const std::string& name,
                               const std::string& manifest_json,
                               int64_t generation, Micros now) {
+  absl::MutexLock lock(&mu_);
   return PutDocument(DocKind::kTenant, name, manifest_json, generation, now);
 }
 absl::StatusOr<Document> Store::GetTenant(const std::string& name) {
+  absl::MutexLock lock(&mu_);
   return GetDocument(DocKind::kTenant, name);
 }
 absl::StatusOr<std::vector<Document>> Store::ListTenants() {
+  absl::MutexLock lock(&mu_);
   return ListDocuments(DocKind::kTenant);
 }
 absl::Status Store::DeleteTenant(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  // Its keys go with it (ON DELETE CASCADE): caches of them are stale.
+  keys_version_.fetch_add(1, std::memory_order_release);
   return DeleteDocument(DocKind::kTenant, name);
 }
 
@@ -596,6 +607,7 @@ absl::Status Store::InsertKey(const std::string& key_id,
 absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
                                               const std::string& name,
                                               Micros now, bool admin) {
+  absl::MutexLock lock(&mu_);
   if (tenant.empty() && !admin) {
     return absl::InvalidArgumentError(
         "store: an API key that is not an admin key needs a tenant");
@@ -628,6 +640,7 @@ absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
 }
 
 absl::StatusOr<KeyInfo> Store::AuthenticateKey(std::string_view secret) {
+  absl::MutexLock lock(&mu_);
   const std::optional<std::string> key_id = KeyIdOf(secret);
   if (!key_id.has_value()) return Unauthenticated();
   std::string salt, hash;
@@ -647,6 +660,7 @@ absl::StatusOr<KeyInfo> Store::AuthenticateKey(std::string_view secret) {
 }
 
 absl::Status Store::RevokeApiKey(const std::string& key_id, Micros now) {
+  absl::MutexLock lock(&mu_);
   const std::string purpose = absl::StrCat("revoking API key ", key_id);
   ASSIGN_OR_RETURN(
       sqlite3_stmt * stmt,
@@ -657,11 +671,13 @@ absl::Status Store::RevokeApiKey(const std::string& key_id, Micros now) {
   if (sqlite3_changes(db_) == 0) {
     return absl::NotFoundError(absl::StrCat("API key ", key_id, " not found"));
   }
+  keys_version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<KeyInfo>> Store::ListApiKeys(
     const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "listing API keys";
   const std::string sql =
       tenant.empty()
@@ -683,13 +699,22 @@ absl::StatusOr<std::vector<KeyInfo>> Store::ListApiKeys(
 
 absl::StatusOr<KeyInfo> Store::EnsureAdminKey(std::string_view secret,
                                               Micros now) {
-  return EnsureKey(secret, "", "admin (config)", /*admin=*/true, now);
+  absl::MutexLock lock(&mu_);
+  return EnsureKeyLocked(secret, "", "admin (config)", /*admin=*/true, now);
 }
 
 absl::StatusOr<KeyInfo> Store::EnsureKey(std::string_view secret,
                                          const std::string& tenant,
                                          const std::string& name, bool admin,
                                          Micros now) {
+  absl::MutexLock lock(&mu_);
+  return EnsureKeyLocked(secret, tenant, name, admin, now);
+}
+
+absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
+                                               const std::string& tenant,
+                                               const std::string& name,
+                                               bool admin, Micros now) {
   const std::string what = admin ? "the configured admin key"
                                  : absl::StrCat("the key of tenant ", tenant);
   const std::optional<std::string> key_id = KeyIdOf(secret);
@@ -745,6 +770,7 @@ absl::StatusOr<KeyInfo> Store::EnsureKey(std::string_view secret,
 // --- Event log --------------------------------------------------------------
 
 absl::StatusOr<int64_t> Store::AppendEvent(const Event& event) {
+  absl::MutexLock lock(&mu_);
   if (event.kind.empty()) {
     return absl::InvalidArgumentError("store: event kind is empty");
   }
@@ -770,6 +796,7 @@ absl::StatusOr<int64_t> Store::AppendEvent(const Event& event) {
 
 absl::StatusOr<std::vector<Event>> Store::QueryEvents(
     const EventFilter& filter) {
+  absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "querying events";
   // One cached statement per combination of present filters; kinds travel as
   // one JSON array so their number does not multiply the shapes.
@@ -823,6 +850,7 @@ absl::StatusOr<std::vector<Event>> Store::QueryEvents(
 
 absl::StatusOr<int64_t> Store::PruneEvents(int64_t max_rows,
                                            Micros older_than) {
+  absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "pruning events";
   int64_t deleted = 0;
   RETURN_IF_ERROR(Transaction(kPurpose, [&]() -> absl::Status {

@@ -7,11 +7,13 @@
 // synchronous=NORMAL). NORMAL survives a process crash; a power loss or OS
 // crash may roll back the last few commits (see docs/state-store.md).
 //
-// Ownership: the runtime owns one Store and calls it from its single strand.
-// Thread-safety: NOT thread-safe (thread-compatible). Calls must not overlap;
-// the prepared-statement cache and the open transaction belong to the one
-// connection. Another process may open the same file (SQLite's locks and the
-// busy timeout serialize writers), but gpusched does not do so itself.
+// Ownership: the runtime owns one Store; the controller, the control API and
+// the gateway's key cache share it.
+// Thread-safety: thread-safe. One mutex serializes the calls (the
+// prepared-statement cache and the open transaction belong to the one
+// connection); no call waits on anything but SQLite. Another process may
+// open the same file (SQLite's locks and the busy timeout serialize
+// writers), but gpusched does not do so itself.
 //
 // Time: nothing here reads a clock; every timestamp is a Micros passed in.
 // Errors: every SQLite failure becomes an absl::Status naming what the store
@@ -19,6 +21,7 @@
 #ifndef GPUSCHED_RUNTIME_STORE_H_
 #define GPUSCHED_RUNTIME_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -28,8 +31,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
 
@@ -166,6 +171,12 @@ class Store {
                                     const std::string& tenant,
                                     const std::string& name, bool admin,
                                     Micros now);
+  // Grows whenever a key that authenticated may stop doing so (a revoke, a
+  // tenant deleted with its keys): a cache of AuthenticateKey answers taken
+  // at an older version must be dropped.
+  int64_t keys_version() const {
+    return keys_version_.load(std::memory_order_acquire);
+  }
 
   // --- Event log -----------------------------------------------------------
   // Appends and returns the new id (ids grow and are never reused, even
@@ -211,9 +222,17 @@ class Store {
                                                  std::string* salt,
                                                  std::string* hash);
 
-  sqlite3* db_;
+  absl::StatusOr<KeyInfo> EnsureKeyLocked(std::string_view secret,
+                                          const std::string& tenant,
+                                          const std::string& name, bool admin,
+                                          Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_;  // the connection: used with mu_ held (or before sharing)
   std::map<std::string, std::unique_ptr<sqlite3_stmt, StmtDeleter>, std::less<>>
-      statements_;
+      statements_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> keys_version_{0};
 };
 
 // A fresh random secret of the "gs-" form (for `gpusched` to print as a new

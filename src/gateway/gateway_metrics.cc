@@ -1,6 +1,6 @@
-#include "api/gateway_metrics.h"
+#include "gateway/gateway_metrics.h"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 
 namespace {
 
@@ -201,4 +201,4 @@ std::vector<std::pair<std::string, double>> GatewayMetrics::TokensByTenant(
   return {by.begin(), by.end()};
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway

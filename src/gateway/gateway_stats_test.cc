@@ -1,9 +1,9 @@
-#include "api/gateway_stats.h"
+#include "gateway/gateway_stats.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 namespace {
 
 constexpr Micros kS = kMicrosPerSecond;
@@ -93,4 +93,4 @@ TEST(GatewayStatsTest, RingKeepsTheNewestSamples) {
 }
 
 }  // namespace
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway

@@ -5,8 +5,8 @@
 //
 // Owned by `gpusched serve`, outlives the Gateway and the Controller.
 // Thread-safe.
-#ifndef GPUSCHED_API_GATEWAY_METRICS_H_
-#define GPUSCHED_API_GATEWAY_METRICS_H_
+#ifndef GPUSCHED_GATEWAY_GATEWAY_METRICS_H_
+#define GPUSCHED_GATEWAY_GATEWAY_METRICS_H_
 
 #include <array>
 #include <atomic>
@@ -22,7 +22,7 @@
 #include "metrics/registry.h"
 #include "serving/admission.h"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 
 class GatewayMetrics {
  public:
@@ -102,6 +102,6 @@ class GatewayMetrics {
       cells_;
 };
 
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway
 
-#endif  // GPUSCHED_API_GATEWAY_METRICS_H_
+#endif  // GPUSCHED_GATEWAY_GATEWAY_METRICS_H_

@@ -32,8 +32,8 @@
 // Threads: called on HTTP I/O threads, on the upstream client's threads and
 // by the controller; everything is guarded by one mutex, and no network
 // call is made while it is held.
-#ifndef GPUSCHED_API_GATEWAY_H_
-#define GPUSCHED_API_GATEWAY_H_
+#ifndef GPUSCHED_GATEWAY_GATEWAY_H_
+#define GPUSCHED_GATEWAY_GATEWAY_H_
 
 #include <functional>
 #include <map>
@@ -46,14 +46,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "api/gateway_metrics.h"
-#include "api/gateway_stats.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_stats.h"
 #include "net/http_server.h"
 #include "net/upstream.h"
 #include "runtime/store.h"
 #include "serving/dispatcher.h"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 
 namespace http = boost::beast::http;
 
@@ -272,6 +272,6 @@ class Gateway {
 // "host:port".
 std::string EndpointKey(const net::Endpoint& ep);
 
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway
 
-#endif  // GPUSCHED_API_GATEWAY_H_
+#endif  // GPUSCHED_GATEWAY_GATEWAY_H_

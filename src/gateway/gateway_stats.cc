@@ -1,9 +1,9 @@
-#include "api/gateway_stats.h"
+#include "gateway/gateway_stats.h"
 
 #include <algorithm>
 #include <chrono>
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 
 using nlohmann::json;
 
@@ -136,4 +136,4 @@ json GatewayStats::Json() const {
                   .count());
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway

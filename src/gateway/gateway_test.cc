@@ -1,4 +1,4 @@
-#include "api/gateway.h"
+#include "gateway/gateway.h"
 
 #include <atomic>
 #include <mutex>
@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 namespace {
 
 namespace asio = boost::asio;
@@ -333,4 +333,4 @@ TEST_F(GatewayTest, HoldsRequestsAtZeroReplicasWithinTheBound) {
 }
 
 }  // namespace
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway

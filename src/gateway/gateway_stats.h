@@ -10,8 +10,8 @@
 // Not the Prometheus metrics (/metrics): a cheap JSON snapshot meant to be
 // polled every second. Thread-safe (one mutex of its own, never held while
 // calling out).
-#ifndef GPUSCHED_API_GATEWAY_STATS_H_
-#define GPUSCHED_API_GATEWAY_STATS_H_
+#ifndef GPUSCHED_GATEWAY_GATEWAY_STATS_H_
+#define GPUSCHED_GATEWAY_GATEWAY_STATS_H_
 
 #include <array>
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
 
-namespace gpusched::api {
+namespace gpusched::gateway {
 
 class GatewayStats {
  public:
@@ -92,6 +92,6 @@ class GatewayStats {
   std::map<std::string, Tenant> tenants_;          // guarded by mu_
 };
 
-}  // namespace gpusched::api
+}  // namespace gpusched::gateway
 
-#endif  // GPUSCHED_API_GATEWAY_STATS_H_
+#endif  // GPUSCHED_GATEWAY_GATEWAY_STATS_H_

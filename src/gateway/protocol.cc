@@ -1,0 +1,137 @@
+#include "gateway/protocol.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+namespace gpusched::gateway {
+
+namespace http = boost::beast::http;
+using nlohmann::json;
+using serving::RejectReason;
+
+namespace {
+
+class OpenAiScan : public json::json_sax_t {
+ public:
+  explicit OpenAiScan(OpenAiFields* out) : out_(out) {}
+  bool null() override { return Scalar(Kind::kNull, 0, nullptr); }
+  bool boolean(bool v) override { return Scalar(Kind::kBool, v, nullptr); }
+  bool number_integer(number_integer_t v) override {
+    return Scalar(Kind::kInt, v, nullptr);
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Scalar(Kind::kInt,
+                  static_cast<int64_t>(std::min<number_unsigned_t>(
+                      v, std::numeric_limits<int64_t>::max())),
+                  nullptr);
+  }
+  bool number_float(number_float_t, const string_t&) override {
+    return Scalar(Kind::kOther, 0, nullptr);
+  }
+  bool string(string_t& v) override { return Scalar(Kind::kString, 0, &v); }
+  bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, nullptr); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) out_->object = true;
+    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    ++depth_;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    out_->object = false;
+    return false;
+  }
+
+ private:
+  enum class Kind { kNull, kBool, kInt, kString, kOther };
+  bool Scalar(Kind kind, int64_t v, string_t* s) {
+    if (depth_ == 1) Field(kind, v, s);
+    return true;
+  }
+  void Field(Kind kind, int64_t v, string_t* s) {
+    if (key_ == "model") {
+      if (kind == Kind::kString) {
+        out_->model = std::move(*s);
+      } else {
+        out_->model_wrong_type = true;
+      }
+    } else if (key_ == "stream") {
+      if (kind == Kind::kBool) {
+        out_->stream = v != 0;
+      } else if (kind != Kind::kNull) {
+        out_->stream_wrong_type = true;
+      }
+    } else if (key_ == "max_tokens" || key_ == "max_completion_tokens") {
+      if (kind != Kind::kNull) {
+        out_->max_tokens[key_ == "max_tokens" ? 0 : 1] =
+            kind == Kind::kInt && v >= 1 ? v : -1;
+      }
+    }
+    key_.clear();
+  }
+  OpenAiFields* out_;
+  int depth_ = 0;
+  std::string key_;
+};
+
+}  // namespace
+
+Micros NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int32_t UsageTokens(std::string_view body, std::string_view key) {
+  const size_t at = body.rfind(key);
+  if (at == std::string::npos) return -1;
+  size_t p = at + key.size();
+  int32_t n = 0;
+  bool any = false;
+  while (p < body.size() && body[p] >= '0' && body[p] <= '9') {
+    n = n * 10 + (body[p++] - '0');
+    any = true;
+  }
+  return any ? n : -1;
+}
+
+net::HttpResponse JsonResponse(http::status status, const json& body) {
+  net::HttpResponse res{status, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = body.dump();
+  return res;
+}
+
+bool IsLimit(RejectReason reason) {
+  return reason == RejectReason::kRateLimitedRequests ||
+         reason == RejectReason::kRateLimitedTokens ||
+         reason == RejectReason::kModelQueueFull ||
+         reason == RejectReason::kTenantQueueFull ||
+         reason == RejectReason::kTenantConcurrency;
+}
+
+bool ScanOpenAi(const std::string& body, OpenAiFields* out) {
+  OpenAiScan scan(out);
+  return json::sax_parse(body, &scan);
+}
+
+}  // namespace gpusched::gateway
