@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/table.h"
 #include "config/inventory_config.h"
 #include "inventory/alibaba_nodes.h"
 #include "inventory/cluster_state.h"
@@ -21,7 +22,6 @@
 #include "inventory/gpu_catalog.h"
 #include "inventory/nvml.h"
 #include "main/inventory_source.h"
-#include "main/table.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "main/ctl_cmd.h"
+#include "cli/ctl.h"
 #include "main/engine_cmd.h"
 #include "main/inventory_cmd.h"
 #include "main/profiles_cmd.h"
@@ -19,7 +19,7 @@ int Run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
   version->callback([] { std::printf("gpusched %s\n", GPUSCHED_VERSION); });
-  gpusched::AddCtlCommands(app);
+  gpusched::cli::AddCtlCommands(app);
   gpusched::AddEngineCommand(app);
   gpusched::AddInventoryCommand(app);
   gpusched::AddProfilesCommand(app);

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "main/table.h"
+#include "cli/table.h"
 #include "nlohmann/json.hpp"
 #include "serving/latency_fit.h"
 #include "serving/latency_model.h"

@@ -7,8 +7,8 @@
 // arguments, or no server at the URL). AddCtlCommands wires them to CLI11.
 //
 // Stateless; each call opens its own connection. Thread-compatible.
-#ifndef GPUSCHED_MAIN_CTL_CMD_H_
-#define GPUSCHED_MAIN_CTL_CMD_H_
+#ifndef GPUSCHED_CLI_CTL_H_
+#define GPUSCHED_CLI_CTL_H_
 
 #include <chrono>
 #include <iosfwd>
@@ -22,7 +22,7 @@ namespace CLI {
 class App;
 }  // namespace CLI
 
-namespace gpusched {
+namespace gpusched::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitServerError = 1;
@@ -92,6 +92,6 @@ int RunEvents(const CtlOptions& o, const EventsQuery& q,
 // through CLI::RuntimeError.
 void AddCtlCommands(CLI::App& app);
 
-}  // namespace gpusched
+}  // namespace gpusched::cli
 
-#endif  // GPUSCHED_MAIN_CTL_CMD_H_
+#endif  // GPUSCHED_CLI_CTL_H_

@@ -1,4 +1,4 @@
-#include "main/ctl_cmd.h"
+#include "cli/ctl.h"
 
 #include <chrono>
 #include <map>
@@ -17,7 +17,7 @@
 #include "net/http_server.h"
 #include "nlohmann/json.hpp"
 
-namespace gpusched {
+namespace gpusched::cli {
 namespace {
 
 namespace http = boost::beast::http;
@@ -449,4 +449,4 @@ TEST_F(CtlTest, EventsOldestFirst) {
 }
 
 }  // namespace
-}  // namespace gpusched
+}  // namespace gpusched::cli

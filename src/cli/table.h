@@ -1,6 +1,6 @@
 // Plain-text tables for the CLI's human-readable output.
-#ifndef GPUSCHED_MAIN_TABLE_H_
-#define GPUSCHED_MAIN_TABLE_H_
+#ifndef GPUSCHED_CLI_TABLE_H_
+#define GPUSCHED_CLI_TABLE_H_
 
 #include <string>
 #include <vector>
@@ -16,4 +16,4 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace gpusched
 
-#endif  // GPUSCHED_MAIN_TABLE_H_
+#endif  // GPUSCHED_CLI_TABLE_H_

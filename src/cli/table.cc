@@ -1,4 +1,4 @@
-#include "main/table.h"
+#include "cli/table.h"
 
 #include <algorithm>
 #include <cstdio>
