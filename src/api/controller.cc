@@ -19,6 +19,7 @@
 #include "autoscale/swap.h"
 #include "boost/asio.hpp"
 #include "common/status.h"
+#include "control/room.h"
 #include "inventory/gpu_catalog.h"
 #include "placement/pod_request.h"
 #include "placement/preemption.h"
@@ -876,139 +877,85 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
     return true;
   });
   if (!r.awaiting.empty()) return true;
-  const int rank = ClassRank(d.spec.priority_class);
-
-  // 1. Swap: idle replicas of autoscaled deployments of a lower or equal
-  // class (autoscale/swap.h, the simulator's rule too).
-  struct Idle {
-    Deployment* d;
-    Replica* r;
-  };
-  std::vector<Idle> all;
-  std::vector<autoscale::SwapCandidate> candidates;
+  // The placed replicas, and the owners' queues with their quotas.
+  control::RoomAsk ask;
+  ask.pod = pod;
+  ask.replica = r.name;
+  ask.class_rank = ClassRank(d.spec.priority_class);
+  std::vector<control::RoomCandidate> candidates;
+  absl::flat_hash_map<std::string, std::pair<Deployment*, Replica*>> placed;
+  std::set<std::string> owners = {QueueOf(d.spec.tenant)};
   int index = 0;
   for (auto& [name, od] : deployments_) {
     ++index;
-    if (&od == &d || od.deleting) continue;
-    const bool queued = gateway_->Load(name).queued > 0;
+    if (&od == &d) ask.deployment = index;
+    owners.insert(QueueOf(od.spec.tenant));
+    const bool queued = &od != &d && gateway_->Load(name).queued > 0;
     for (auto& o : od.replicas) {
-      if (o->state != State::kReady || !o->placed) continue;
-      candidates.push_back({static_cast<int64_t>(all.size()), index,
-                            ClassRank(od.spec.priority_class),
+      if (!o->placed || o->name == r.name) continue;
+      placed[o->name] = {&od, o.get()};
+      candidates.push_back({o->name, index, ClassRank(od.spec.priority_class),
                             od.autoscale >= 0, od.spec.preemptible,
-                            !queued && gateway_->InFlightOn(o->endpoint) == 0,
+                            o->state == State::kReady && !od.deleting,
+                            o->state == State::kReady && !queued &&
+                                gateway_->InFlightOn(o->endpoint) == 0,
                             o->last_busy});
-      all.push_back({&od, o.get()});
     }
   }
-  std::vector<Idle> idle;
-  for (const autoscale::SwapCandidate& c :
-       autoscale::SwapOrder(std::move(candidates), /*deployment=*/0, rank, now,
-                            options_.swap_min_idle)) {
-    idle.push_back(all[c.id]);
-  }
-  // The fewest, in that order, whose GPUs let it fit: tried on the cluster
-  // state, then put back as they were.
-  size_t fit = 0;
-  std::vector<std::pair<std::string, inventory::PodRecord>> removed;
-  for (size_t i = 0; i < idle.size() && fit == 0; ++i) {
-    const inventory::PodRecord* rec = cluster_state_.FindPod(idle[i].r->name);
-    if (rec == nullptr) continue;
-    removed.emplace_back(idle[i].r->name, *rec);
-    cluster_state_.Forget(idle[i].r->name);
-    if (scheduler_->Schedule(pod).placed) fit = i + 1;
-  }
-  for (const auto& [name, rec] : removed) {
-    (void)cluster_state_.Assume(name, rec.allocation, rec.info);
-    if (rec.bound) (void)cluster_state_.Bind(name);
-  }
-  if (fit > 0) {
-    for (size_t i = 0; i < fit; ++i) {
-      Idle& v = idle[i];
-      const int target = autoscaler_->target(v.d->autoscale);
-      autoscaler_->SetTarget(v.d->autoscale, std::max(0, target - 1));
-      const double idle_s =
-          v.r->last_busy > 0 ? (now - v.r->last_busy) / 1e6 : -1;
-      const std::string why = absl::StrFormat(
-          "swapped out for %s (%s, class %s): idle%s, least recently used of "
-          "class %s or lower",
-          r.name, d.spec.name, d.spec.priority_class,
-          idle_s >= 0 ? absl::StrFormat(" for %.1f s", idle_s) : "",
-          d.spec.priority_class);
-      DrainReplica(*v.d, *v.r, why, now);
-      Event("replica.evicted", v.d->spec.name,
-            absl::StrCat(v.r->name, " ", why),
-            json{{"replica", v.r->name},
-                 {"for", d.spec.name},
-                 {"for_replica", r.name},
-                 {"class", v.d->spec.priority_class},
-                 {"idle_s", idle_s},
-                 {"replicas", std::max(0, target - 1)}});
-      if (options_.metrics) options_.metrics->Evicted();
-      r.awaiting.push_back(v.r->name);
-    }
-    return true;
-  }
-
-  // 2. Preemption, by the cluster layer's rules: owners are leaf queues
-  // with their quotas, every placed replica charged to its owner.
-  std::set<std::string> queues = {QueueOf(d.spec.tenant)};
-  absl::flat_hash_map<std::string, std::pair<Deployment*, Replica*>> placed;
-  for (auto& [name, od] : deployments_) {
-    queues.insert(QueueOf(od.spec.tenant));
-    for (auto& o : od.replicas) {
-      if (o->placed && o->name != r.name) placed[o->name] = {&od, o.get()};
-    }
-  }
-  std::vector<placement::QueueConfig> configs;
-  for (const std::string& q : queues) {
-    placement::QueueConfig c;
-    c.name = q;
+  std::vector<control::RoomQueue> queues;
+  for (const std::string& q : owners) {
     if (auto t = tenants_.find(q); t != tenants_.end()) {
       const config::TenantQuotaSpec& quota = t->second.spec.quota;
-      c.gpu.quota = static_cast<int64_t>(quota.gpus * 1000 + 0.5);
-      if (quota.limit > 0) {
-        c.gpu.limit = std::max<int64_t>(
-            c.gpu.quota, static_cast<int64_t>(quota.limit * 1000 + 0.5));
-      }
-      c.gpu.over_quota_weight = quota.over_quota_weight;
+      queues.push_back({q, quota.gpus, quota.limit, quota.over_quota_weight});
     }
-    configs.push_back(std::move(c));
   }
-  auto tree = placement::QueueTree::Create(std::move(configs));
-  if (!tree.ok()) return false;
-  for (const auto& [name, dr] : placed) {
-    const inventory::PodRecord* rec = cluster_state_.FindPod(name);
-    if (rec == nullptr) continue;
-    (void)tree->Charge(name, rec->info.tenant,
-                       placement::AmountsOf(rec->allocation),
-                       rec->info.priority);
-  }
-  const placement::PreemptionPlan plan = placement::PlanPreemption(
-      cluster_state_, *tree, pod, preemption_filters_);
-  if (!plan.found || plan.victims.empty()) return false;
-  for (const placement::PreemptionVictim& v : plan.victims) {
-    auto it = placed.find(v.pod);
+  const control::RoomPlan plan =
+      control::PlanRoom(cluster_state_, *scheduler_, preemption_filters_, ask,
+                        candidates, queues, now, options_.swap_min_idle);
+  for (const control::RoomVictim& v : plan.victims) {
+    auto it = placed.find(v.replica);
     if (it == placed.end()) continue;
     auto [vd, vr] = it->second;
     if (vr->state == State::kDraining) {
       r.awaiting.push_back(vr->name);
       continue;
     }
-    const std::string why = absl::StrFormat(
-        "preempted by %s (%s, class %s, priority %d): %s", r.name, d.spec.name,
-        d.spec.priority_class, pod.info.priority, v.reason);
-    DrainReplica(*vd, *vr, why, now);
-    Event("replica.preempted", vd->spec.name, absl::StrCat(vr->name, " ", why),
-          json{{"replica", vr->name},
-               {"for", d.spec.name},
-               {"for_replica", r.name},
-               {"priority", v.priority},
-               {"preemptor_priority", pod.info.priority},
-               {"gpu_milli", v.gpu_milli},
-               {"rule", v.reason},
-               {"node", cluster_state_.spec(plan.node).name}});
-    if (options_.metrics) options_.metrics->Preempted();
+    if (plan.kind == control::RoomPlan::Kind::kSwap) {
+      const int target = autoscaler_->target(vd->autoscale);
+      autoscaler_->SetTarget(vd->autoscale, std::max(0, target - 1));
+      const double idle_s = v.idle_for >= 0 ? v.idle_for / 1e6 : -1;
+      const std::string why = absl::StrFormat(
+          "swapped out for %s (%s, class %s): idle%s, least recently used of "
+          "class %s or lower",
+          r.name, d.spec.name, d.spec.priority_class,
+          idle_s >= 0 ? absl::StrFormat(" for %.1f s", idle_s) : "",
+          d.spec.priority_class);
+      DrainReplica(*vd, *vr, why, now);
+      Event("replica.evicted", vd->spec.name, absl::StrCat(vr->name, " ", why),
+            json{{"replica", vr->name},
+                 {"for", d.spec.name},
+                 {"for_replica", r.name},
+                 {"class", vd->spec.priority_class},
+                 {"idle_s", idle_s},
+                 {"replicas", std::max(0, target - 1)}});
+      if (options_.metrics) options_.metrics->Evicted();
+    } else {
+      const std::string why = absl::StrFormat(
+          "preempted by %s (%s, class %s, priority %d): %s", r.name,
+          d.spec.name, d.spec.priority_class, pod.info.priority, v.rule);
+      DrainReplica(*vd, *vr, why, now);
+      Event("replica.preempted", vd->spec.name,
+            absl::StrCat(vr->name, " ", why),
+            json{{"replica", vr->name},
+                 {"for", d.spec.name},
+                 {"for_replica", r.name},
+                 {"priority", v.priority},
+                 {"preemptor_priority", pod.info.priority},
+                 {"gpu_milli", v.gpu_milli},
+                 {"rule", v.rule},
+                 {"node", cluster_state_.spec(plan.node).name}});
+      if (options_.metrics) options_.metrics->Preempted();
+    }
     r.awaiting.push_back(vr->name);
   }
   return !r.awaiting.empty();
