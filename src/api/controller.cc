@@ -177,8 +177,11 @@ const char* Controller::StateName(State s) {
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
-    gateway::Gateway* gateway) {
+    gateway::Gateway* gateway, std::unique_ptr<runtime::Launcher> launcher) {
   std::unique_ptr<Controller> c(new Controller());
+  c->launcher_ = launcher != nullptr
+                     ? std::move(launcher)
+                     : std::make_unique<runtime::LocalLauncher>();
   c->options_ = std::move(options);
   c->cluster_ = std::move(cluster);
   c->store_ = store;
@@ -385,13 +388,13 @@ void Controller::Stop() {
   const Micros now = SteadyNow();
   for (auto& [name, d] : deployments_) {
     for (auto& r : d.replicas) {
-      if (r->pid != 0) (void)launcher_.Stop(r->pid, options_.stop_grace, now);
+      if (r->pid != 0) (void)launcher_->Stop(r->pid, options_.stop_grace, now);
     }
   }
   const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
-  while (launcher_.size() > 0 && SteadyNow() < deadline) {
-    launcher_.Poll();
-    launcher_.Tick(SteadyNow());
+  while (launcher_->size() > 0 && SteadyNow() < deadline) {
+    launcher_->Poll();
+    launcher_->Tick(SteadyNow());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [name, d] : deployments_) {
@@ -762,7 +765,7 @@ void Controller::Reconcile(Micros now) {
   next_wake_ = now + options_.tick;
   AccrueGpuTime(now);
   HandleExits(now);
-  launcher_.Tick(now);
+  launcher_->Tick(now);
   Autoscale(now);
   next_wake_ = std::min(next_wake_, autoscaler_->NextDeadline());
   // Higher classes first: they take GPUs freed in this pass.
@@ -786,7 +789,7 @@ void Controller::Reconcile(Micros now) {
 }
 
 void Controller::HandleExits(Micros now) {
-  for (const runtime::ExitEvent& ev : launcher_.Poll()) {
+  for (const runtime::ExitEvent& ev : launcher_->Poll()) {
     for (auto& [name, d] : deployments_) {
       for (auto& r : d.replicas) {
         if (r->pid != ev.id) continue;
@@ -1066,7 +1069,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
           Event("replica.unhealthy", d.spec.name,
                 absl::StrCat(r.name, ": ", r.message));
           r.state = State::kUnhealthy;
-          (void)launcher_.Kill(r.pid);
+          (void)launcher_->Kill(r.pid);
         } else if (!r.probing && now >= r.next_probe) {
           Probe(d, r, now);
         }
@@ -1090,7 +1093,8 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
             (r.pid == 0 || gateway_->InFlightOn(r.endpoint) == 0 ||
              now >= r.drain_deadline)) {
           r.stop_sent = true;
-          if (r.pid != 0) (void)launcher_.Stop(r.pid, options_.stop_grace, now);
+          if (r.pid != 0)
+            (void)launcher_->Stop(r.pid, options_.stop_grace, now);
         }
         break;
     }
@@ -1462,7 +1466,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   spec.argv = *argv;
   spec.env = *env;
   spec.log_dir = options_.log_dir;
-  auto pid = launcher_.Start(spec);
+  auto pid = launcher_->Start(spec);
   if (!pid.ok()) {
     fail(std::string(pid.status().message()));
     return;
@@ -1620,7 +1624,7 @@ void Controller::OnProbe(const std::string& deployment,
                                   " health checks in a row; restarting");
         Event("replica.unhealthy", deployment,
               absl::StrCat(r->name, ": ", r->message));
-        (void)launcher_.Kill(r->pid);
+        (void)launcher_->Kill(r->pid);
         dirty_ = true;
       }
       break;

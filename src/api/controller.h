@@ -103,9 +103,12 @@ struct ApplyResult {
 
 class Controller {
  public:
+  // `launcher` runs the engines (null: a runtime::LocalLauncher, processes
+  // on this machine).
   static absl::StatusOr<std::unique_ptr<Controller>> Create(
       ControllerOptions options, ControllerCluster cluster,
-      runtime::Store* store, gateway::Gateway* gateway);
+      runtime::Store* store, gateway::Gateway* gateway,
+      std::unique_ptr<runtime::Launcher> launcher = nullptr);
   ~Controller();  // Stop() if not stopped
 
   // Loads the stored state, cleans up after a previous run and starts the
@@ -321,7 +324,7 @@ class Controller {
   // The scheduler's filters, for preemption plans.
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();
-  runtime::LocalLauncher launcher_;
+  std::unique_ptr<runtime::Launcher> launcher_;
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ = 0;  // guarded by mu_

@@ -2,8 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +181,50 @@ int Reap(ProcessId id) {
   return status;
 }
 
+// The forked child: its own process group, signals default and unblocked,
+// stdin /dev/null, stdout/stderr to the logs, no other descriptor, and
+// SIGKILL when gpusched dies (PR_SET_PDEATHSIG: a gpusched killed outright
+// leaves no engine behind). On failure writes errno to `report`. Only
+// async-signal-safe calls: the parent has threads.
+[[noreturn]] void ChildExec(const char* program, char* const argv[],
+                            char* const envp[], const char* cwd, int out,
+                            int err, int report, pid_t parent) {
+  auto fail = [&](int e) {
+    ssize_t ignored = write(report, &e, sizeof e);
+    (void)ignored;
+    _exit(127);
+  };
+  if (setpgid(0, 0) != 0) fail(errno);
+  // Dies with gpusched; if gpusched died before this line, do not start.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
+  if (getppid() != parent) _exit(127);
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  const int in = open("/dev/null", O_RDONLY);
+  if (in < 0) fail(errno);
+  if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
+      dup2(err, STDERR_FILENO) < 0) {
+    fail(errno);
+  }
+  // Nothing the daemon holds (sockets, the store) leaks into an engine;
+  // `report` is close-on-exec, so it is closed only by a successful exec.
+  for (int fd = STDERR_FILENO + 1; fd < report; ++fd) close(fd);
+  if (syscall(SYS_close_range, report + 1, ~0U, 0) != 0) {
+    for (int fd = report + 1; fd < 65536; ++fd) close(fd);  // kernel < 5.9
+  }
+  if (cwd != nullptr && chdir(cwd) != 0) fail(errno);
+  execve(program, argv, envp);
+  fail(errno);
+  _exit(127);  // not reached
+}
+
 }  // namespace
 
 LocalLauncher::~LocalLauncher() {
@@ -225,42 +270,42 @@ absl::StatusOr<ProcessId> LocalLauncher::Start(const ProcessSpec& spec) {
   if (!err_fd.ok()) return err_fd.status();
   Fd err(*err_fd);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null",
-                                   O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err.get(), STDERR_FILENO);
-  // Nothing the daemon holds (sockets, the store) leaks into an engine.
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  if (!spec.cwd.empty()) {
-    posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
-  }
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigset_t all;
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
-                                      POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-
   std::vector<std::string> argv = spec.argv;
   std::vector<char*> c_argv = CStrings(argv);
   std::vector<char*> c_env = CStrings(env);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program->c_str(), &actions, &attr,
-                             c_argv.data(), c_env.data());
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
+  // The child tells an exec failure through this pipe (closed on exec).
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("cannot start \"", spec.name,
+                                            "\": pipe: ", ErrnoText(errno)));
+  }
+  const pid_t parent = getpid();
+  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The child of a threaded process: async-signal-safe calls only.
+    ChildExec(program->c_str(), c_argv.data(), c_env.data(), cwd, out.get(),
+              err.get(), report[1], parent);
+  }
+  const int fork_errno = errno;
+  close(report[1]);
+  Fd report_read(report[0]);
+  if (pid < 0) {
     return absl::InternalError(absl::StrCat(
-        "cannot start \"", spec.name, "\" (", *program, "): ", ErrnoText(rc)));
+        "cannot start \"", spec.name, "\": fork: ", ErrnoText(fork_errno)));
+  }
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(report_read.get(), &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return absl::InternalError(absl::StrCat("cannot start \"", spec.name,
+                                            "\" (", *program,
+                                            "): ", ErrnoText(child_errno)));
   }
   children_[pid] = Child{.name = spec.name};
   return static_cast<ProcessId>(pid);

@@ -74,15 +74,21 @@ class Launcher {
   // True from Start until the process has exited (even before Poll reports
   // it).
   virtual bool IsAlive(ProcessId id) const = 0;
+  // Processes started and not yet reported by Poll.
+  virtual int size() const = 0;
 };
 
-// Local processes started with posix_spawn: own process group, signals reset
-// to default and unblocked, stdin from /dev/null, stdout/stderr appended to
-// per-replica log files. When a process exits, whatever is left of its
-// group (an engine's worker processes) is killed before it is reaped, so no
-// orphan keeps holding a GPU. Poll() reaps only this launcher's children;
-// the daemon must not set SIGCHLD to SIG_IGN. The destructor kills every
-// remaining group and reaps it: no zombies, no orphans.
+// Local processes (fork + execve, never a shell): own process group,
+// signals reset to default and unblocked, stdin from /dev/null,
+// stdout/stderr appended to per-replica log files, and a parent-death
+// signal (SIGKILL), so an engine does not outlive a gpusched killed outright
+// (`kill -9`). The signal follows the thread that called Start: call it from
+// a thread that lives as long as its processes (the controller's loop). When a
+// process exits, whatever is left of its group (an engine's worker processes)
+// is killed before it is reaped, so no orphan keeps holding a GPU. Poll() reaps
+// only this launcher's children; the daemon must not set SIGCHLD to SIG_IGN.
+// The destructor kills every remaining group and reaps it: no zombies, no
+// orphans.
 class LocalLauncher : public Launcher {
  public:
   LocalLauncher() = default;
@@ -97,8 +103,7 @@ class LocalLauncher : public Launcher {
   Micros Tick(Micros now) override;
   bool IsAlive(ProcessId id) const override;
 
-  // Processes started and not yet reported by Poll.
-  int size() const { return static_cast<int>(children_.size()); }
+  int size() const override { return static_cast<int>(children_.size()); }
 
  private:
   struct Child {

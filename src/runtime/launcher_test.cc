@@ -163,6 +163,59 @@ TEST_F(LauncherTest, MissingExecutableIsNamed) {
   EXPECT_EQ(launcher.size(), 0);
 }
 
+// A program the kernel cannot run (no shebang, no ELF header): the exec
+// failure comes back from the child as a Start error naming it.
+TEST_F(LauncherTest, ExecFailureIsReported) {
+  const std::string path = dir_ + "/not-a-program";
+  { std::ofstream(path) << "\x01\x02 not a program\n"; }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  LocalLauncher launcher;
+  absl::StatusOr<ProcessId> id = launcher.Start(Spec("bad", {path}));
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr(path));
+  EXPECT_THAT(id.status().message(), HasSubstr("Exec format error"));
+  EXPECT_EQ(launcher.size(), 0);
+}
+
+// gpusched killed outright (SIGKILL, no destructor runs): its engines die
+// with it (the parent-death signal) instead of living on as orphans.
+TEST_F(LauncherTest, EnginesDieWithAKilledParent) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    close(pipefd[0]);
+    LocalLauncher launcher;
+    absl::StatusOr<ProcessId> id =
+        launcher.Start(Spec("orphan", {"sleep", "300"}));
+    const int64_t pid = id.ok() ? *id : -1;
+    ssize_t n = write(pipefd[1], &pid, sizeof pid);
+    (void)n;
+    raise(SIGKILL);  // as `kill -9` would
+    _exit(1);
+  }
+  close(pipefd[1]);
+  int64_t engine = -1;
+  ASSERT_EQ(read(pipefd[0], &engine, sizeof engine),
+            static_cast<ssize_t>(sizeof engine));
+  close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(parent, &status, 0), parent);
+  ASSERT_GT(engine, 0);
+  // Generous: the kernel delivers the signal at the parent's exit; a
+  // loaded machine may take a while to run the child to its end.
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!ProcessGone(static_cast<pid_t>(engine)) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(kStep);
+  }
+  const bool gone = ProcessGone(static_cast<pid_t>(engine));
+  if (!gone) kill(static_cast<pid_t>(engine), SIGKILL);  // leave nothing
+  EXPECT_TRUE(gone) << "engine " << engine << " outlived its killed parent";
+}
+
 TEST_F(LauncherTest, RejectsBadSpecs) {
   LocalLauncher launcher;
   EXPECT_EQ(launcher.Start(Spec("a/b", {"/bin/true"})).status().code(),
