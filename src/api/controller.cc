@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "api/controller_internal.h"
 #include "autoscale/swap.h"
 #include "boost/asio.hpp"
 #include "common/status.h"
@@ -26,6 +27,7 @@
 #include "placement/priority.h"
 #include "placement/quota.h"
 #include "placement/registry.h"
+#include "runtime/engine_launch.h"
 
 namespace gpusched::api {
 
@@ -37,28 +39,7 @@ namespace {
 // part of a cold start's latency.
 constexpr Micros kStartingProbe = 10 * kMicrosPerMilli;
 
-Micros SteadyNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-Micros WallNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A port nothing listens on right now (the engine binds it next).
-absl::StatusOr<int> FreePort() {
-  boost::asio::io_context ioc;
-  boost::asio::ip::tcp::acceptor a(ioc);
-  boost::system::error_code ec;
-  a.open(boost::asio::ip::tcp::v4(), ec);
-  if (!ec) a.bind({boost::asio::ip::make_address("127.0.0.1"), 0}, ec);
-  if (ec) return absl::UnavailableError("no free port: " + ec.message());
-  return a.local_endpoint().port();
-}
 
 inventory::ResourceRequest ToRequest(const config::ResourceSpec& r) {
   inventory::ResourceRequest q;
@@ -114,6 +95,35 @@ std::string TemplateKey(const config::DeploymentSpec& s) {
   return key.dump();
 }
 
+// How applying `canonical` over the stored object (null: none) goes: fills
+// `result` and returns the new generation, or 0 when nothing changes.
+int64_t PlanApply(const char* kind, const std::string& name,
+                  const json& canonical, const json* stored,
+                  int64_t stored_generation, ApplyResult* result) {
+  result->kind = kind;
+  result->name = name;
+  if (stored != nullptr && *stored == canonical) {
+    result->action = "unchanged";
+    return 0;
+  }
+  result->action = stored != nullptr ? "configured" : "created";
+  return stored != nullptr ? stored_generation + 1 : 1;
+}
+
+}  // namespace
+
+Micros SteadyNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Micros WallNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string TailLines(const std::string& path, int lines) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -132,23 +142,6 @@ std::string TailLines(const std::string& path, int lines) {
   }
   return text.substr(pos);
 }
-
-// How applying `canonical` over the stored object (null: none) goes: fills
-// `result` and returns the new generation, or 0 when nothing changes.
-int64_t PlanApply(const char* kind, const std::string& name,
-                  const json& canonical, const json* stored,
-                  int64_t stored_generation, ApplyResult* result) {
-  result->kind = kind;
-  result->name = name;
-  if (stored != nullptr && *stored == canonical) {
-    result->action = "unchanged";
-    return 0;
-  }
-  result->action = stored != nullptr ? "configured" : "created";
-  return stored != nullptr ? stored_generation + 1 : 1;
-}
-
-}  // namespace
 
 std::string IsoTime(Micros wall) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixMicros(wall),
@@ -1378,94 +1371,32 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
     }
   }
   if (cold && cold->placed == 0) cold->placed = SteadyNow();
-  auto port = FreePort();
-  if (!port.ok()) {
-    fail(std::string(port.status().message()));
-    return;
-  }
-  auto metrics_port =
-      d.engine.metrics_on_separate_port ? FreePort() : absl::StatusOr<int>(0);
-  if (!metrics_port.ok()) {
-    fail(std::string(metrics_port.status().message()));
-    return;
-  }
-  // GPUs: NVML UUIDs (or MIG UUIDs) on a discovered node, indexes else.
-  std::vector<std::string> ids;
-  double memory_fraction = 0.9;
-  int tensor_parallel = 1;
-  std::optional<int> mps_threads;
-  std::optional<int64_t> mps_memory;
+  runtime::EngineLaunchInput in;
+  in.engine = &d.engine;
+  in.replica = r.name;
+  in.deployment = d.spec.name;
+  in.model = d.spec.model.empty() ? d.spec.name : d.spec.model;
+  in.resources = d.spec.resources;
+  in.allocation = r.allocation;
   if (r.allocation.node >= 0) {
-    const inventory::NodeSpec& node = cluster_state_.spec(r.allocation.node);
-    const bool nvml =
-        !node.simulated && r.allocation.node == 0 && !cluster_.gpus.empty();
-    for (const inventory::GpuShare& g : r.allocation.gpus) {
-      std::string id = std::to_string(g.gpu);
-      if (nvml && g.gpu < static_cast<int>(cluster_.gpus.size())) {
-        const inventory::DiscoveredGpu& dg = cluster_.gpus[g.gpu];
-        id = dg.uuid;
-        if (!g.mig_profile.empty()) {
-          id.clear();
-          for (const auto& mi : dg.mig_instances) {
-            if (mi.profile == g.mig_profile &&
-                (mi.start < 0 || mi.start == g.mig_start)) {
-              id = mi.uuid;
-              break;
-            }
-          }
-          if (id.empty()) {
-            fail(absl::StrCat("no MIG instance ", g.mig_profile, " at slot ",
-                              g.mig_start, " on GPU ", g.gpu,
-                              "; create it with nvidia-smi mig -cgi"));
-            return;
-          }
-        }
-      }
-      ids.push_back(id);
+    in.node = &cluster_state_.spec(r.allocation.node);
+    // NVML GPUs belong to node 0, this machine, when discovered.
+    if (!in.node->simulated && r.allocation.node == 0 &&
+        !cluster_.gpus.empty()) {
+      in.nvml_gpus = &cluster_.gpus;
     }
-    if (d.spec.resources.kind == "fraction" && node.gpu_memory_mib > 0) {
-      memory_fraction = static_cast<double>(d.spec.resources.gpu_memory_mib) /
-                        static_cast<double>(node.gpu_memory_mib);
-      if (options_.mps) {
-        mps_threads = std::max(1, d.spec.resources.milli / 10);
-        mps_memory = d.spec.resources.gpu_memory_mib;
-      }
-    }
-    if (d.spec.resources.kind == "whole")
-      tensor_parallel = d.spec.resources.gpus;
   }
-  absl::flat_hash_map<std::string, std::string> values = {
-      {"self", options_.self_path},
-      {"model", d.spec.model.empty() ? d.spec.name : d.spec.model},
-      {"name", d.spec.name},
-      {"port", std::to_string(*port)},
-      {"metrics_port", std::to_string(*metrics_port)},
-      {"gpu_memory_fraction", absl::StrFormat("%.3f", memory_fraction)},
-      {"tensor_parallel", std::to_string(tensor_parallel)},
-      {"replica", r.name}};
-  auto argv = runtime::ExpandArgv(d.engine, values);
-  if (!argv.ok()) {
-    fail(std::string(argv.status().message()));
+  in.self_path = options_.self_path;
+  in.mps = options_.mps;
+  in.log_dir = options_.log_dir;
+  absl::StatusOr<runtime::EngineLaunch> launch = runtime::PlanEngineLaunch(in);
+  if (!launch.ok()) {
+    fail(std::string(launch.status().message()));
     return;
   }
-  auto env = runtime::ExpandEnv(d.engine, values);
-  if (!env.ok()) {
-    fail(std::string(env.status().message()));
-    return;
-  }
-  if (r.allocation.node >= 0) {
-    auto gpu_env = runtime::GpuEnv(ids, mps_threads, mps_memory);
-    if (!gpu_env.ok()) {
-      fail(std::string(gpu_env.status().message()));
-      return;
-    }
-    for (auto& [k, v] : *gpu_env) (*env)[k] = v;
-  }
-  runtime::ProcessSpec spec;
-  spec.name = r.name;
-  spec.argv = *argv;
-  spec.env = *env;
-  spec.log_dir = options_.log_dir;
+  const runtime::ProcessSpec& spec = launch->process;
+  const std::vector<std::string>& ids = launch->gpu_ids;
+  const int port = launch->port;
   auto pid = launcher_->Start(spec);
   if (!pid.ok()) {
     fail(std::string(pid.status().message()));
@@ -1477,8 +1408,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   }
   if (cold) cold->launched = SteadyNow();
   r.pid = *pid;
-  r.endpoint = {"127.0.0.1", static_cast<uint16_t>(*port)};
-  r.metrics_port = static_cast<uint16_t>(*metrics_port);
+  r.endpoint = {"127.0.0.1", launch->port};
+  r.metrics_port = launch->metrics_port;
   r.state = State::kStarting;
   r.last_busy = now;  // residency for swap_min_idle counts from its start
   // The engine loads its weights on this node: they are local there now.
@@ -1494,13 +1425,13 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   r.backoff.OnStarted(now);
   if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
   Event("replica.started", d.spec.name,
-        absl::StrCat(r.name, " started: pid ", *pid, ", port ", *port,
+        absl::StrCat(r.name, " started: pid ", *pid, ", port ", port,
                      ids.empty() ? ""
                                  : absl::StrCat(", CUDA_VISIBLE_DEVICES=",
                                                 absl::StrJoin(ids, ","))),
         json{{"replica", r.name},
              {"pid", *pid},
-             {"port", *port},
+             {"port", port},
              {"gpus", ids},
              {"argv", spec.argv}});
 }
@@ -1682,314 +1613,6 @@ absl::Status Controller::WaitReady(Micros timeout) {
 }
 
 // --- Views ------------------------------------------------------------------
-
-json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
-  json j = {
-      {"name", r.name},
-      {"deployment", d.spec.name},
-      {"state", StateName(r.state)},
-      {"endpoint", r.endpoint.port ? gateway::EndpointKey(r.endpoint) : ""},
-      {"pid", r.pid},
-      {"restarts", r.restarts},
-      {"message", r.message}};
-  if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
-  if (r.placed && r.allocation.node >= 0) {
-    j["node"] = cluster_state_.spec(r.allocation.node).name;
-    json gpus = json::array(), shares = json::array();
-    for (const inventory::GpuShare& g : r.allocation.gpus) {
-      gpus.push_back(g.gpu);
-      shares.push_back({{"gpu", g.gpu},
-                        {"milli", g.milli},
-                        {"memoryMiB", g.memory_mib},
-                        {"mig", g.mig_profile}});
-    }
-    j["gpus"] = gpus;
-    j["gpuShare"] = shares;
-  } else {
-    j["node"] = "";
-    j["gpus"] = json::array();
-    j["gpuShare"] = json::array();
-  }
-  return j;
-}
-
-json Controller::DeploymentJson(const Deployment& d) {
-  json j = d.manifest;
-  j["metadata"]["generation"] = d.generation;
-  j["metadata"]["created"] = IsoTime(d.created);
-  j["metadata"]["updated"] = IsoTime(d.updated);
-  const gateway::DeploymentLoad load = gateway_->Load(d.spec.name);
-  json reps = json::array();
-  int ready = 0;
-  std::string message;
-  for (const auto& r : d.replicas) {
-    reps.push_back(ReplicaJson(d, *r));
-    if (r->state == State::kReady ||
-        (r->state == State::kExternal && r->external_ok)) {
-      ++ready;
-    }
-    if (message.empty() && !r->message.empty()) message = r->message;
-  }
-  j["status"] = {
-      {"replicas", d.replicas.size()},
-      {"desiredReplicas", d.spec.endpoints.empty()
-                              ? ReplicaTarget(d)
-                              : static_cast<int>(d.spec.endpoints.size())},
-      {"autoscaled", d.autoscale >= 0},
-      {"readyReplicas", ready},
-      {"queued", load.queued},
-      {"inFlight", load.in_flight},
-      {"deleting", d.deleting},
-      {"message", message},
-      {"replicaStatus", reps}};
-  return j;
-}
-
-json Controller::DeploymentsJson(const std::string& only) {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (const auto& [name, d] : deployments_) {
-    if (only.empty() || only == name) items.push_back(DeploymentJson(d));
-  }
-  return items;
-}
-
-json Controller::TenantsJson(const std::string& only) {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (const auto& [name, t] : tenants_) {
-    if (!only.empty() && only != name) continue;
-    json j = t.manifest;
-    j["metadata"]["generation"] = t.generation;
-    j["metadata"]["created"] = IsoTime(t.created);
-    j["metadata"]["updated"] = IsoTime(t.updated);
-    if (options_.metrics != nullptr) {
-      const auto [gpu_seconds, cost] = options_.metrics->TenantUsage(name);
-      j["status"] = {{"gpuSeconds", gpu_seconds}, {"cost", cost}};
-    }
-    items.push_back(j);
-  }
-  return items;
-}
-
-json Controller::ReplicasJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (const auto& [name, d] : deployments_) {
-    for (const auto& r : d.replicas) items.push_back(ReplicaJson(d, *r));
-  }
-  return items;
-}
-
-json Controller::GpusJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
-    const inventory::NodeSpec& spec = cluster_state_.spec(n);
-    for (int g = 0; g < spec.gpu_count; ++g) {
-      const ControllerMetrics::Snapshot::Gpu v = GpuView(n, g);
-      json gj = {{"node", v.node},
-                 {"index", g},
-                 {"model", v.model},
-                 {"memoryMiB", v.memory_mib},
-                 {"simulated", v.simulated},
-                 {"healthy", v.healthy},
-                 {"uuid", ""},
-                 {"allocatedMilli", v.allocated_milli},
-                 {"allocatedMemoryMiB", v.allocated_memory_mib}};
-      if (v.nvml) {
-        gj["uuid"] = cluster_.gpus[g].uuid;
-        gj["memoryUsedMiB"] = v.nvml_memory_used_mib;
-        gj["utilizationPct"] = v.nvml_utilization_pct;
-      }
-      json holders = json::array();
-      for (const auto& [name, d] : deployments_) {
-        for (const auto& r : d.replicas) {
-          if (!r->placed || r->allocation.node != n) continue;
-          for (const inventory::GpuShare& s : r->allocation.gpus) {
-            if (s.gpu != g) continue;
-            holders.push_back({{"name", r->name},
-                               {"deployment", name},
-                               {"milli", s.milli},
-                               {"memoryMiB", s.memory_mib},
-                               {"mig", s.mig_profile}});
-          }
-        }
-      }
-      gj["replicas"] = holders;
-      items.push_back(gj);
-    }
-  }
-  return items;
-}
-
-json Controller::NodesJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
-    const inventory::NodeSpec& spec = cluster_state_.spec(n);
-    const inventory::NodeState& st = cluster_state_.state(n);
-    int64_t allocated = 0;
-    for (const inventory::GpuState& g : st.gpus) {
-      allocated += inventory::kMilliPerGpu - g.milli_free;
-    }
-    json weights = json::array();
-    for (const auto& [path, nodes] : weights_nodes_) {
-      if (nodes.count(n)) weights.push_back(path);
-    }
-    items.push_back({{"name", spec.name},
-                     {"simulated", spec.simulated},
-                     {"weights", weights},
-                     {"gpus", spec.gpu_count},
-                     {"gpuModel", spec.gpu_model},
-                     {"cpuMilli", spec.cpu_milli},
-                     {"memoryMiB", spec.memory_mib},
-                     {"allocatedGpuMilli", allocated},
-                     {"cpuFreeMilli", st.cpu_free},
-                     {"memoryFreeMiB", st.memory_free_mib}});
-  }
-  return items;
-}
-
-json Controller::QueuesJson() {
-  std::lock_guard<std::mutex> lock(mu_);
-  json items = json::array();
-  for (const auto& [name, d] : deployments_) {
-    const gateway::DeploymentLoad load = gateway_->Load(name);
-    items.push_back({{"deployment", name},
-                     {"queued", load.queued},
-                     {"inFlight", load.in_flight},
-                     {"replicasReady", load.replicas}});
-  }
-  return items;
-}
-
-bool Controller::HasDeployment(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = deployments_.find(name);
-  return it != deployments_.end() && !it->second.deleting;
-}
-
-std::optional<int> Controller::DesiredReplicas(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = deployments_.find(name);
-  if (it == deployments_.end() || it->second.deleting) return std::nullopt;
-  return ReplicaTarget(it->second);
-}
-
-bool Controller::HasTenant(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return tenants_.count(name) > 0;
-}
-
-std::vector<std::string> Controller::TenantModels(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> out;
-  auto t = tenants_.find(tenant);
-  if (t == tenants_.end()) return out;
-  for (const auto& [name, d] : deployments_) {
-    const auto& models = t->second.spec.models;
-    if (!d.deleting &&
-        (models.empty() ||
-         std::find(models.begin(), models.end(), name) != models.end())) {
-      out.push_back(name);
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
-                                             const std::string& replica,
-                                             const std::string& stream,
-                                             int lines) {
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = deployments_.find(deployment);
-    if (it == deployments_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("deployment '", deployment, "' not found"));
-    }
-    std::vector<std::string> names;
-    for (const auto& r : it->second.replicas) {
-      if (r->state == State::kExternal) continue;
-      names.push_back(r->name);
-      if (replica.empty() ? name.empty() : r->name == replica) name = r->name;
-    }
-    if (name.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "replica '", replica, "' not found; replicas of ", deployment, ": ",
-          names.empty() ? "none" : absl::StrJoin(names, ", ")));
-    }
-  }
-  if (stream != "stdout" && stream != "stderr") {
-    return absl::InvalidArgumentError("stream must be stdout or stderr");
-  }
-  return TailLines(absl::StrCat(options_.log_dir, "/", name,
-                                stream == "stdout" ? ".out" : ".err"),
-                   lines);
-}
-
-// --- Metrics ----------------------------------------------------------------
-
-ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
-  const inventory::NodeSpec& spec = cluster_state_.spec(n);
-  const inventory::GpuState& st = cluster_state_.state(n).gpus[g];
-  ControllerMetrics::Snapshot::Gpu v;
-  v.node = spec.name;
-  v.model = spec.gpu_model;
-  v.index = g;
-  v.simulated = spec.simulated;
-  v.memory_mib = spec.gpu_memory_mib;
-  v.allocated_milli = inventory::kMilliPerGpu - st.milli_free;
-  v.allocated_memory_mib = spec.gpu_memory_mib - st.memory_free_mib;
-  // NVML GPUs are node 0's (ControllerCluster::gpus).
-  if (!spec.simulated && n == 0 && g < static_cast<int>(cluster_.gpus.size())) {
-    const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
-    v.nvml = true;
-    v.healthy = dg.healthy;
-    v.nvml_memory_used_mib = dg.memory_total_mib ? dg.memory_used_mib : 0;
-    v.nvml_utilization_pct = dg.utilization_gpu_pct;
-  }
-  return v;
-}
-
-ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
-  static constexpr State kStates[] = {
-      State::kPending, State::kStarting, State::kReady,   State::kUnhealthy,
-      State::kBackoff, State::kDraining, State::kExternal};
-  std::lock_guard<std::mutex> lock(mu_);
-  ControllerMetrics::Snapshot snap;
-  for (const auto& [name, d] : deployments_) {
-    ControllerMetrics::Snapshot::Deployment sd;
-    sd.name = name;
-    sd.desired = d.deleting ? 0
-                 : d.spec.endpoints.empty()
-                     ? ReplicaTarget(d)
-                     : static_cast<int>(d.spec.endpoints.size());
-    for (State st : kStates) {
-      int count = 0;
-      for (const auto& r : d.replicas) count += r->state == st;
-      sd.replicas.emplace_back(StateName(st), count);
-    }
-    const gateway::DeploymentLoad load = gateway_->Load(name);
-    sd.queued = load.queued;
-    sd.in_flight = load.in_flight;
-    snap.deployments.push_back(std::move(sd));
-    for (const auto& r : d.replicas) {
-      if (r->state == State::kReady ||
-          (r->state == State::kExternal && r->external_ok)) {
-        snap.replicas.push_back({name, r->name, r->signals});
-      }
-    }
-  }
-  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
-    for (int g = 0; g < cluster_state_.spec(n).gpu_count; ++g) {
-      snap.gpus.push_back(GpuView(n, g));
-    }
-  }
-  return snap;
-}
 
 void Controller::AccrueGpuTime(Micros now) {
   if (options_.metrics == nullptr) return;

@@ -1,0 +1,326 @@
+// The Controller's views: the JSON the control API answers with
+// (docs/control-api.md), the metrics snapshot, logs. Each takes the
+// controller's lock for one consistent read.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "api/controller.h"
+#include "api/controller_internal.h"
+
+namespace gpusched::api {
+
+using nlohmann::json;
+
+json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
+  json j = {
+      {"name", r.name},
+      {"deployment", d.spec.name},
+      {"state", StateName(r.state)},
+      {"endpoint", r.endpoint.port ? gateway::EndpointKey(r.endpoint) : ""},
+      {"pid", r.pid},
+      {"restarts", r.restarts},
+      {"message", r.message}};
+  if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
+  if (r.placed && r.allocation.node >= 0) {
+    j["node"] = cluster_state_.spec(r.allocation.node).name;
+    json gpus = json::array(), shares = json::array();
+    for (const inventory::GpuShare& g : r.allocation.gpus) {
+      gpus.push_back(g.gpu);
+      shares.push_back({{"gpu", g.gpu},
+                        {"milli", g.milli},
+                        {"memoryMiB", g.memory_mib},
+                        {"mig", g.mig_profile}});
+    }
+    j["gpus"] = gpus;
+    j["gpuShare"] = shares;
+  } else {
+    j["node"] = "";
+    j["gpus"] = json::array();
+    j["gpuShare"] = json::array();
+  }
+  return j;
+}
+
+json Controller::DeploymentJson(const Deployment& d) {
+  json j = d.manifest;
+  j["metadata"]["generation"] = d.generation;
+  j["metadata"]["created"] = IsoTime(d.created);
+  j["metadata"]["updated"] = IsoTime(d.updated);
+  const gateway::DeploymentLoad load = gateway_->Load(d.spec.name);
+  json reps = json::array();
+  int ready = 0;
+  std::string message;
+  for (const auto& r : d.replicas) {
+    reps.push_back(ReplicaJson(d, *r));
+    if (r->state == State::kReady ||
+        (r->state == State::kExternal && r->external_ok)) {
+      ++ready;
+    }
+    if (message.empty() && !r->message.empty()) message = r->message;
+  }
+  j["status"] = {
+      {"replicas", d.replicas.size()},
+      {"desiredReplicas", d.spec.endpoints.empty()
+                              ? ReplicaTarget(d)
+                              : static_cast<int>(d.spec.endpoints.size())},
+      {"autoscaled", d.autoscale >= 0},
+      {"readyReplicas", ready},
+      {"queued", load.queued},
+      {"inFlight", load.in_flight},
+      {"deleting", d.deleting},
+      {"message", message},
+      {"replicaStatus", reps}};
+  return j;
+}
+
+json Controller::DeploymentsJson(const std::string& only) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    if (only.empty() || only == name) items.push_back(DeploymentJson(d));
+  }
+  return items;
+}
+
+json Controller::TenantsJson(const std::string& only) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, t] : tenants_) {
+    if (!only.empty() && only != name) continue;
+    json j = t.manifest;
+    j["metadata"]["generation"] = t.generation;
+    j["metadata"]["created"] = IsoTime(t.created);
+    j["metadata"]["updated"] = IsoTime(t.updated);
+    if (options_.metrics != nullptr) {
+      const auto [gpu_seconds, cost] = options_.metrics->TenantUsage(name);
+      j["status"] = {{"gpuSeconds", gpu_seconds}, {"cost", cost}};
+    }
+    items.push_back(j);
+  }
+  return items;
+}
+
+json Controller::ReplicasJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& r : d.replicas) items.push_back(ReplicaJson(d, *r));
+  }
+  return items;
+}
+
+json Controller::GpusJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    const inventory::NodeSpec& spec = cluster_state_.spec(n);
+    for (int g = 0; g < spec.gpu_count; ++g) {
+      const ControllerMetrics::Snapshot::Gpu v = GpuView(n, g);
+      json gj = {{"node", v.node},
+                 {"index", g},
+                 {"model", v.model},
+                 {"memoryMiB", v.memory_mib},
+                 {"simulated", v.simulated},
+                 {"healthy", v.healthy},
+                 {"uuid", ""},
+                 {"allocatedMilli", v.allocated_milli},
+                 {"allocatedMemoryMiB", v.allocated_memory_mib}};
+      if (v.nvml) {
+        gj["uuid"] = cluster_.gpus[g].uuid;
+        gj["memoryUsedMiB"] = v.nvml_memory_used_mib;
+        gj["utilizationPct"] = v.nvml_utilization_pct;
+      }
+      json holders = json::array();
+      for (const auto& [name, d] : deployments_) {
+        for (const auto& r : d.replicas) {
+          if (!r->placed || r->allocation.node != n) continue;
+          for (const inventory::GpuShare& s : r->allocation.gpus) {
+            if (s.gpu != g) continue;
+            holders.push_back({{"name", r->name},
+                               {"deployment", name},
+                               {"milli", s.milli},
+                               {"memoryMiB", s.memory_mib},
+                               {"mig", s.mig_profile}});
+          }
+        }
+      }
+      gj["replicas"] = holders;
+      items.push_back(gj);
+    }
+  }
+  return items;
+}
+
+json Controller::NodesJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    const inventory::NodeSpec& spec = cluster_state_.spec(n);
+    const inventory::NodeState& st = cluster_state_.state(n);
+    int64_t allocated = 0;
+    for (const inventory::GpuState& g : st.gpus) {
+      allocated += inventory::kMilliPerGpu - g.milli_free;
+    }
+    json weights = json::array();
+    for (const auto& [path, nodes] : weights_nodes_) {
+      if (nodes.count(n)) weights.push_back(path);
+    }
+    items.push_back({{"name", spec.name},
+                     {"simulated", spec.simulated},
+                     {"weights", weights},
+                     {"gpus", spec.gpu_count},
+                     {"gpuModel", spec.gpu_model},
+                     {"cpuMilli", spec.cpu_milli},
+                     {"memoryMiB", spec.memory_mib},
+                     {"allocatedGpuMilli", allocated},
+                     {"cpuFreeMilli", st.cpu_free},
+                     {"memoryFreeMiB", st.memory_free_mib}});
+  }
+  return items;
+}
+
+json Controller::QueuesJson() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json items = json::array();
+  for (const auto& [name, d] : deployments_) {
+    const gateway::DeploymentLoad load = gateway_->Load(name);
+    items.push_back({{"deployment", name},
+                     {"queued", load.queued},
+                     {"inFlight", load.in_flight},
+                     {"replicasReady", load.replicas}});
+  }
+  return items;
+}
+
+bool Controller::HasDeployment(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = deployments_.find(name);
+  return it != deployments_.end() && !it->second.deleting;
+}
+
+std::optional<int> Controller::DesiredReplicas(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = deployments_.find(name);
+  if (it == deployments_.end() || it->second.deleting) return std::nullopt;
+  return ReplicaTarget(it->second);
+}
+
+bool Controller::HasTenant(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tenants_.count(name) > 0;
+}
+
+std::vector<std::string> Controller::TenantModels(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  auto t = tenants_.find(tenant);
+  if (t == tenants_.end()) return out;
+  for (const auto& [name, d] : deployments_) {
+    const auto& models = t->second.spec.models;
+    if (!d.deleting &&
+        (models.empty() ||
+         std::find(models.begin(), models.end(), name) != models.end())) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
+                                             const std::string& replica,
+                                             const std::string& stream,
+                                             int lines) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = deployments_.find(deployment);
+    if (it == deployments_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("deployment '", deployment, "' not found"));
+    }
+    std::vector<std::string> names;
+    for (const auto& r : it->second.replicas) {
+      if (r->state == State::kExternal) continue;
+      names.push_back(r->name);
+      if (replica.empty() ? name.empty() : r->name == replica) name = r->name;
+    }
+    if (name.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "replica '", replica, "' not found; replicas of ", deployment, ": ",
+          names.empty() ? "none" : absl::StrJoin(names, ", ")));
+    }
+  }
+  if (stream != "stdout" && stream != "stderr") {
+    return absl::InvalidArgumentError("stream must be stdout or stderr");
+  }
+  return TailLines(absl::StrCat(options_.log_dir, "/", name,
+                                stream == "stdout" ? ".out" : ".err"),
+                   lines);
+}
+
+// --- Metrics ----------------------------------------------------------------
+
+ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
+  const inventory::NodeSpec& spec = cluster_state_.spec(n);
+  const inventory::GpuState& st = cluster_state_.state(n).gpus[g];
+  ControllerMetrics::Snapshot::Gpu v;
+  v.node = spec.name;
+  v.model = spec.gpu_model;
+  v.index = g;
+  v.simulated = spec.simulated;
+  v.memory_mib = spec.gpu_memory_mib;
+  v.allocated_milli = inventory::kMilliPerGpu - st.milli_free;
+  v.allocated_memory_mib = spec.gpu_memory_mib - st.memory_free_mib;
+  // NVML GPUs are node 0's (ControllerCluster::gpus).
+  if (!spec.simulated && n == 0 && g < static_cast<int>(cluster_.gpus.size())) {
+    const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
+    v.nvml = true;
+    v.healthy = dg.healthy;
+    v.nvml_memory_used_mib = dg.memory_total_mib ? dg.memory_used_mib : 0;
+    v.nvml_utilization_pct = dg.utilization_gpu_pct;
+  }
+  return v;
+}
+
+ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
+  static constexpr State kStates[] = {
+      State::kPending, State::kStarting, State::kReady,   State::kUnhealthy,
+      State::kBackoff, State::kDraining, State::kExternal};
+  std::lock_guard<std::mutex> lock(mu_);
+  ControllerMetrics::Snapshot snap;
+  for (const auto& [name, d] : deployments_) {
+    ControllerMetrics::Snapshot::Deployment sd;
+    sd.name = name;
+    sd.desired = d.deleting ? 0
+                 : d.spec.endpoints.empty()
+                     ? ReplicaTarget(d)
+                     : static_cast<int>(d.spec.endpoints.size());
+    for (State st : kStates) {
+      int count = 0;
+      for (const auto& r : d.replicas) count += r->state == st;
+      sd.replicas.emplace_back(StateName(st), count);
+    }
+    const gateway::DeploymentLoad load = gateway_->Load(name);
+    sd.queued = load.queued;
+    sd.in_flight = load.in_flight;
+    snap.deployments.push_back(std::move(sd));
+    for (const auto& r : d.replicas) {
+      if (r->state == State::kReady ||
+          (r->state == State::kExternal && r->external_ok)) {
+        snap.replicas.push_back({name, r->name, r->signals});
+      }
+    }
+  }
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    for (int g = 0; g < cluster_state_.spec(n).gpu_count; ++g) {
+      snap.gpus.push_back(GpuView(n, g));
+    }
+  }
+  return snap;
+}
+
+}  // namespace gpusched::api
