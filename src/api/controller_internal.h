@@ -4,8 +4,14 @@
 #define GPUSCHED_API_CONTROLLER_INTERNAL_H_
 
 #include <string>
+#include <vector>
 
+#include "api/controller.h"
 #include "common/clock.h"
+#include "config/manifest.h"
+#include "gateway/gateway.h"
+#include "inventory/resources.h"
+#include "nlohmann/json.hpp"
 
 namespace gpusched::api {
 
@@ -15,6 +21,25 @@ Micros SteadyNow();
 Micros WallNow();
 // The last `lines` lines of the file at `path` ("" when unreadable).
 std::string TailLines(const std::string& path, int lines);
+
+// How often a starting replica is probed for readiness: its readiness is
+// part of a cold start's latency.
+inline constexpr Micros kStartingProbe = 10 * kMicrosPerMilli;
+
+// A deployment's resources as the placement layer asks for them.
+inventory::ResourceRequest ToRequest(const config::ResourceSpec& r);
+// What the gateway needs of a deployment.
+gateway::GatewayDeployment ToGateway(const config::DeploymentSpec& s,
+                                     const std::vector<std::string>& classes);
+// What a replica is launched from: a change means new replicas.
+std::string TemplateKey(const config::DeploymentSpec& s);
+// How applying `canonical` over the stored object (null: none) goes: fills
+// `result` and returns the new generation, or 0 when nothing changes.
+int64_t PlanApply(const char* kind, const std::string& name,
+                  const nlohmann::json& canonical, const nlohmann::json* stored,
+                  int64_t stored_generation, ApplyResult* result);
+// The leaf queue of a deployment's owner ("-" for none).
+std::string QueueOf(const std::string& tenant);
 
 }  // namespace gpusched::api
 

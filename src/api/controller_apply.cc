@@ -1,0 +1,378 @@
+// The Controller's desired state: apply, delete and scale (validated
+// against what only the runtime knows, all or nothing), and the Store's
+// keys and events.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "api/controller.h"
+#include "api/controller_internal.h"
+#include "autoscale/swap.h"
+#include "boost/asio.hpp"
+#include "common/status.h"
+#include "control/room.h"
+#include "inventory/gpu_catalog.h"
+#include "placement/pod_request.h"
+#include "placement/preemption.h"
+#include "placement/priority.h"
+#include "placement/quota.h"
+#include "placement/registry.h"
+#include "runtime/engine_launch.h"
+
+namespace gpusched::api {
+
+using nlohmann::json;
+
+// --- Events and the store ---------------------------------------------------
+
+void Controller::Event(const std::string& kind, const std::string& deployment,
+                       const std::string& message, json details) {
+  runtime::Event e;
+  e.time = WallNow();
+  e.kind = kind;
+  e.deployment = deployment;
+  e.message = message;
+  e.details = details.is_null() ? json::object() : std::move(details);
+  RecordEvent(std::move(e));
+}
+
+void Controller::RecordEvent(runtime::Event e) {
+  auto id = store_->AppendEvent(e);
+  if (!id.ok()) {
+    std::fprintf(stderr, "gpusched: event not stored: %s\n",
+                 std::string(id.status().message()).c_str());
+    return;
+  }
+  // Bounded retention: the newest 100,000 events.
+  if (*id % 1000 == 0) (void)store_->PruneEvents(100000, INT64_MIN);
+}
+
+absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
+    const std::string& tenant, const std::string& name, bool admin) {
+  return store_->CreateApiKey(tenant, name, WallNow(), admin);
+}
+
+absl::Status Controller::EnsureKey(std::string_view secret,
+                                   const std::string& tenant, bool admin) {
+  return store_
+      ->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve", admin,
+                  WallNow())
+      .status();
+}
+
+absl::Status Controller::RevokeKey(const std::string& key_id) {
+  return store_->RevokeApiKey(key_id, WallNow());
+}
+
+absl::StatusOr<std::vector<runtime::KeyInfo>> Controller::ListKeys(
+    const std::string& tenant) {
+  return store_->ListApiKeys(tenant);
+}
+
+absl::StatusOr<std::vector<runtime::Event>> Controller::Events(
+    const runtime::EventFilter& filter) {
+  return store_->QueryEvents(filter);
+}
+
+// --- Apply ------------------------------------------------------------------
+
+void Controller::CheckRuntime(const config::DeploymentSpec& d,
+                              const std::string& where,
+                              std::vector<std::string>* problems) {
+  auto tmpl = runtime::FindTemplate(d.engine);
+  if (!tmpl.ok()) {
+    problems->push_back(absl::StrCat(
+        where, ": spec.engine.template: ", tmpl.status().message()));
+  } else if (tmpl->argv.empty() && d.args.empty() && d.endpoints.empty()) {
+    problems->push_back(absl::StrCat(
+        where,
+        ": spec.engine.args: the 'command' template needs the command line "
+        "in args"));
+  }
+  if (!d.weights_path.empty()) {
+    auto path = runtime::ExpandPlaceholders(
+        d.weights_path, {{"model", d.model}, {"name", d.name}});
+    if (!path.ok()) {
+      problems->push_back(absl::StrCat(
+          where, ": spec.engine.weightsPath: ", path.status().message()));
+    }
+  }
+  const inventory::GpuCatalog& catalog = inventory::GpuCatalog::Builtin();
+  for (const std::string& m : d.resources.gpu_models) {
+    if (catalog.Find(m) == nullptr) {
+      problems->push_back(absl::StrCat(
+          where, ": spec.resources.gpuModels: unknown GPU model '", m, "'"));
+    }
+  }
+  if (d.resources.kind == "mig") {
+    bool known = false;
+    for (const inventory::GpuModelSpec& g : catalog.models()) {
+      for (const inventory::MigProfile& p : g.mig_profiles) {
+        known = known || p.name == d.resources.mig_profile;
+      }
+    }
+    if (!known) {
+      problems->push_back(
+          absl::StrCat(where, ": spec.resources.mig: unknown MIG profile '",
+                       d.resources.mig_profile, "'"));
+    }
+  }
+  if (d.resources.kind != "none" && d.endpoints.empty()) {
+    auto pod =
+        placement::CompilePodRequest(ToRequest(d.resources), cluster_state_);
+    if (!pod.ok()) {
+      problems->push_back(
+          absl::StrCat(where, ": spec.resources: ", pod.status().message()));
+    }
+  }
+}
+
+absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
+    const std::vector<config::Manifest>& manifests) {
+  std::vector<std::string> problems;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const config::Manifest& m : manifests) {
+    const std::string where = absl::StrCat(
+        m.kind == config::Manifest::Kind::kDeployment ? "Deployment/"
+                                                      : "Tenant/",
+        m.name());
+    if (m.kind == config::Manifest::Kind::kDeployment) {
+      CheckRuntime(m.deployment, where, &problems);
+      if (!m.deployment.tenant.empty() &&
+          !tenants_.count(m.deployment.tenant) &&
+          std::none_of(manifests.begin(), manifests.end(),
+                       [&](const config::Manifest& o) {
+                         return o.kind == config::Manifest::Kind::kTenant &&
+                                o.name() == m.deployment.tenant;
+                       })) {
+        problems.push_back(absl::StrCat(where,
+                                        ": spec.tenant: unknown tenant '",
+                                        m.deployment.tenant, "'"));
+      }
+      auto it = deployments_.find(m.name());
+      if (it != deployments_.end() && it->second.deleting) {
+        problems.push_back(absl::StrCat(
+            where, ": is being deleted; apply it again once it is gone"));
+      }
+    }
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+  }
+  std::vector<ApplyResult> results;
+  // Tenants first, so a deployment's tenants are known when it starts.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const config::Manifest& m : manifests) {
+      const bool tenant = m.kind == config::Manifest::Kind::kTenant;
+      if (tenant != (pass == 0)) continue;
+      ApplyResult r;
+      RETURN_IF_ERROR(tenant ? ApplyTenant(m.tenant, &r, true)
+                             : ApplyDeployment(m.deployment, &r, true));
+      results.push_back(r);
+    }
+  }
+  dirty_ = true;
+  wake_.notify_all();
+  return results;
+}
+
+absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
+                                         ApplyResult* result, bool persist) {
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kDeployment;
+  m.deployment = spec;
+  if (m.deployment.model.empty()) m.deployment.model = spec.name;
+  const json canonical = config::ToJson(m);
+  auto it = deployments_.find(spec.name);
+  const bool exists = it != deployments_.end();
+  const int64_t generation =
+      PlanApply("Deployment", spec.name, canonical,
+                exists ? &it->second.manifest : nullptr,
+                exists ? it->second.generation : 0, result);
+  if (generation == 0) return absl::OkStatus();
+  if (spec.autoscaling) {
+    RETURN_IF_ERROR(autoscale::ValidateAutoscalingConfig(*spec.autoscaling));
+  }
+  const Micros wall = WallNow();
+  if (persist) {
+    RETURN_IF_ERROR(
+        store_->PutDeployment(spec.name, canonical.dump(), generation, wall));
+  }
+  ASSIGN_OR_RETURN(runtime::EngineTemplate engine,
+                   runtime::FindTemplate(spec.engine));
+  engine.extra_args = spec.args;
+  for (const auto& [k, v] : spec.env) engine.env[k] = v;
+  if (!spec.weights_path.empty()) engine.weights_path = spec.weights_path;
+  RETURN_IF_ERROR(
+      gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
+  Deployment& d = deployments_[spec.name];
+  const int before = exists ? ReplicaTarget(d) : 0;
+  if (options_.metrics) {
+    options_.metrics->SetSlo(spec.name, spec.ttft_slo_ms, spec.tpot_slo_ms);
+  }
+  d.spec = m.deployment;
+  // With spec.autoscaling the autoscaler owns the count: a new entry starts
+  // from the count running now (a new deployment, or a restart: from
+  // spec.replicas); a changed one keeps its target (rule 1 clamps it).
+  if (d.spec.autoscaling && d.autoscale >= 0) {
+    RETURN_IF_ERROR(
+        autoscaler_->UpdateConfig(d.autoscale, *d.spec.autoscaling));
+  } else if (d.spec.autoscaling) {
+    ASSIGN_OR_RETURN(d.autoscale,
+                     autoscaler_->AddDeployment(
+                         spec.name, *d.spec.autoscaling,
+                         exists ? before : d.spec.replicas, SteadyNow()));
+  } else if (d.autoscale >= 0) {
+    RebuildAutoscaler(SteadyNow());
+  }
+  if (options_.metrics && exists) {
+    options_.metrics->Scaled(spec.name, before, ReplicaTarget(d));
+  }
+  d.manifest = canonical;
+  d.generation = generation;
+  if (!exists) d.created = wall;
+  d.updated = wall;
+  d.engine = std::move(engine);
+  d.template_key = TemplateKey(m.deployment);
+  if (persist) {
+    Event(exists ? "deployment.configured" : "deployment.created", spec.name,
+          absl::StrCat("deployment ", spec.name, " ", result->action,
+                       " (generation ", generation, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
+                                     ApplyResult* result, bool persist) {
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kTenant;
+  m.tenant = spec;
+  const json canonical = config::ToJson(m);
+  auto it = tenants_.find(spec.name);
+  const bool exists = it != tenants_.end();
+  const int64_t generation = PlanApply(
+      "Tenant", spec.name, canonical, exists ? &it->second.manifest : nullptr,
+      exists ? it->second.generation : 0, result);
+  if (generation == 0) return absl::OkStatus();
+  const Micros wall = WallNow();
+  gateway::GatewayTenant gt;
+  gt.spec.name = spec.name;
+  gt.spec.weight = spec.weight;
+  gt.spec.limits = spec.limits;
+  gt.priority = spec.priority_class;
+  gt.models = spec.models;
+  {
+    // Validate in the dispatcher before anything is stored.
+    serving::Dispatcher check(1);
+    RETURN_IF_ERROR(check.AddTenant(gt.spec).status());
+  }
+  if (persist) {
+    RETURN_IF_ERROR(
+        store_->PutTenant(spec.name, canonical.dump(), generation, wall));
+  }
+  RETURN_IF_ERROR(gateway_->UpsertTenant(gt));
+  Tenant& t = tenants_[spec.name];
+  t.spec = spec;
+  t.manifest = canonical;
+  t.generation = generation;
+  if (!exists) t.created = wall;
+  t.updated = wall;
+  if (persist) {
+    RecordEvent({0, wall, "tenant.applied", "", spec.name,
+                 absl::StrCat("tenant ", spec.name, " ", result->action),
+                 json::object()});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
+                                               const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ApplyResult result{
+      kind == config::Manifest::Kind::kTenant ? "Tenant" : "Deployment", name,
+      "deleted"};
+  if (kind == config::Manifest::Kind::kTenant) {
+    if (!tenants_.count(name)) {
+      return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
+    }
+    { RETURN_IF_ERROR(store_->DeleteTenant(name)); }
+    gateway_->RemoveTenant(name);
+    tenants_.erase(name);
+    RecordEvent({0, WallNow(), "tenant.deleted", "", name,
+                 absl::StrCat("tenant ", name, " deleted with its keys"),
+                 json::object()});
+    return result;
+  }
+  auto it = deployments_.find(name);
+  if (it == deployments_.end() || it->second.deleting) {
+    return absl::NotFoundError(
+        absl::StrCat("deployment '", name, "' not found"));
+  }
+  { RETURN_IF_ERROR(store_->DeleteDeployment(name)); }
+  gateway_->RemoveDeployment(name);
+  it->second.deleting = true;
+  it->second.delete_deadline = SteadyNow() + options_.drain_grace;
+  if (it->second.autoscale >= 0) RebuildAutoscaler(SteadyNow());
+  Event("deployment.deleted", name,
+        absl::StrCat("deployment ", name,
+                     " deleted: queued requests are served, then its "
+                     "replicas drain and stop"));
+  dirty_ = true;
+  wake_.notify_all();
+  return result;
+}
+
+absl::Status Controller::Scale(const std::string& name, int replicas) {
+  config::DeploymentSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = deployments_.find(name);
+    if (it == deployments_.end() || it->second.deleting) {
+      return absl::NotFoundError(
+          absl::StrCat("deployment '", name, "' not found"));
+    }
+    spec = it->second.spec;
+  }
+  if (spec.autoscaling) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "deployment '", name,
+        "' is autoscaled (spec.autoscaling): its replica count follows its "
+        "load within minReplicas..maxReplicas (",
+        spec.min_replicas, "..", spec.max_replicas,
+        "); apply a manifest with other bounds instead"));
+  }
+  if (!spec.endpoints.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("deployment '", name,
+                     "' attaches to endpoints; it has no replicas "
+                     "to scale"));
+  }
+  if (replicas < spec.min_replicas || replicas > spec.max_replicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas must be within the deployment's min..max (",
+        spec.min_replicas, "..", spec.max_replicas, "), got ", replicas));
+  }
+  spec.replicas = replicas;
+  config::Manifest m;
+  m.kind = config::Manifest::Kind::kDeployment;
+  m.deployment = spec;
+  RETURN_IF_ERROR(Apply({m}).status());
+  Event("deployment.scaled", name,
+        absl::StrCat("deployment ", name, " scaled to ", replicas, " replicas"),
+        json{{"replicas", replicas}});
+  return absl::OkStatus();
+}
+
+}  // namespace gpusched::api

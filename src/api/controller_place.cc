@@ -1,0 +1,348 @@
+// The Controller's placement and launch of one replica: the tenant GPU
+// limit, weights-local nodes first, making room (control/room.h) when it
+// does not fit, then the engine through the Launcher (runtime/engine_launch).
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "api/controller.h"
+#include "api/controller_internal.h"
+#include "autoscale/swap.h"
+#include "boost/asio.hpp"
+#include "common/status.h"
+#include "control/room.h"
+#include "inventory/gpu_catalog.h"
+#include "placement/pod_request.h"
+#include "placement/preemption.h"
+#include "placement/priority.h"
+#include "placement/quota.h"
+#include "placement/registry.h"
+#include "runtime/engine_launch.h"
+
+namespace gpusched::api {
+
+using nlohmann::json;
+
+inventory::PodInfo Controller::PodInfoOf(const Deployment& d) const {
+  inventory::PodInfo info{QueueOf(d.spec.tenant), 500, d.spec.preemptible};
+  auto cls = placement::PriorityClasses::Defaults().Find(d.spec.priority_class);
+  if (cls.ok()) {
+    info.priority = cls->value;
+    info.preemptible = info.preemptible && cls->preemptible;
+  }
+  return info;
+}
+
+void Controller::DrainReplica(Deployment& d, Replica& r, const std::string& why,
+                              Micros now) {
+  r.state = State::kDraining;
+  r.remove_on_exit = true;
+  r.drain_deadline = now + options_.drain_grace;
+  Event("replica.draining", d.spec.name,
+        absl::StrCat(r.name, " draining: ", why));
+}
+
+bool Controller::MakeRoom(Deployment& d, Replica& r,
+                          const placement::PodRequest& pod, Micros now) {
+  // Victims already draining for it: wait for them.
+  std::erase_if(r.awaiting, [&](const std::string& victim) {
+    for (const auto& [name, od] : deployments_) {
+      for (const auto& o : od.replicas) {
+        if (o->name == victim && o->placed) return false;
+      }
+    }
+    return true;
+  });
+  if (!r.awaiting.empty()) return true;
+  // The placed replicas, and the owners' queues with their quotas.
+  control::RoomAsk ask;
+  ask.pod = pod;
+  ask.replica = r.name;
+  ask.class_rank = ClassRank(d.spec.priority_class);
+  std::vector<control::RoomCandidate> candidates;
+  absl::flat_hash_map<std::string, std::pair<Deployment*, Replica*>> placed;
+  std::set<std::string> owners = {QueueOf(d.spec.tenant)};
+  int index = 0;
+  for (auto& [name, od] : deployments_) {
+    ++index;
+    if (&od == &d) ask.deployment = index;
+    owners.insert(QueueOf(od.spec.tenant));
+    const bool queued = &od != &d && gateway_->Load(name).queued > 0;
+    for (auto& o : od.replicas) {
+      if (!o->placed || o->name == r.name) continue;
+      placed[o->name] = {&od, o.get()};
+      candidates.push_back({o->name, index, ClassRank(od.spec.priority_class),
+                            od.autoscale >= 0, od.spec.preemptible,
+                            o->state == State::kReady && !od.deleting,
+                            o->state == State::kReady && !queued &&
+                                gateway_->InFlightOn(o->endpoint) == 0,
+                            o->last_busy});
+    }
+  }
+  std::vector<control::RoomQueue> queues;
+  for (const std::string& q : owners) {
+    if (auto t = tenants_.find(q); t != tenants_.end()) {
+      const config::TenantQuotaSpec& quota = t->second.spec.quota;
+      queues.push_back({q, quota.gpus, quota.limit, quota.over_quota_weight});
+    }
+  }
+  const control::RoomPlan plan =
+      control::PlanRoom(cluster_state_, *scheduler_, preemption_filters_, ask,
+                        candidates, queues, now, options_.swap_min_idle);
+  for (const control::RoomVictim& v : plan.victims) {
+    auto it = placed.find(v.replica);
+    if (it == placed.end()) continue;
+    auto [vd, vr] = it->second;
+    if (vr->state == State::kDraining) {
+      r.awaiting.push_back(vr->name);
+      continue;
+    }
+    if (plan.kind == control::RoomPlan::Kind::kSwap) {
+      const int target = autoscaler_->target(vd->autoscale);
+      autoscaler_->SetTarget(vd->autoscale, std::max(0, target - 1));
+      const double idle_s = v.idle_for >= 0 ? v.idle_for / 1e6 : -1;
+      const std::string why = absl::StrFormat(
+          "swapped out for %s (%s, class %s): idle%s, least recently used of "
+          "class %s or lower",
+          r.name, d.spec.name, d.spec.priority_class,
+          idle_s >= 0 ? absl::StrFormat(" for %.1f s", idle_s) : "",
+          d.spec.priority_class);
+      DrainReplica(*vd, *vr, why, now);
+      Event("replica.evicted", vd->spec.name, absl::StrCat(vr->name, " ", why),
+            json{{"replica", vr->name},
+                 {"for", d.spec.name},
+                 {"for_replica", r.name},
+                 {"class", vd->spec.priority_class},
+                 {"idle_s", idle_s},
+                 {"replicas", std::max(0, target - 1)}});
+      if (options_.metrics) options_.metrics->Evicted();
+    } else {
+      const std::string why = absl::StrFormat(
+          "preempted by %s (%s, class %s, priority %d): %s", r.name,
+          d.spec.name, d.spec.priority_class, pod.info.priority, v.rule);
+      DrainReplica(*vd, *vr, why, now);
+      Event("replica.preempted", vd->spec.name,
+            absl::StrCat(vr->name, " ", why),
+            json{{"replica", vr->name},
+                 {"for", d.spec.name},
+                 {"for_replica", r.name},
+                 {"priority", v.priority},
+                 {"preemptor_priority", pod.info.priority},
+                 {"gpu_milli", v.gpu_milli},
+                 {"rule", v.rule},
+                 {"node", cluster_state_.spec(plan.node).name}});
+      if (options_.metrics) options_.metrics->Preempted();
+    }
+    r.awaiting.push_back(vr->name);
+  }
+  return !r.awaiting.empty();
+}
+
+void Controller::Release(Replica& r) {
+  if (r.placed) cluster_state_.Forget(r.name);
+  r.placed = false;
+}
+
+void Controller::Launch(Deployment& d, Replica& r, Micros now) {
+  // The first replica launched after a scale from zero serves the held
+  // requests.
+  ColdStart* cold =
+      d.cold && (d.cold->replica.empty() || d.cold->replica == r.name)
+          ? &*d.cold
+          : nullptr;
+  if (cold) cold->replica = r.name;
+  auto fail = [&](const std::string& why) {
+    r.backoff.OnExit(now);
+    r.next_start = r.backoff.NextStart(now);
+    r.state = State::kBackoff;
+    r.message = why;
+    Event("replica.failed", d.spec.name, absl::StrCat(r.name, ": ", why));
+  };
+  if (!r.placed) {
+    if (d.spec.resources.kind == "none") {
+      r.placed = true;
+      r.allocation = {};
+    } else {
+      auto pod = placement::CompilePodRequest(ToRequest(d.spec.resources),
+                                              cluster_state_, PodInfoOf(d));
+      if (!pod.ok()) {
+        fail(std::string(pod.status().message()));
+        return;
+      }
+      // The owner's GPU limit (quota.limit, in GPUs) bounds what its
+      // deployments hold.
+      if (auto t = tenants_.find(d.spec.tenant);
+          t != tenants_.end() && t->second.spec.quota.limit > 0) {
+        int64_t used = 0;
+        for (const auto& [name, other] : deployments_) {
+          if (other.spec.tenant != d.spec.tenant) continue;
+          for (const auto& o : other.replicas) {
+            if (o->placed) used += o->allocation.GpuMilli();
+          }
+        }
+        const int64_t limit =
+            static_cast<int64_t>(t->second.spec.quota.limit * 1000 + 0.5);
+        if (used + pod->TotalGpuMilli() > limit) {
+          const std::string why = absl::StrFormat(
+              "tenant %s's GPU limit: %.2f of %.2f GPUs in use, this replica "
+              "needs %.2f more",
+              d.spec.tenant, used / 1000.0, limit / 1000.0,
+              pod->TotalGpuMilli() / 1000.0);
+          r.state = State::kPending;
+          r.next_start = now + kMicrosPerSecond;
+          if (why != r.message) {
+            r.message = why;
+            Event("replica.unschedulable", d.spec.name,
+                  absl::StrCat(r.name, ": ", why),
+                  json{{"reasons", {{"TenantQuota", 1}}}});
+          }
+          return;
+        }
+      }
+      const Micros place_start = SteadyNow();
+      // Nodes where the weights are local first.
+      const std::string weights = WeightsPath(d);
+      placement::Decision dec;
+      bool weights_local = false;
+      if (!weights.empty()) {
+        if (cluster_.source == "nvml" && std::filesystem::exists(weights)) {
+          weights_nodes_[weights].insert(0);  // this machine
+        }
+        for (int n : weights_nodes_[weights]) {
+          dec = scheduler_->PlaceOn(r.name, *pod, n);
+          if (dec.placed) {
+            weights_local = true;
+            break;
+          }
+        }
+      }
+      if (!dec.placed) dec = scheduler_->Place(r.name, *pod);
+      if (options_.metrics) {
+        options_.metrics->Placement(dec, ToSeconds(SteadyNow() - place_start));
+      }
+      if (!dec.placed) {
+        const std::string why = dec.Summary(cluster_state_);
+        r.state = State::kPending;
+        r.next_start = now + kMicrosPerSecond;
+        if (MakeRoom(d, r, *pod, now)) {
+          // Placed once its victims are gone (checked every tick).
+          r.next_start = now + options_.tick;
+          r.message = absl::StrCat("waiting for ", r.awaiting.size(),
+                                   " replica(s) to drain to make room: ",
+                                   absl::StrJoin(r.awaiting, ", "));
+          return;
+        }
+        if (why != r.message) {
+          r.message = why;
+          json reasons = json::object();
+          for (const auto& [reason, n] : dec.reasons) reasons[reason] = n;
+          Event("replica.unschedulable", d.spec.name,
+                absl::StrCat(r.name, ": ", why), json{{"reasons", reasons}});
+        }
+        return;
+      }
+      (void)cluster_state_.Bind(r.name);
+      r.placed = true;
+      r.allocation = dec.allocation;
+      json top = json::array();
+      for (const placement::Candidate& c : dec.top) {
+        top.push_back(
+            {{"node", cluster_state_.spec(c.node).name}, {"score", c.score}});
+      }
+      json gpus = json::array();
+      for (const inventory::GpuShare& g : dec.allocation.gpus) {
+        gpus.push_back({{"gpu", g.gpu},
+                        {"milli", g.milli},
+                        {"memoryMiB", g.memory_mib},
+                        {"mig", g.mig_profile}});
+      }
+      Event("replica.placed", d.spec.name,
+            absl::StrCat(r.name, ": ", dec.Summary(cluster_state_)),
+            json{{"node", cluster_state_.spec(dec.allocation.node).name},
+                 {"gpus", gpus},
+                 {"score", dec.score},
+                 {"top", top},
+                 {"policy", options_.placement_policy},
+                 {"weightsPath", weights},
+                 {"weightsLocal", weights_local}});
+    }
+  }
+  if (cold && cold->placed == 0) cold->placed = SteadyNow();
+  runtime::EngineLaunchInput in;
+  in.engine = &d.engine;
+  in.replica = r.name;
+  in.deployment = d.spec.name;
+  in.model = d.spec.model.empty() ? d.spec.name : d.spec.model;
+  in.resources = d.spec.resources;
+  in.allocation = r.allocation;
+  if (r.allocation.node >= 0) {
+    in.node = &cluster_state_.spec(r.allocation.node);
+    // NVML GPUs belong to node 0, this machine, when discovered.
+    if (!in.node->simulated && r.allocation.node == 0 &&
+        !cluster_.gpus.empty()) {
+      in.nvml_gpus = &cluster_.gpus;
+    }
+  }
+  in.self_path = options_.self_path;
+  in.mps = options_.mps;
+  in.log_dir = options_.log_dir;
+  absl::StatusOr<runtime::EngineLaunch> launch = runtime::PlanEngineLaunch(in);
+  if (!launch.ok()) {
+    fail(std::string(launch.status().message()));
+    return;
+  }
+  const runtime::ProcessSpec& spec = launch->process;
+  const std::vector<std::string>& ids = launch->gpu_ids;
+  const int port = launch->port;
+  auto pid = launcher_->Start(spec);
+  if (!pid.ok()) {
+    fail(std::string(pid.status().message()));
+    return;
+  }
+  {
+    std::ofstream out(PidFile(r.name), std::ios::trunc);
+    out << *pid << "\n" << spec.argv.front() << "\n";
+  }
+  if (cold) cold->launched = SteadyNow();
+  r.pid = *pid;
+  r.endpoint = {"127.0.0.1", launch->port};
+  r.metrics_port = launch->metrics_port;
+  r.state = State::kStarting;
+  r.last_busy = now;  // residency for swap_min_idle counts from its start
+  // The engine loads its weights on this node: they are local there now.
+  if (const std::string w = WeightsPath(d);
+      !w.empty() && r.placed && r.allocation.node >= 0) {
+    weights_nodes_[w].insert(r.allocation.node);
+  }
+  r.started = now;
+  r.started_wall = WallNow();
+  r.next_probe = now + kStartingProbe;
+  r.health_failures = 0;
+  r.message.clear();
+  r.backoff.OnStarted(now);
+  if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
+  Event("replica.started", d.spec.name,
+        absl::StrCat(r.name, " started: pid ", *pid, ", port ", port,
+                     ids.empty() ? ""
+                                 : absl::StrCat(", CUDA_VISIBLE_DEVICES=",
+                                                absl::StrJoin(ids, ","))),
+        json{{"replica", r.name},
+             {"pid", *pid},
+             {"port", port},
+             {"gpus", ids},
+             {"argv", spec.argv}});
+}
+
+}  // namespace gpusched::api
