@@ -82,6 +82,15 @@ wait_for /api/v1/deployments/embed 20 'j["status"]["readyReplicas"] == 1' ||
 api POST /api/v1/apply "$(cat "$tmp/apply.yaml")" >"$tmp/again.json"
 expect_contains "$tmp/again.json" '"action":"unchanged"'
 
+# The route table: a known path with another method is 405 naming the
+# allowed ones (and an Allow header); an unknown path is 404.
+curl -s -D "$tmp/405.h" -o "$tmp/405.json" -X PUT "$url/api/v1/deployments/embed" \
+  -H "Authorization: Bearer $admin" >/dev/null
+grep -qi '^HTTP/1.1 405' "$tmp/405.h" || fail "PUT of a deployment: $(head -1 "$tmp/405.h")"
+grep -qi '^allow: GET, DELETE' "$tmp/405.h" || fail "no Allow header: $(cat "$tmp/405.h")"
+api GET /api/v1/no-such-thing >/dev/null
+[ "$(cat "$tmp/code")" = 404 ] || fail "unknown control path: $(cat "$tmp/code")"
+
 # An invalid manifest is refused whole, every problem listed.
 cat >"$tmp/bad.yaml" <<YAML
 apiVersion: gpusched.io/v1

@@ -1,6 +1,8 @@
 #include "api/control_api.h"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +117,79 @@ json EventJson(const runtime::Event& e) {
           {"details", e.details}};
 }
 
+// Parses an optional JSON body {"name": "..."} (the key's name).
+std::string KeyName(const std::string& body, const std::string& fallback) {
+  json j = json::parse(body.empty() ? "{}" : body, nullptr, false);
+  if (j.is_object() && j.contains("name") && j["name"].is_string()) {
+    return j["name"].get<std::string>();
+  }
+  return fallback;
+}
+
+json ApplyJson(const ApplyResult& x) {
+  return {{"kind", x.kind}, {"name", x.name}, {"action", x.action}};
+}
+
+}  // namespace
+
+// One control request being answered.
+struct ControlApi::Call {
+  net::HttpRequest& req;
+  std::shared_ptr<net::Responder>& r;
+  std::string target;              // path and query
+  std::string path;                // without the query
+  std::vector<std::string> parts;  // path segments under /api/v1
+  runtime::KeyInfo key;
+  // The {name} segment of the route (parts[1]).
+  const std::string& name() const { return parts.at(1); }
+  void Send(http::status s, const json& j) { r->Send(Json(s, j)); }
+  void Fail(const absl::Status& st) { r->Send(Error(st)); }
+  void Fail(http::status s, const std::string& message) {
+    r->Send(Error(s, message));
+  }
+};
+
+// The route table: method, path under /api/v1 ("{}" is one segment), who
+// may call it, and its handler. docs/control-api.md lists the same routes.
+const std::vector<ControlApi::Route>& ControlApi::Routes() {
+  using V = http::verb;
+  static const std::vector<Route> kRoutes = {
+      {V::post, "apply", kAdmin, &ControlApi::PostApply},
+      {V::post, "delete", kAdmin, &ControlApi::PostDelete},
+      {V::get, "deployments", kTenant, &ControlApi::ListDeployments},
+      {V::get, "deployments/{}", kTenant, &ControlApi::GetDeployment},
+      {V::delete_, "deployments/{}", kAdmin, &ControlApi::DeleteDeployment},
+      {V::post, "deployments/{}/scale", kAdmin, &ControlApi::ScaleDeployment},
+      {V::get, "deployments/{}/logs", kAdmin, &ControlApi::DeploymentLogs},
+      {V::get, "replicas", kAdmin, &ControlApi::ListReplicas},
+      {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
+      {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
+      {V::get, "queues", kAdmin, &ControlApi::ListQueues},
+      {V::get, "stats", kAdmin, &ControlApi::GetStats},
+      {V::get, "events", kAdmin, &ControlApi::ListEvents},
+      {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
+      {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
+      {V::delete_, "tenants/{}", kAdmin, &ControlApi::DeleteTenant},
+      {V::get, "tenants/{}/keys", kAdmin, &ControlApi::ListTenantKeys},
+      {V::post, "tenants/{}/keys", kAdmin, &ControlApi::CreateTenantKey},
+      {V::get, "keys", kAdmin, &ControlApi::ListAdminKeys},
+      {V::post, "keys", kAdmin, &ControlApi::CreateAdminKey},
+      {V::delete_, "keys/{}", kAdmin, &ControlApi::RevokeKey},
+  };
+  return kRoutes;
+}
+
+namespace {
+
+bool Matches(absl::string_view pattern, const std::vector<std::string>& parts) {
+  std::vector<absl::string_view> want = absl::StrSplit(pattern, '/');
+  if (want.size() != parts.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] != "{}" && want[i] != parts[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ControlApi::Handle(net::HttpRequest& req,
@@ -138,331 +213,287 @@ bool ControlApi::Handle(net::HttpRequest& req,
                   std::string(key.status().message()), "authentication_error"));
     return true;
   }
-  // /api/v1/<a>/<b>/<c>
-  std::vector<std::string> parts =
-      absl::StrSplit(path.substr(sizeof(kPrefix) - 1), '/', absl::SkipEmpty());
-  const http::verb method = req.method();
-  const bool get = method == http::verb::get;
-  auto send = [&](http::status s, const json& j) { r->Send(Json(s, j)); };
-  auto forbidden = [&] {
+  Call call{
+      req,
+      r,
+      full,
+      path,
+      absl::StrSplit(path.substr(sizeof(kPrefix) - 1), '/', absl::SkipEmpty()),
+      *key};
+  std::vector<std::string> allowed;  // methods of the routes of this path
+  for (const Route& route : Routes()) {
+    if (!Matches(route.path, call.parts)) continue;
+    if (route.method != req.method()) {
+      allowed.emplace_back(http::to_string(route.method));
+      continue;
+    }
+    if (route.access == kAdmin && !key->admin) break;
+    (this->*route.handler)(call);
+    return true;
+  }
+  if (!key->admin) {
     r->Send(Error(http::status::forbidden,
                   "this endpoint needs an admin key; tenant keys may read "
                   "their deployments and their own tenant",
                   "permission_error"));
-  };
-  auto not_found = [&] {
-    r->Send(Error(http::status::not_found,
-                  absl::StrCat("unknown control endpoint ",
-                               std::string(http::to_string(method)), " ", path,
-                               " (see docs/control-api.md)"),
-                  "not_found_error"));
-  };
-  // GET of one deployment or tenant, and its DELETE.
-  auto get_one = [&](const json& items, const char* what) {
-    if (items.empty()) {
-      r->Send(Error(http::status::not_found,
-                    absl::StrCat(what, " '", parts[1], "' not found")));
-    } else {
-      send(http::status::ok, items.at(0));
-    }
-  };
-  auto delete_one = [&](config::Manifest::Kind kind) {
-    auto x = controller_->Delete(kind, parts[1]);
-    if (!x.ok()) {
-      r->Send(Error(x.status()));
-    } else {
-      send(http::status::ok,
-           json{{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
-    }
-  };
-  const std::string a = parts.size() > 0 ? parts[0] : "";
-  const std::string b = parts.size() > 1 ? parts[1] : "";
-  const std::string c = parts.size() > 2 ? parts[2] : "";
-
-  // Tenant keys: read-only views of their own things.
-  if (!key->admin) {
-    if (get && a == "deployments" && parts.size() <= 2) {
-      const std::vector<std::string> mine =
-          controller_->TenantModels(key->tenant);
-      if (!b.empty()) {
-        if (std::find(mine.begin(), mine.end(), b) == mine.end()) {
-          r->Send(Error(http::status::not_found,
-                        absl::StrCat("deployment '", b,
-                                     "' not found among your models")));
-          return true;
-        }
-        send(http::status::ok, controller_->DeploymentsJson(b).at(0));
-        return true;
-      }
-      json items = json::array();
-      for (const std::string& m : mine) {
-        for (json& d : controller_->DeploymentsJson(m)) items.push_back(d);
-      }
-      send(http::status::ok, json{{"items", items}});
-      return true;
-    }
-    if (get && a == "tenants" && b == key->tenant && parts.size() == 2) {
-      send(http::status::ok, controller_->TenantsJson(b).at(0));
-      return true;
-    }
-    forbidden();
     return true;
   }
-
-  if (a == "apply" || a == "delete") {
-    if (method != http::verb::post || parts.size() != 1) {
-      not_found();
-      return true;
-    }
-    auto manifests = config::ParseManifests(req.body(), "request body");
-    if (!manifests.ok()) {
-      r->Send(Error(manifests.status()));
-      return true;
-    }
-    if (manifests->empty()) {
-      r->Send(Error(http::status::unprocessable_entity,
-                    "the body holds no manifest (expected YAML or JSON "
-                    "documents with kind Deployment or Tenant)"));
-      return true;
-    }
-    json items = json::array();
-    if (a == "apply") {
-      auto results = controller_->Apply(*manifests);
-      if (!results.ok()) {
-        r->Send(Error(results.status()));
-        return true;
-      }
-      for (const ApplyResult& x : *results) {
-        items.push_back(
-            {{"kind", x.kind}, {"name", x.name}, {"action", x.action}});
-      }
-    } else {
-      std::vector<std::string> missing;
-      for (const config::Manifest& m : *manifests) {
-        const bool tenant = m.kind == config::Manifest::Kind::kTenant;
-        if (tenant ? !controller_->HasTenant(m.name())
-                   : !controller_->HasDeployment(m.name())) {
-          missing.push_back(
-              absl::StrCat(tenant ? "tenant/" : "deployment/", m.name()));
-        }
-      }
-      if (!missing.empty()) {
-        r->Send(Error(http::status::not_found,
-                      absl::StrCat("not found: ", absl::StrJoin(missing, ", "),
-                                   "; nothing was deleted")));
-        return true;
-      }
-      for (const config::Manifest& m : *manifests) {
-        auto x = controller_->Delete(m.kind, m.name());
-        if (!x.ok()) {
-          r->Send(Error(x.status()));
-          return true;
-        }
-        items.push_back(
-            {{"kind", x->kind}, {"name", x->name}, {"action", x->action}});
-      }
-    }
-    send(http::status::ok, json{{"items", items}});
+  if (!allowed.empty()) {
+    net::HttpResponse res =
+        Error(http::status::method_not_allowed,
+              absl::StrCat(
+                  std::string(http::to_string(req.method())), " ", path,
+                  " is not allowed; allowed: ", absl::StrJoin(allowed, ", ")),
+              "invalid_request_error");
+    res.set(http::field::allow, absl::StrJoin(allowed, ", "));
+    r->Send(std::move(res));
     return true;
   }
-
-  if (a == "deployments") {
-    if (parts.size() == 1 && get) {
-      send(http::status::ok, json{{"items", controller_->DeploymentsJson()}});
-      return true;
-    }
-    if (parts.size() == 2 && get) {
-      get_one(controller_->DeploymentsJson(b), "deployment");
-      return true;
-    }
-    if (parts.size() == 2 && method == http::verb::delete_) {
-      delete_one(config::Manifest::Kind::kDeployment);
-      return true;
-    }
-    if (parts.size() == 3 && c == "scale" && method == http::verb::post) {
-      json body = json::parse(req.body(), nullptr, false);
-      if (!body.is_object() || !body.contains("replicas") ||
-          !body["replicas"].is_number_integer()) {
-        r->Send(Error(http::status::bad_request,
-                      "the body must be {\"replicas\": N}"));
-        return true;
-      }
-      const int64_t n = body["replicas"].get<int64_t>();
-      absl::Status st = controller_->Scale(
-          b, static_cast<int>(std::clamp<int64_t>(n, -1, 1 << 20)));
-      if (!st.ok()) {
-        r->Send(Error(st));
-      } else {
-        send(http::status::ok, json{{"name", b}, {"replicas", n}});
-      }
-      return true;
-    }
-    if (parts.size() == 3 && c == "logs" && get) {
-      int tail = 100;
-      const std::string t = Query(full, "tail");
-      if (!t.empty() && (!absl::SimpleAtoi(t, &tail) || tail < 1)) {
-        r->Send(Error(http::status::bad_request,
-                      "tail must be a positive integer"));
-        return true;
-      }
-      std::string stream = Query(full, "stream");
-      if (stream.empty()) stream = "stderr";
-      auto text = controller_->Logs(b, Query(full, "replica"), stream, tail);
-      if (!text.ok()) {
-        r->Send(Error(text.status().code() == absl::StatusCode::kInvalidArgument
-                          ? http::status::bad_request
-                          : StatusOf(text.status()),
-                      std::string(text.status().message())));
-        return true;
-      }
-      net::HttpResponse res{http::status::ok, 11};
-      res.set(http::field::content_type, "text/plain; charset=utf-8");
-      res.body() = *text;
-      r->Send(std::move(res));
-      return true;
-    }
-    not_found();
-    return true;
-  }
-
-  if (get && parts.size() == 1) {
-    if (a == "replicas") {
-      send(http::status::ok, json{{"items", controller_->ReplicasJson()}});
-      return true;
-    }
-    if (a == "gpus") {
-      send(http::status::ok, json{{"items", controller_->GpusJson()}});
-      return true;
-    }
-    if (a == "nodes") {
-      send(http::status::ok, json{{"items", controller_->NodesJson()}});
-      return true;
-    }
-    if (a == "queues") {
-      send(http::status::ok, json{{"items", controller_->QueuesJson()}});
-      return true;
-    }
-    if (a == "tenants") {
-      send(http::status::ok, json{{"items", controller_->TenantsJson()}});
-      return true;
-    }
-    if (a == "stats" && stats_ != nullptr) {
-      send(http::status::ok, stats_->Json());
-      return true;
-    }
-    if (a == "events") {
-      runtime::EventFilter f;
-      f.deployment = Query(full, "deployment");
-      f.tenant = Query(full, "tenant");
-      f.kinds = QueryAll(full, "kind");
-      const std::string since = Query(full, "since");
-      const std::string limit = Query(full, "limit");
-      if ((!since.empty() && !absl::SimpleAtoi(since, &f.since)) ||
-          (!limit.empty() && !absl::SimpleAtoi(limit, &f.limit))) {
-        r->Send(Error(http::status::bad_request,
-                      "since and limit must be integers (since: "
-                      "microseconds since the epoch)"));
-        return true;
-      }
-      auto events = controller_->Events(f);
-      if (!events.ok()) {
-        r->Send(Error(events.status()));
-        return true;
-      }
-      json items = json::array();
-      for (const runtime::Event& e : *events) items.push_back(EventJson(e));
-      send(http::status::ok, json{{"items", items}});
-      return true;
-    }
-  }
-
-  if (a == "tenants" && parts.size() >= 2) {
-    if (parts.size() == 2 && get) {
-      get_one(controller_->TenantsJson(b), "tenant");
-      return true;
-    }
-    if (parts.size() == 2 && method == http::verb::delete_) {
-      delete_one(config::Manifest::Kind::kTenant);
-      return true;
-    }
-    if (parts.size() == 3 && c == "keys") {
-      if (!controller_->HasTenant(b)) {
-        r->Send(Error(http::status::not_found,
-                      absl::StrCat("tenant '", b, "' not found")));
-        return true;
-      }
-      if (get) {
-        auto keys = controller_->ListKeys(b);
-        if (!keys.ok()) {
-          r->Send(Error(keys.status()));
-          return true;
-        }
-        json items = json::array();
-        for (const runtime::KeyInfo& k : *keys) items.push_back(KeyJson(k));
-        send(http::status::ok, json{{"items", items}});
-        return true;
-      }
-      if (method == http::verb::post) {
-        json body =
-            json::parse(req.body().empty() ? "{}" : req.body(), nullptr, false);
-        std::string name = "api";
-        if (body.is_object() && body.contains("name") &&
-            body["name"].is_string()) {
-          name = body["name"].get<std::string>();
-        }
-        auto k = controller_->CreateKey(b, name, false);
-        if (!k.ok()) {
-          r->Send(Error(k.status()));
-          return true;
-        }
-        send(http::status::created,
-             json{{"id", k->key_id}, {"secret", k->secret}, {"tenant", b}});
-        return true;
-      }
-    }
-  }
-
-  if (a == "keys") {
-    if (parts.size() == 1 && method == http::verb::post) {
-      json body =
-          json::parse(req.body().empty() ? "{}" : req.body(), nullptr, false);
-      std::string name = "admin";
-      if (body.is_object() && body.contains("name") &&
-          body["name"].is_string()) {
-        name = body["name"].get<std::string>();
-      }
-      auto k = controller_->CreateKey("", name, true);
-      if (!k.ok()) {
-        r->Send(Error(k.status()));
-        return true;
-      }
-      send(http::status::created,
-           json{{"id", k->key_id}, {"secret", k->secret}, {"admin", true}});
-      return true;
-    }
-    if (parts.size() == 1 && get) {
-      auto keys = controller_->ListKeys("");
-      if (!keys.ok()) {
-        r->Send(Error(keys.status()));
-        return true;
-      }
-      json items = json::array();
-      for (const runtime::KeyInfo& k : *keys) items.push_back(KeyJson(k));
-      send(http::status::ok, json{{"items", items}});
-      return true;
-    }
-    if (parts.size() == 2 && method == http::verb::delete_) {
-      absl::Status st = controller_->RevokeKey(b);
-      if (!st.ok()) {
-        r->Send(Error(st));
-      } else {
-        send(http::status::ok, json{{"id", b}, {"action", "revoked"}});
-      }
-      return true;
-    }
-  }
-  not_found();
+  r->Send(Error(http::status::not_found,
+                absl::StrCat("unknown control endpoint ",
+                             std::string(http::to_string(req.method())), " ",
+                             path, " (see docs/control-api.md)"),
+                "not_found_error"));
   return true;
+}
+
+// --- apply and delete -------------------------------------------------------
+
+void ControlApi::PostApply(Call& c) {
+  auto manifests = ParseBody(c);
+  if (!manifests.has_value()) return;
+  auto results = controller_->Apply(*manifests);
+  if (!results.ok()) return c.Fail(results.status());
+  json items = json::array();
+  for (const ApplyResult& x : *results) items.push_back(ApplyJson(x));
+  c.Send(http::status::ok, json{{"items", items}});
+}
+
+void ControlApi::PostDelete(Call& c) {
+  auto manifests = ParseBody(c);
+  if (!manifests.has_value()) return;
+  std::vector<std::string> missing;
+  for (const config::Manifest& m : *manifests) {
+    const bool tenant = m.kind == config::Manifest::Kind::kTenant;
+    if (tenant ? !controller_->HasTenant(m.name())
+               : !controller_->HasDeployment(m.name())) {
+      missing.push_back(
+          absl::StrCat(tenant ? "tenant/" : "deployment/", m.name()));
+    }
+  }
+  if (!missing.empty()) {
+    return c.Fail(http::status::not_found,
+                  absl::StrCat("not found: ", absl::StrJoin(missing, ", "),
+                               "; nothing was deleted"));
+  }
+  json items = json::array();
+  for (const config::Manifest& m : *manifests) {
+    auto x = controller_->Delete(m.kind, m.name());
+    if (!x.ok()) return c.Fail(x.status());
+    items.push_back(ApplyJson(*x));
+  }
+  c.Send(http::status::ok, json{{"items", items}});
+}
+
+std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(Call& c) {
+  auto manifests = config::ParseManifests(c.req.body(), "request body");
+  if (!manifests.ok()) {
+    c.Fail(manifests.status());
+    return std::nullopt;
+  }
+  if (manifests->empty()) {
+    c.Fail(http::status::unprocessable_entity,
+           "the body holds no manifest (expected YAML or JSON documents with "
+           "kind Deployment or Tenant)");
+    return std::nullopt;
+  }
+  return *std::move(manifests);
+}
+
+// --- deployments ------------------------------------------------------------
+
+void ControlApi::ListDeployments(Call& c) {
+  if (c.key.admin) {
+    return c.Send(http::status::ok,
+                  json{{"items", controller_->DeploymentsJson()}});
+  }
+  json items = json::array();
+  for (const std::string& m : controller_->TenantModels(c.key.tenant)) {
+    for (json& d : controller_->DeploymentsJson(m)) items.push_back(d);
+  }
+  c.Send(http::status::ok, json{{"items", items}});
+}
+
+void ControlApi::GetDeployment(Call& c) {
+  if (!c.key.admin) {
+    const std::vector<std::string> mine =
+        controller_->TenantModels(c.key.tenant);
+    if (std::find(mine.begin(), mine.end(), c.name()) == mine.end()) {
+      return c.Fail(http::status::not_found,
+                    absl::StrCat("deployment '", c.name(),
+                                 "' not found among your models"));
+    }
+  }
+  SendOne(c, controller_->DeploymentsJson(c.name()), "deployment");
+}
+
+void ControlApi::SendOne(Call& c, const json& items, const char* what) {
+  if (items.empty()) {
+    return c.Fail(http::status::not_found,
+                  absl::StrCat(what, " '", c.name(), "' not found"));
+  }
+  c.Send(http::status::ok, items.at(0));
+}
+
+void ControlApi::DeleteOne(Call& c, config::Manifest::Kind kind) {
+  auto x = controller_->Delete(kind, c.name());
+  if (!x.ok()) return c.Fail(x.status());
+  c.Send(http::status::ok, ApplyJson(*x));
+}
+
+void ControlApi::DeleteDeployment(Call& c) {
+  DeleteOne(c, config::Manifest::Kind::kDeployment);
+}
+
+void ControlApi::ScaleDeployment(Call& c) {
+  json body = json::parse(c.req.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("replicas") ||
+      !body["replicas"].is_number_integer()) {
+    return c.Fail(http::status::bad_request,
+                  "the body must be {\"replicas\": N}");
+  }
+  const int64_t n = body["replicas"].get<int64_t>();
+  absl::Status st = controller_->Scale(
+      c.name(), static_cast<int>(std::clamp<int64_t>(n, -1, 1 << 20)));
+  if (!st.ok()) return c.Fail(st);
+  c.Send(http::status::ok, json{{"name", c.name()}, {"replicas", n}});
+}
+
+void ControlApi::DeploymentLogs(Call& c) {
+  int tail = 100;
+  const std::string t = Query(c.target, "tail");
+  if (!t.empty() && (!absl::SimpleAtoi(t, &tail) || tail < 1)) {
+    return c.Fail(http::status::bad_request, "tail must be a positive integer");
+  }
+  std::string stream = Query(c.target, "stream");
+  if (stream.empty()) stream = "stderr";
+  auto text =
+      controller_->Logs(c.name(), Query(c.target, "replica"), stream, tail);
+  if (!text.ok()) {
+    return c.Fail(text.status().code() == absl::StatusCode::kInvalidArgument
+                      ? http::status::bad_request
+                      : StatusOf(text.status()),
+                  std::string(text.status().message()));
+  }
+  net::HttpResponse res{http::status::ok, 11};
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.body() = *text;
+  c.r->Send(std::move(res));
+}
+
+// --- cluster views ----------------------------------------------------------
+
+void ControlApi::ListReplicas(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->ReplicasJson()}});
+}
+void ControlApi::ListGpus(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->GpusJson()}});
+}
+void ControlApi::ListNodes(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->NodesJson()}});
+}
+void ControlApi::ListQueues(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->QueuesJson()}});
+}
+void ControlApi::GetStats(Call& c) {
+  if (stats_ == nullptr) {
+    return c.Fail(http::status::not_found, "no request statistics here");
+  }
+  c.Send(http::status::ok, stats_->Json());
+}
+
+void ControlApi::ListEvents(Call& c) {
+  runtime::EventFilter f;
+  f.deployment = Query(c.target, "deployment");
+  f.tenant = Query(c.target, "tenant");
+  f.kinds = QueryAll(c.target, "kind");
+  const std::string since = Query(c.target, "since");
+  const std::string limit = Query(c.target, "limit");
+  if ((!since.empty() && !absl::SimpleAtoi(since, &f.since)) ||
+      (!limit.empty() && !absl::SimpleAtoi(limit, &f.limit))) {
+    return c.Fail(http::status::bad_request,
+                  "since and limit must be integers (since: microseconds "
+                  "since the epoch)");
+  }
+  auto events = controller_->Events(f);
+  if (!events.ok()) return c.Fail(events.status());
+  json items = json::array();
+  for (const runtime::Event& e : *events) items.push_back(EventJson(e));
+  c.Send(http::status::ok, json{{"items", items}});
+}
+
+// --- tenants and keys -------------------------------------------------------
+
+void ControlApi::ListTenants(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->TenantsJson()}});
+}
+
+void ControlApi::GetTenant(Call& c) {
+  if (!c.key.admin && c.name() != c.key.tenant) {
+    return c.r->Send(Error(http::status::forbidden,
+                           "this endpoint needs an admin key; tenant keys may "
+                           "read their deployments and their own tenant",
+                           "permission_error"));
+  }
+  SendOne(c, controller_->TenantsJson(c.name()), "tenant");
+}
+
+void ControlApi::DeleteTenant(Call& c) {
+  DeleteOne(c, config::Manifest::Kind::kTenant);
+}
+
+void ControlApi::SendKeys(Call& c, const std::string& tenant) {
+  auto keys = controller_->ListKeys(tenant);
+  if (!keys.ok()) return c.Fail(keys.status());
+  json items = json::array();
+  for (const runtime::KeyInfo& k : *keys) items.push_back(KeyJson(k));
+  c.Send(http::status::ok, json{{"items", items}});
+}
+
+void ControlApi::ListTenantKeys(Call& c) {
+  if (!controller_->HasTenant(c.name())) {
+    return c.Fail(http::status::not_found,
+                  absl::StrCat("tenant '", c.name(), "' not found"));
+  }
+  SendKeys(c, c.name());
+}
+
+void ControlApi::CreateTenantKey(Call& c) {
+  if (!controller_->HasTenant(c.name())) {
+    return c.Fail(http::status::not_found,
+                  absl::StrCat("tenant '", c.name(), "' not found"));
+  }
+  auto k = controller_->CreateKey(c.name(), KeyName(c.req.body(), "api"),
+                                  /*admin=*/false);
+  if (!k.ok()) return c.Fail(k.status());
+  c.Send(http::status::created,
+         json{{"id", k->key_id}, {"secret", k->secret}, {"tenant", c.name()}});
+}
+
+void ControlApi::ListAdminKeys(Call& c) { SendKeys(c, ""); }
+
+void ControlApi::CreateAdminKey(Call& c) {
+  auto k = controller_->CreateKey("", KeyName(c.req.body(), "admin"),
+                                  /*admin=*/true);
+  if (!k.ok()) return c.Fail(k.status());
+  c.Send(http::status::created,
+         json{{"id", k->key_id}, {"secret", k->secret}, {"admin", true}});
+}
+
+void ControlApi::RevokeKey(Call& c) {
+  absl::Status st = controller_->RevokeKey(c.name());
+  if (!st.ok()) return c.Fail(st);
+  c.Send(http::status::ok, json{{"id", c.name()}, {"action", "revoked"}});
 }
 
 }  // namespace gpusched::api

@@ -1,11 +1,16 @@
 // ControlApi: the REST control plane under /api/v1 (docs/control-api.md),
-// a thin JSON layer over the Controller. Admin keys may call everything;
+// a thin JSON layer over the Controller, one handler per route of an
+// explicit table (Routes()). A path that exists answers 405 with Allow for
+// another method; an unknown one 404. Admin keys may call everything;
 // a tenant key may read the deployments it may use and its own tenant.
 // Thread-safe (the Controller serializes).
 #ifndef GPUSCHED_API_CONTROL_API_H_
 #define GPUSCHED_API_CONTROL_API_H_
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "api/controller.h"
 #include "gateway/gateway_stats.h"
@@ -30,6 +35,44 @@ class ControlApi {
               std::shared_ptr<net::Responder>& responder);
 
  private:
+  struct Call;
+  enum Access { kAdmin, kTenant };  // kTenant: tenant keys too (own things)
+  struct Route {
+    http::verb method;
+    const char* path;  // under /api/v1; "{}" is one segment
+    Access access;
+    void (ControlApi::*handler)(Call&);
+  };
+  static const std::vector<Route>& Routes();
+
+  void PostApply(Call& c);
+  void PostDelete(Call& c);
+  void ListDeployments(Call& c);
+  void GetDeployment(Call& c);
+  void DeleteDeployment(Call& c);
+  void ScaleDeployment(Call& c);
+  void DeploymentLogs(Call& c);
+  void ListReplicas(Call& c);
+  void ListGpus(Call& c);
+  void ListNodes(Call& c);
+  void ListQueues(Call& c);
+  void GetStats(Call& c);
+  void ListEvents(Call& c);
+  void ListTenants(Call& c);
+  void GetTenant(Call& c);
+  void DeleteTenant(Call& c);
+  void ListTenantKeys(Call& c);
+  void CreateTenantKey(Call& c);
+  void ListAdminKeys(Call& c);
+  void CreateAdminKey(Call& c);
+  void RevokeKey(Call& c);
+  // Helpers: the manifests of the body (or answers 422); one item of a
+  // view (or 404); a delete; a key listing.
+  std::optional<std::vector<config::Manifest>> ParseBody(Call& c);
+  void SendOne(Call& c, const nlohmann::json& items, const char* what);
+  void DeleteOne(Call& c, config::Manifest::Kind kind);
+  void SendKeys(Call& c, const std::string& tenant);
+
   Controller* controller_;
   gateway::KeyCache* keys_;
   const gateway::GatewayStats* stats_;
