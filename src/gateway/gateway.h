@@ -79,6 +79,8 @@ struct GatewayConfig {
   std::vector<std::string> classes = {"critical", "standard", "batch",
                                       "sheddable"};
   uint64_t seed = 1;
+  // The version GET /v2 (KServe server metadata) reports.
+  std::string version = "dev";
   // Request metrics (docs/metrics.md); optional, outlives the gateway.
   GatewayMetrics* metrics = nullptr;
 };

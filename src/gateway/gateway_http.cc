@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "gateway/gateway.h"
+#include "gateway/kserve.h"
 #include "gateway/protocol.h"
 #include "nlohmann/json.hpp"
 
@@ -102,6 +103,15 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
           json{{target == "/v2/health/live" ? "live" : "ready", true}}.dump();
     }
     r->Send(std::move(res));
+    return;
+  }
+  if (target == "/v2" || target == "/v2/") {
+    if (req.method() != http::verb::get) {
+      Reject(Protocol::kKServe, r, http::status::method_not_allowed,
+             "server metadata is GET", "invalid_request_error");
+      return;
+    }
+    r->Send(JsonResponse(http::status::ok, ServerMetadata(config_.version)));
     return;
   }
   if (absl::StartsWith(target, "/v2/")) {
@@ -254,12 +264,15 @@ void Gateway::HandleKServe(net::HttpRequest& req,
     return;
   }
   json body = json::parse(req.body(), nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("inputs") ||
-      !body["inputs"].is_array()) {
+  if (body.is_discarded()) {
     Reject(Protocol::kKServe, r, http::status::bad_request,
-           "the body must be a JSON object with an 'inputs' array (KServe v2 "
-           "inference request)",
+           "the body is not JSON (a KServe v2 inference request)",
            "invalid_request_error");
+    return;
+  }
+  if (absl::Status st = ValidateInferRequest(body); !st.ok()) {
+    Reject(Protocol::kKServe, r, http::status::bad_request,
+           std::string(st.message()), "invalid_request_error");
     return;
   }
   Submit(Protocol::kKServe, req, std::move(r), model, engine_target, false, 0,

@@ -191,6 +191,26 @@ TEST_F(GatewayTest, KServeV2InferMetadataAndReady) {
   auto bad = Call(alice_, "/v2/models/chat/infer", R"({"x":1})");
   EXPECT_EQ(bad.result(), http::status::bad_request);
   EXPECT_THAT(bad.body(), HasSubstr("inputs"));
+  // A tensor whose shape does not match its data is refused before it is
+  // queued, naming the tensor, in KServe's shape.
+  auto mismatch = Call(alice_, "/v2/models/chat/infer",
+                       R"({"id":"7","inputs":[{"name":"text","datatype":)"
+                       R"("BYTES","shape":[2],"data":["only one"]}]})");
+  EXPECT_EQ(mismatch.result(), http::status::bad_request);
+  ASSERT_TRUE(json::parse(mismatch.body())["error"].is_string());
+  EXPECT_THAT(json::parse(mismatch.body())["error"].get<std::string>(),
+              HasSubstr("inputs[0] (text): shape [2] holds 2 elements"));
+  // The request id is echoed.
+  auto with_id = Call(alice_, "/v2/models/chat/infer",
+                      R"({"id":"req-9","inputs":[{"name":"text","datatype":)"
+                      R"("BYTES","shape":[1],"data":["hi"]}]})");
+  ASSERT_EQ(with_id.result(), http::status::ok) << with_id.body();
+  EXPECT_EQ(json::parse(with_id.body())["id"], "req-9");
+  // Server metadata (GET /v2), no key needed, like health.
+  auto server = Call("", "/v2", "", http::verb::get);
+  ASSERT_EQ(server.result(), http::status::ok) << server.body();
+  EXPECT_EQ(json::parse(server.body())["name"], "gpusched");
+  EXPECT_TRUE(json::parse(server.body())["extensions"].is_array());
 }
 
 TEST_F(GatewayTest, DeploymentsAndTenantsChangeAtRunTime) {

@@ -116,6 +116,7 @@ int RunServe(const ServeFlags& flags) {
 
   gateway::GatewayConfig gateway_config;
   gateway_config.metrics = &gateway_metrics;
+  gateway_config.version = GPUSCHED_VERSION;
   // The data plane checks keys itself, over the store (never through the
   // controller).
   gateway::KeyCache keys(store->get());

@@ -29,6 +29,13 @@ inventory::NodeSpec Node() {
   return n;
 }
 
+inventory::GpuShare Share(int gpu, int milli) {
+  inventory::GpuShare g;
+  g.gpu = gpu;
+  g.milli = milli;
+  return g;
+}
+
 EngineLaunchInput Input(const EngineTemplate& t, const inventory::NodeSpec& n) {
   EngineLaunchInput in;
   in.engine = &t;
@@ -55,7 +62,7 @@ TEST(EngineLaunchTest, WholeGpusAreIndexesAndTensorParallel) {
   in.resources.kind = "whole";
   in.resources.gpus = 2;
   in.allocation.node = 0;
-  in.allocation.gpus = {{.gpu = 1, .milli = 1000}, {.gpu = 3, .milli = 1000}};
+  in.allocation.gpus = {Share(1, 1000), Share(3, 1000)};
   auto l = PlanEngineLaunch(in);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_THAT(l->gpu_ids, ElementsAre("1", "3"));
@@ -88,7 +95,7 @@ TEST(EngineLaunchTest, DiscoveredGpusAreUuidsAndMigSlicesMigUuids) {
   in.resources.kind = "whole";
   in.resources.gpus = 1;
   in.allocation.node = 0;
-  in.allocation.gpus = {{.gpu = 0, .milli = 1000}};
+  in.allocation.gpus = {Share(0, 1000)};
   auto l = PlanEngineLaunch(in);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_THAT(l->gpu_ids, ElementsAre("GPU-aaaa"));
@@ -120,7 +127,7 @@ TEST(EngineLaunchTest, FractionsGetTheirMemoryShareAndMpsLimits) {
   in.resources.milli = 250;
   in.resources.gpu_memory_mib = 20480;
   in.allocation.node = 0;
-  in.allocation.gpus = {{.gpu = 2, .milli = 250}};
+  in.allocation.gpus = {Share(2, 250)};
   auto l = PlanEngineLaunch(in);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(After(l->process.argv, "--mem"), "0.250");
