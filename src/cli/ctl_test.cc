@@ -165,9 +165,10 @@ class CtlTest : public ::testing::Test {
     }
     if (s.method == "POST" && s.target == "/api/v1/apply") {
       if (absl::StrContains(s.body, "replicas: two")) {
-        return Error(http::status::unprocessable_entity, "invalid manifest",
-                     {"-:7: spec.replicas: must be an integer >= 0, got 'two'",
-                      "-:12: spec.weight: must be > 0"});
+        return Error(
+            http::status::unprocessable_entity, "invalid manifest",
+            {"-:7: spec.replicas: must be an integer in 0..1000, got 'two'",
+             "-:12: spec.weight: must be > 0"});
       }
       return JsonAnswer(http::status::ok, R"({"items": [
         {"kind": "Deployment", "name": "chat", "action": "created"},
@@ -310,7 +311,7 @@ TEST_F(CtlTest, InvalidManifestIsExit1WithEveryProblem) {
   EXPECT_EQ(out_, "");
   EXPECT_EQ(err_,
             "error: invalid manifest\n"
-            "  -:7: spec.replicas: must be an integer >= 0, got 'two'\n"
+            "  -:7: spec.replicas: must be an integer in 0..1000, got 'two'\n"
             "  -:12: spec.weight: must be > 0\n");
 }
 

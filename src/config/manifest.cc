@@ -102,6 +102,14 @@ class Parser : public SpecReader {
  private:
   void ParseOne(const YAML::Node& doc) {
     if (!doc.IsDefined() || doc.IsNull()) return;  // an empty document
+    if (++documents_ > kMaxManifests) {
+      if (documents_ == kMaxManifests + 1) {
+        Error(doc,
+              absl::StrCat("more than ", kMaxManifests,
+                           " manifests in one request; apply them in parts"));
+      }
+      return;
+    }
     if (!doc.IsMap()) {
       Error(doc, absl::StrCat("a manifest must be a map, got ", YamlType(doc)));
       return;
@@ -167,6 +175,7 @@ class Parser : public SpecReader {
     manifests_.push_back(std::move(m));
   }
 
+  int documents_ = 0;
   std::vector<Manifest> manifests_;
   std::map<std::pair<Manifest::Kind, std::string>, int> first_line_;
 };

@@ -222,7 +222,11 @@ struct Manifest {
 // "Deployment" or "Tenant".
 const char* KindName(Manifest::Kind kind);
 
-// Parses one or more `---`-separated documents (empty documents skipped).
+// At most this many manifests in one text (one apply).
+inline constexpr int kMaxManifests = 1000;
+
+// Parses one or more `---`-separated documents (empty documents skipped),
+// at most kMaxManifests.
 // InvalidArgument listing every problem ("f.yaml:7: spec.replicas: must be
 // an integer >= 0, got 'two'"), including two documents of the same kind and
 // name. `source` names the text in messages.

@@ -196,9 +196,25 @@ TEST(ManifestTest, RejectsBadManifests) {
   };
   const std::vector<Case> cases = {
       {head + "  replicas: two\n",
-       "m.yaml:5: spec.replicas: must be an integer >= 0, got 'two'"},
+       "m.yaml:5: spec.replicas: must be an integer in 0..1000, got 'two'"},
       {head + "  replicas: -1\n",
-       "m.yaml:5: spec.replicas: must be an integer >= 0, got '-1'"},
+       "m.yaml:5: spec.replicas: must be an integer in 0..1000, got '-1'"},
+      {head + "  replicas: 1001\n",
+       "m.yaml:5: spec.replicas: must be an integer in 0..1000, got '1001'"},
+      {head + "  replicas: {min: 0, max: 100000000}\n",
+       "m.yaml:5: spec.replicas.max: must be an integer in 0..1000"},
+      {head + "  autoscaling: {maxReplicas: 5000}\n",
+       "spec.autoscaling.maxReplicas: must be an integer in 0..1000"},
+      {head + "  engine: {template: reference, args: [" +
+           [] {
+             std::string items;
+             for (int i = 0; i < 257; ++i) items += "x,";
+             return items;
+           }() +
+           "]}\n",
+       "spec.engine.args: has 257 items; at most 256"},
+      {head + "  model: " + std::string(5000, 'm') + "\n",
+       "m.yaml:5: spec.model: is 5000 bytes long; at most 4096"},
       {head + "  replicas: {min: 3, max: 2}\n",
        "m.yaml:5: spec.replicas: min 3 must be in 0..max (2)"},
       {head + "  replicas: {min: 1, max: 2, desired: 5}\n",
@@ -279,6 +295,19 @@ TEST(ManifestTest, RejectsBadManifests) {
   }
 }
 
+TEST(ManifestTest, BoundsTheManifestsOfOneText) {
+  std::string text;
+  for (int i = 0; i <= kMaxManifests; ++i) {
+    text +=
+        "---\napiVersion: gpusched.io/v1\nkind: Tenant\nmetadata: {name: t" +
+        std::to_string(i) + "}\n";
+  }
+  auto m = ParseManifests(text, "m.yaml");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("more than 1000 manifests in one request"));
+}
+
 TEST(ManifestTest, ListsEveryProblemOncePerLine) {
   auto got = ParseManifests(R"(apiVersion: gpusched.io/v1
 kind: Deployment
@@ -293,7 +322,7 @@ spec:
   ASSERT_FALSE(got.ok());
   EXPECT_THAT(
       Lines(got.status()),
-      ElementsAre("f.yaml:5: spec.replicas: must be an integer >= 0, got "
+      ElementsAre("f.yaml:5: spec.replicas: must be an integer in 0..1000, got "
                   "'two'",
                   HasSubstr("f.yaml:6: spec.router.policy: unknown policy "
                             "'rr'; known: "),

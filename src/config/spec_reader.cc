@@ -50,6 +50,12 @@ bool SpecReader::String(const YAML::Node& n, const std::string& path,
     Fail(n, path, absl::StrCat("must be a string, got ", YamlType(n)));
     return false;
   }
+  if (n.Scalar().size() > static_cast<size_t>(kMaxStringBytes)) {
+    Fail(n, path,
+         absl::StrCat("is ", n.Scalar().size(), " bytes long; at most ",
+                      kMaxStringBytes));
+    return false;
+  }
   *out = n.Scalar();
   return true;
 }
@@ -74,6 +80,14 @@ bool SpecReader::Int(const YAML::Node& n, const std::string& path, int lo,
                      int* out) {
   int64_t v = 0;
   if (!Int(n, path, lo, std::numeric_limits<int>::max(), &v)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool SpecReader::Int(const YAML::Node& n, const std::string& path, int lo,
+                     int hi, int* out) {
+  int64_t v = 0;
+  if (!Int(n, path, lo, hi, &v)) return false;
   *out = static_cast<int>(v);
   return true;
 }
@@ -104,6 +118,11 @@ bool SpecReader::StringList(const YAML::Node& n, const std::string& path,
     Fail(n, path, absl::StrCat("must be a list, got ", YamlType(n)));
     return false;
   }
+  if (n.size() > static_cast<size_t>(kMaxListItems)) {
+    Fail(n, path,
+         absl::StrCat("has ", n.size(), " items; at most ", kMaxListItems));
+    return false;
+  }
   std::vector<std::string> list;
   bool ok = true;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -121,6 +140,11 @@ bool SpecReader::StringList(const YAML::Node& n, const std::string& path,
 bool SpecReader::StringMap(const YAML::Node& n, const std::string& path,
                            std::map<std::string, std::string>* out) {
   if (!Map(n, path)) return false;
+  if (n.size() > static_cast<size_t>(kMaxListItems)) {
+    Fail(n, path,
+         absl::StrCat("has ", n.size(), " entries; at most ", kMaxListItems));
+    return false;
+  }
   std::map<std::string, std::string> map;
   bool ok = true;
   for (auto it = n.begin(); it != n.end(); ++it) {
@@ -300,11 +324,11 @@ void SpecReader::ReadAutoscaling(const YAML::Node& a,
   }
   autoscale::AutoscalingConfig c;
   if (const YAML::Node n = a["minReplicas"]) {
-    Int(n, Join(path, "minReplicas"), 0, &c.min_replicas);
+    Int(n, Join(path, "minReplicas"), 0, kMaxReplicas, &c.min_replicas);
   }
   c.max_replicas = std::max(c.min_replicas, 1);
   if (const YAML::Node n = a["maxReplicas"]) {
-    Int(n, Join(path, "maxReplicas"), 0, &c.max_replicas);
+    Int(n, Join(path, "maxReplicas"), 0, kMaxReplicas, &c.max_replicas);
   }
   if (const YAML::Node n = a["policy"]) {
     std::string name;
@@ -350,7 +374,7 @@ void SpecReader::ReadReplicas(const YAML::Node& r, const std::string& path,
                               DeploymentSpec* d) {
   if (!r.IsMap()) {
     int n = 0;
-    if (Int(r, path, 0, &n))
+    if (Int(r, path, 0, kMaxReplicas, &n))
       d->replicas = d->min_replicas = d->max_replicas = n;
     return;
   }
@@ -359,12 +383,12 @@ void SpecReader::ReadReplicas(const YAML::Node& r, const std::string& path,
     if (!r[key]) Fail(r, Join(path, key), "required");
   }
   if (const YAML::Node n = r["min"])
-    Int(n, Join(path, "min"), 0, &d->min_replicas);
+    Int(n, Join(path, "min"), 0, kMaxReplicas, &d->min_replicas);
   if (const YAML::Node n = r["max"])
-    Int(n, Join(path, "max"), 0, &d->max_replicas);
+    Int(n, Join(path, "max"), 0, kMaxReplicas, &d->max_replicas);
   d->replicas = d->min_replicas;
   if (const YAML::Node n = r["desired"]) {
-    Int(n, Join(path, "desired"), 0, &d->replicas);
+    Int(n, Join(path, "desired"), 0, kMaxReplicas, &d->replicas);
   }
 }
 

@@ -24,6 +24,13 @@
 
 namespace gpusched::config {
 
+// Bounds on what a spec may hold (docs/control-api.md, "Bounds"): a count
+// or list beyond them is a problem naming the field and the bound, so no
+// manifest can make the controller hold or start an unbounded amount.
+inline constexpr int kMaxReplicas = 1000;     // replicas, min/max, desired
+inline constexpr int kMaxListItems = 256;     // args, env, labels, endpoints
+inline constexpr int kMaxStringBytes = 4096;  // one string value
+
 class SpecReader : public YamlReader {
  public:
   using YamlReader::YamlReader;
@@ -56,6 +63,8 @@ class SpecReader : public YamlReader {
   bool Int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi,
            int64_t* out);
   bool Int(const YAML::Node& n, const std::string& path, int lo, int* out);
+  bool Int(const YAML::Node& n, const std::string& path, int lo, int hi,
+           int* out);
   bool Number(const YAML::Node& n, const std::string& path, double lo,
               bool lo_open, double* out);
   bool StringList(const YAML::Node& n, const std::string& path,
