@@ -66,6 +66,14 @@ net::HttpResponse Error(http::status status, const std::string& message,
   return Json(status, json{{"error", err}});
 }
 
+// A tenant key on an admin endpoint, or on another tenant's object.
+net::HttpResponse Forbidden() {
+  return Error(http::status::forbidden,
+               "this endpoint needs an admin key; tenant keys may read their "
+               "deployments and their own tenant",
+               "permission_error");
+}
+
 net::HttpResponse Error(const absl::Status& st) {
   return Error(StatusOf(st), std::string(st.message()));
 }
@@ -232,10 +240,7 @@ bool ControlApi::Handle(net::HttpRequest& req,
     return true;
   }
   if (!key->admin) {
-    r->Send(Error(http::status::forbidden,
-                  "this endpoint needs an admin key; tenant keys may read "
-                  "their deployments and their own tenant",
-                  "permission_error"));
+    r->Send(Forbidden());
     return true;
   }
   if (!allowed.empty()) {
@@ -440,10 +445,7 @@ void ControlApi::ListTenants(Call& c) {
 
 void ControlApi::GetTenant(Call& c) {
   if (!c.key.admin && c.name() != c.key.tenant) {
-    return c.r->Send(Error(http::status::forbidden,
-                           "this endpoint needs an admin key; tenant keys may "
-                           "read their deployments and their own tenant",
-                           "permission_error"));
+    return c.r->Send(Forbidden());
   }
   SendOne(c, controller_->TenantsJson(c.name()), "tenant");
 }

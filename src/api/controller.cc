@@ -5,29 +5,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "api/controller_internal.h"
-#include "autoscale/swap.h"
-#include "boost/asio.hpp"
 #include "common/status.h"
-#include "control/room.h"
-#include "inventory/gpu_catalog.h"
-#include "placement/pod_request.h"
-#include "placement/preemption.h"
-#include "placement/priority.h"
-#include "placement/quota.h"
 #include "placement/registry.h"
-#include "runtime/engine_launch.h"
 
 namespace gpusched::api {
 

@@ -20,14 +20,13 @@ RoomPlan TrySwap(inventory::ClusterState& cluster,
   std::vector<autoscale::SwapCandidate> swap;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const RoomCandidate& c = candidates[i];
-    if (!c.ready || c.deployment == ask.deployment) continue;
-    // SwapOrder skips candidates of the asking deployment by id; the ask's
-    // are left out above, so any other id serves.
-    swap.push_back({static_cast<int64_t>(i), c.deployment + 1, c.class_rank,
+    if (!c.ready) continue;
+    swap.push_back({static_cast<int64_t>(i), c.deployment, c.class_rank,
                     c.autoscaled, c.preemptible, c.idle, c.last_busy});
   }
+  // SwapOrder leaves out the asking deployment's own replicas.
   std::vector<autoscale::SwapCandidate> order = autoscale::SwapOrder(
-      std::move(swap), /*deployment=*/0, ask.class_rank, now, swap_min_idle);
+      std::move(swap), ask.deployment, ask.class_rank, now, swap_min_idle);
   // The fewest, in that order, whose GPUs let it fit: tried on the cluster
   // state, then put back as they were.
   size_t fit = 0;
