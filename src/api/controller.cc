@@ -126,24 +126,34 @@ std::string IsoTime(Micros wall) {
                           absl::UTCTimeZone());
 }
 
-const char* Controller::StateName(State s) {
-  switch (s) {
-    case State::kPending:
-      return "pending";
-    case State::kStarting:
-      return "starting";
-    case State::kReady:
-      return "ready";
-    case State::kUnhealthy:
-      return "unhealthy";
-    case State::kBackoff:
-      return "backoff";
-    case State::kDraining:
-      return "draining";
-    case State::kExternal:
-      return "external";
+const char* Controller::Row::state() const {
+  return core ? control::ReplicaStateName(core->state) : "external";
+}
+
+bool Controller::Row::ready() const {
+  return core ? core->state == control::ReplicaState::kReady : io->external_ok;
+}
+
+std::vector<Controller::Row> Controller::Rows(const Deployment& d) const {
+  std::vector<Row> rows;
+  for (const control::Replica& c : d.life.replicas()) {
+    auto it = d.procs.find(c.name);
+    rows.push_back({&c, it == d.procs.end() ? nullptr : &it->second});
   }
-  return "?";
+  for (const Replica& e : d.external) rows.push_back({nullptr, &e});
+  return rows;
+}
+
+control::LifecycleOptions Controller::LifecycleOptionsFor(
+    const runtime::EngineTemplate& engine) const {
+  control::LifecycleOptions o;
+  o.drain_grace = options_.drain_grace;
+  o.starting_probe = kStartingProbe;
+  o.health_period = options_.health_period;
+  o.startup_timeout = engine.readiness.startup_timeout;
+  o.failure_threshold = engine.readiness.failure_threshold;
+  o.backoff = options_.backoff;
+  return o;
 }
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
@@ -307,8 +317,8 @@ void Controller::Stop() {
   std::lock_guard<std::mutex> lock(mu_);
   const Micros now = SteadyNow();
   for (auto& [name, d] : deployments_) {
-    for (auto& r : d.replicas) {
-      if (r->pid != 0) (void)launcher_->Stop(r->pid, options_.stop_grace, now);
+    for (auto& [rn, r] : d.procs) {
+      if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
     }
   }
   const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
@@ -318,9 +328,9 @@ void Controller::Stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [name, d] : deployments_) {
-    for (auto& r : d.replicas) {
+    for (auto& [rn, r] : d.procs) {
       std::error_code ec;
-      std::filesystem::remove(PidFile(r->name), ec);
+      std::filesystem::remove(PidFile(rn), ec);
     }
   }
 }
@@ -410,7 +420,7 @@ void Controller::Reconcile(Micros now) {
   for (Deployment* d : order) ReconcileDeployment(*d, now);
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;
-    if (d.deleting && d.replicas.empty()) {
+    if (d.deleting && d.life.empty()) {
       gateway_->SetReplicas(it->first, {});
       it = deployments_.erase(it);
     } else {
@@ -422,36 +432,25 @@ void Controller::Reconcile(Micros now) {
 void Controller::HandleExits(Micros now) {
   for (const runtime::ExitEvent& ev : launcher_->Poll()) {
     for (auto& [name, d] : deployments_) {
-      for (auto& r : d.replicas) {
-        if (r->pid != ev.id) continue;
+      for (auto& [rn, r] : d.procs) {
+        if (r.pid != ev.id) continue;
         std::error_code ec;
-        std::filesystem::remove(PidFile(r->name), ec);
+        std::filesystem::remove(PidFile(rn), ec);
         const std::string how = ev.signaled
                                     ? absl::StrCat("signal ", ev.signal)
                                     : absl::StrCat("exit code ", ev.exit_code);
-        r->pid = 0;
-        r->probing = false;
-        if (r->remove_on_exit) {
-          Event("replica.stopped", name,
-                absl::StrCat(r->name, " stopped (", how, ")"));
-          r->state = State::kDraining;
-          r->stop_sent = true;
-          continue;
+        r.pid = 0;
+        control::LifecycleOutput out;
+        d.life.Exited(rn, how,
+                      absl::StrCat("see ", options_.log_dir, "/", rn, ".err"),
+                      now, &out);
+        for (control::LifecycleEvent& e : out.events) {
+          e.details["signaled"] = ev.signaled;
+          e.details["exit_code"] = ev.exit_code;
+          e.details["signal"] = ev.signal;
         }
-        r->backoff.OnExit(now);
-        r->next_start = r->backoff.NextStart(now);
-        r->state = State::kBackoff;
-        ++r->restarts;
-        r->message =
-            absl::StrCat("engine exited (", how, "); restarting in ",
-                         absl::StrFormat("%.1f", (r->next_start - now) / 1e6),
-                         " s; see ", options_.log_dir, "/", r->name, ".err");
-        Event("replica.exited", name, absl::StrCat(r->name, ": ", r->message),
-              json{{"replica", r->name},
-                   {"signaled", ev.signaled},
-                   {"exit_code", ev.exit_code},
-                   {"signal", ev.signal},
-                   {"restarts", r->restarts}});
+        Carry(d, out, now);
+        break;
       }
     }
   }
@@ -477,164 +476,107 @@ std::string QueueOf(const std::string& tenant) {
   return tenant.empty() ? "-" : tenant;
 }
 
-void Controller::ReconcileDeployment(Deployment& d, Micros now) {
-  auto& reps = d.replicas;
-  if (!d.spec.endpoints.empty()) {
-    // Attached engines: one "replica" per endpoint, probed, never launched.
-    std::vector<std::unique_ptr<Replica>> next;
-    for (size_t i = 0; i < d.spec.endpoints.size() && !d.deleting; ++i) {
-      const net::Endpoint ep{d.spec.endpoints[i].host,
-                             static_cast<uint16_t>(d.spec.endpoints[i].port)};
-      std::unique_ptr<Replica> r;
-      for (auto& old : reps) {
-        if (old && old->state == State::kExternal &&
-            gateway::EndpointKey(old->endpoint) == gateway::EndpointKey(ep)) {
-          r = std::move(old);
-        }
+void Controller::ReconcileExternal(Deployment& d, Micros now) {
+  std::vector<Replica> next;
+  for (size_t i = 0; i < d.spec.endpoints.size() && !d.deleting; ++i) {
+    const net::Endpoint ep{d.spec.endpoints[i].host,
+                           static_cast<uint16_t>(d.spec.endpoints[i].port)};
+    Replica r;
+    r.name = absl::StrCat(d.spec.name, "-ext-", i);
+    r.endpoint = ep;
+    for (Replica& old : d.external) {
+      if (gateway::EndpointKey(old.endpoint) == gateway::EndpointKey(ep)) {
+        r = std::move(old);
       }
-      if (!r) {
-        r = std::make_unique<Replica>();
-        r->name = absl::StrCat(d.spec.name, "-ext-", i);
-        r->state = State::kExternal;
-        r->endpoint = ep;
-      }
-      next.push_back(std::move(r));
     }
-    // Launched replicas of an earlier version of the deployment drain.
-    for (auto& old : reps) {
-      if (old && old->state != State::kExternal) next.push_back(std::move(old));
-    }
-    reps = std::move(next);
+    next.push_back(std::move(r));
   }
-  // How many replicas of the current version should run.
+  d.external = std::move(next);
+  for (Replica& r : d.external) {
+    if (!r.probing && now >= r.next_probe) Probe(d, r, now);
+    if (r.external_ok && !r.scraping && now >= r.next_scrape &&
+        options_.metrics_period > 0) {
+      Scrape(d, r, now);
+    }
+  }
+}
+
+void Controller::ReconcileDeployment(Deployment& d, Micros now) {
+  ReconcileExternal(d, now);
+  // How many replicas of the current version should run (-1: keep all, a
+  // deleted deployment still serving its queue).
   int desired = d.spec.endpoints.empty() ? ReplicaTarget(d) : 0;
   if (d.deleting) {
     const bool queued = gateway_->Load(d.spec.name).queued > 0;
-    desired = queued && now < d.delete_deadline ? -1 : 0;  // -1: keep all
+    desired = queued && now < d.delete_deadline ? -1 : 0;
   }
-  std::vector<Replica*> current;
-  int ready_current = 0;
-  std::set<int> used;
-  for (auto& r : reps) {
-    if (r->state == State::kExternal) continue;
-    used.insert(r->index);
-    if (r->state == State::kDraining) continue;
-    if (r->template_key == d.template_key) {
-      current.push_back(r.get());
-      if (r->state == State::kReady) ++ready_current;
+  d.life.SetDesired(desired);
+  for (const control::Replica& c : d.life.replicas()) {
+    auto it = d.procs.find(c.name);
+    if (it != d.procs.end() && it->second.pid != 0) {
+      d.life.SetInFlight(c.name, gateway_->InFlightOn(it->second.endpoint),
+                         now);
     }
   }
-  auto drain = [&](Replica& r, const std::string& why) {
-    DrainReplica(d, r, why, now);
-  };
-  if (desired >= 0) {
-    while (static_cast<int>(current.size()) < desired) {
-      int index = 0;
-      while (used.count(index)) ++index;
-      used.insert(index);
-      auto r = std::make_unique<Replica>();
-      r->name = absl::StrCat(d.spec.name, "-", index);
-      r->index = index;
-      r->template_key = d.template_key;
-      r->backoff = runtime::RestartBackoff(options_.backoff);
-      current.push_back(r.get());
-      reps.push_back(std::move(r));
+  control::LifecycleOutput out;
+  d.life.Reconcile(now, &out);
+  Carry(d, out, now);
+  for (const control::Replica& c : d.life.replicas()) {
+    auto it = d.procs.find(c.name);
+    if (c.state != control::ReplicaState::kReady || it == d.procs.end()) {
+      continue;
     }
-    // Extra replicas drain, the least ready and highest index first.
-    std::sort(current.begin(), current.end(), [](Replica* a, Replica* b) {
-      const bool ra = a->state == State::kReady, rb = b->state == State::kReady;
-      return ra != rb ? ra : a->index < b->index;
-    });
-    while (static_cast<int>(current.size()) > desired) {
-      drain(*current.back(), d.deleting ? "deployment deleted" : "scaled down");
-      current.pop_back();
-    }
-    // Older versions drain once the new ones are ready (or at once when
-    // they serve nothing anyway).
-    for (auto& r : reps) {
-      if (r->state == State::kExternal || r->state == State::kDraining ||
-          r->template_key == d.template_key) {
-        continue;
-      }
-      if (r->state != State::kReady || ready_current >= desired) {
-        drain(*r, "replaced by the deployment's new version");
-      }
+    Replica& r = it->second;
+    if (!r.scraping && now >= r.next_scrape && options_.metrics_period > 0) {
+      Scrape(d, r, now);
     }
   }
-  for (auto& rp : reps) {
-    Replica& r = *rp;
-    switch (r.state) {
-      case State::kPending:
-      case State::kBackoff:
-        if (now >= r.next_start) Launch(d, r, now);
-        break;
-      case State::kStarting:
-        if (now - r.started > d.engine.readiness.startup_timeout) {
-          r.message = absl::StrCat(
-              "not ready after ",
-              d.engine.readiness.startup_timeout / kMicrosPerSecond,
-              " s; restarting");
-          Event("replica.unhealthy", d.spec.name,
-                absl::StrCat(r.name, ": ", r.message));
-          r.state = State::kUnhealthy;
-          (void)launcher_->Kill(r.pid);
-        } else if (!r.probing && now >= r.next_probe) {
-          Probe(d, r, now);
-        }
-        break;
-      case State::kReady:
-      case State::kExternal:
-        if (r.state == State::kReady && gateway_->InFlightOn(r.endpoint) > 0) {
-          r.last_busy = now;
-        }
-        if (!r.probing && now >= r.next_probe) Probe(d, r, now);
-        if (!r.scraping && now >= r.next_scrape &&
-            options_.metrics_period > 0 &&
-            (r.state == State::kReady || r.external_ok)) {
-          Scrape(d, r, now);
-        }
-        break;
-      case State::kUnhealthy:
-        break;  // killed; its exit restarts it
-      case State::kDraining:
-        if (!r.stop_sent &&
-            (r.pid == 0 || gateway_->InFlightOn(r.endpoint) == 0 ||
-             now >= r.drain_deadline)) {
-          r.stop_sent = true;
-          if (r.pid != 0)
-            (void)launcher_->Stop(r.pid, options_.stop_grace, now);
-        }
-        break;
-    }
-  }
-  // The loop runs again when a replica is due to launch or, starting (just
-  // launched too), to be probed.
-  for (const auto& r : reps) {
-    if (r->state == State::kPending || r->state == State::kBackoff) {
-      next_wake_ = std::min(next_wake_, r->next_start);
-    } else if (r->state == State::kStarting && !r->probing) {
-      next_wake_ = std::min(next_wake_, r->next_probe);
-    }
-  }
-  // Stopped replicas are forgotten and their GPUs released.
-  std::erase_if(reps, [&](const std::unique_ptr<Replica>& r) {
-    if (r->state != State::kDraining || !r->stop_sent || r->pid != 0) {
-      return false;
-    }
-    Release(*r);
-    return true;
-  });
+  next_wake_ = std::min(next_wake_, d.life.NextDeadline());
   PushReady(d);
+}
+
+void Controller::Carry(Deployment& d, control::LifecycleOutput& out,
+                       Micros now) {
+  size_t events = 0;
+  for (size_t i = 0; i < out.actions.size() || events < out.events.size();) {
+    // Events first: they explain the actions that follow.
+    for (; events < out.events.size(); ++events) {
+      const control::LifecycleEvent& e = out.events[events];
+      Event(e.kind, d.spec.name, e.message, e.details);
+    }
+    if (i >= out.actions.size()) break;
+    const control::LifecycleAction a = out.actions[i++];
+    Replica& r = d.procs[a.replica];
+    r.name = a.replica;
+    switch (a.kind) {
+      case control::LifecycleAction::Kind::kLaunch:
+        Launch(d, r, now, &out);
+        break;
+      case control::LifecycleAction::Kind::kProbe:
+        Probe(d, r, now);
+        break;
+      case control::LifecycleAction::Kind::kKill:
+        if (r.pid != 0) (void)launcher_->Kill(r.pid);
+        break;
+      case control::LifecycleAction::Kind::kStop:
+        if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
+        break;
+      case control::LifecycleAction::Kind::kForget:
+        Release(r);
+        d.procs.erase(a.replica);
+        break;
+    }
+  }
+  out.Clear();
 }
 
 void Controller::PushReady(Deployment& d) {
   std::vector<net::Endpoint> ready;
   std::vector<std::string> keys;
-  for (const auto& r : d.replicas) {
-    if (r->state == State::kReady ||
-        (r->state == State::kExternal && r->external_ok)) {
-      ready.push_back(r->endpoint);
-      keys.push_back(gateway::EndpointKey(r->endpoint));
+  for (const Row& r : Rows(d)) {
+    if (r.ready() && r.io != nullptr) {
+      ready.push_back(r.io->endpoint);
+      keys.push_back(gateway::EndpointKey(r.io->endpoint));
     }
   }
   if (keys == d.pushed) return;
@@ -701,17 +643,8 @@ void Controller::Autoscale(Micros now) {
     autoscale::Observation o;
     o.in_flight = load.in_flight;
     o.queued = load.queued;
-    for (const auto& r : d.replicas) {
-      if (r->state == State::kDraining || r->state == State::kExternal ||
-          r->template_key != d.template_key) {
-        continue;
-      }
-      if (r->state == State::kReady) {
-        ++o.ready;
-      } else {
-        ++o.starting;
-      }
-    }
+    o.ready = d.life.ready();
+    o.starting = d.life.starting();
     // The SLO policy's samples: TTFTs of requests finished since the last
     // observation (the gateway's clock is the same steady clock).
     if (autoscaler_->config(d.autoscale).policy == autoscale::Policy::kSlo) {
@@ -771,11 +704,11 @@ void Controller::AccrueGpuTime(Micros now) {
   last_accrue_ = now;
   for (const auto& [name, d] : deployments_) {
     std::map<std::string, double> by_model;  // GPU model -> GPUs held
-    for (const auto& r : d.replicas) {
-      if (!r->placed || r->allocation.node < 0) continue;
+    for (const auto& [rn, r] : d.procs) {
+      if (!r.placed || r.allocation.node < 0) continue;
       const std::string& model =
-          cluster_state_.spec(r->allocation.node).gpu_model;
-      for (const inventory::GpuShare& g : r->allocation.gpus) {
+          cluster_state_.spec(r.allocation.node).gpu_model;
+      for (const inventory::GpuShare& g : r.allocation.gpus) {
         by_model[model] += g.milli / 1000.0;
       }
     }

@@ -1,13 +1,14 @@
-// Controller: the control plane of `gpusched serve`. It owns the desired
-// state (deployments and tenants, persisted in the Store), places each
-// replica on the cluster's GPUs with the placement scheduler (the policy
-// the simulator measures), launches its engine with those GPUs
+// Controller: the live driver of `gpusched serve`'s control plane. It owns
+// the desired state (deployments and tenants, persisted in the Store) and
+// carries out what the policy cores decide: the life of each deployment's
+// replicas is a control::ReplicaSet (control/lifecycle.h: desired count,
+// rolling replacement, readiness and health probes, restart backoff,
+// drain), placement is the placement scheduler's (the policy the simulator
+// measures), making room is control::PlanRoom. The controller places each
+// replica, launches its engine through a runtime::Launcher with those GPUs
 // (CUDA_VISIBLE_DEVICES, the engine's memory flag, MPS limits when MPS
-// runs), probes readiness and health, restarts crashed or hung engines with
-// backoff, rolls replicas when a deployment's engine or resources change,
-// drains replicas before stopping them, and keeps the Gateway's view of
-// ready replicas and tenants current. Every decision is an event in the
-// Store's log.
+// runs), sends the probes, and keeps the Gateway's view of ready replicas
+// and tenants current. Every decision is an event in the Store's log.
 //
 // After a restart (even `kill -9`), Start() brings back every stored
 // deployment and tenant, kills engines the previous run left behind (their
@@ -45,6 +46,7 @@
 #include "api/controller_metrics.h"
 #include "autoscale/autoscaler.h"
 #include "config/manifest.h"
+#include "control/lifecycle.h"
 #include "gateway/gateway.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
@@ -78,7 +80,7 @@ struct ControllerOptions {
   // An idle replica is swapped out for another model only after this long
   // without a request in flight (0: at once).
   Micros swap_min_idle = 0;
-  runtime::RestartBackoff::Options backoff;
+  control::RestartBackoff::Options backoff;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
   // Control-plane metrics (docs/metrics.md); optional, outlives the
   // controller, which becomes its snapshot source.
@@ -167,44 +169,36 @@ class Controller {
   void RecordEvent(runtime::Event e);
 
  private:
-  enum class State {
-    kPending,
-    kStarting,
-    kReady,
-    kUnhealthy,
-    kBackoff,
-    kDraining,
-    kExternal
-  };
+  // What the driver keeps of a replica whose life the core
+  // (control::ReplicaSet) runs, by its name: the engine process, endpoint
+  // and GPUs. Attached endpoints (spec.endpoints) have one too, probed
+  // here, never launched.
   struct Replica {
     std::string name;
-    int index = 0;
-    std::string template_key;  // what it was launched from
-    State state = State::kPending;
     runtime::ProcessId pid = 0;
     net::Endpoint endpoint;
     bool placed = false;
     inventory::Allocation allocation;
-    runtime::RestartBackoff backoff;
-    int restarts = 0;
-    Micros started = 0;  // steady clock
     Micros started_wall = 0;
-    Micros next_start = 0;
-    Micros next_probe = 0;
-    Micros drain_deadline = kNever;
-    bool probing = false;
     bool scraping = false;
     Micros next_scrape = 0;
-    uint16_t metrics_port = 0;  // 0: the engine's port
-    bool stop_sent = false;
-    bool remove_on_exit = false;  // draining: forget it once stopped
-    bool external_ok = false;
+    uint16_t metrics_port = 0;       // 0: the engine's port
     runtime::EngineSignals signals;  // the last scrape
-    int health_failures = 0;
-    std::string message;
-    Micros last_busy = 0;  // last pass with a request in flight (steady)
     // Replicas draining to make room for this one (swap or preemption).
     std::vector<std::string> awaiting;
+    // Attached endpoints only: the last health check, the next one.
+    bool external_ok = false;
+    bool probing = false;
+    Micros next_probe = 0;
+  };
+  // One replica for the views: the core's record (null for an attached
+  // endpoint) and the driver's (null until first launched).
+  struct Row {
+    const control::Replica* core = nullptr;
+    const Replica* io = nullptr;
+    std::string name() const { return core ? core->name : io->name; }
+    const char* state() const;
+    bool ready() const;
   };
   // One scale from zero in progress, for the replica.cold_start event
   // (steady clock; 0: not yet).
@@ -225,7 +219,11 @@ class Controller {
     std::string template_key;
     bool deleting = false;
     Micros delete_deadline = kNever;
-    std::vector<std::unique_ptr<Replica>> replicas;
+    // The replicas' life (the policy core) and the driver's records of
+    // them, by name; attached endpoints apart.
+    control::ReplicaSet life;
+    std::map<std::string, Replica> procs;
+    std::vector<Replica> external;
     std::vector<std::string> pushed;  // ready endpoints the gateway has
     // spec.autoscaling: its index in autoscaler_, whose target is then the
     // desired count (spec.replicas only the initial one); -1: none.
@@ -247,11 +245,22 @@ class Controller {
   void Loop();
   void Reconcile(Micros now);                           // mu_ held
   void ReconcileDeployment(Deployment& d, Micros now);  // mu_ held
-  void Launch(Deployment& d, Replica& r, Micros now);   // mu_ held
-  void Probe(Deployment& d, Replica& r, Micros now);    // mu_ held
-  void Scrape(Deployment& d, Replica& r, Micros now);   // mu_ held
+  // mu_ held: the attached endpoints of `d`, probed.
+  void ReconcileExternal(Deployment& d, Micros now);
+  // mu_ held: records the core's events, then carries out its actions.
+  void Carry(Deployment& d, control::LifecycleOutput& out, Micros now);
+  // mu_ held: places `r` if it is not, and starts its engine; reports the
+  // outcome to the core (into `out`).
+  void Launch(Deployment& d, Replica& r, Micros now,
+              control::LifecycleOutput* out);
+  void Probe(Deployment& d, Replica& r, Micros now);   // mu_ held
+  void Scrape(Deployment& d, Replica& r, Micros now);  // mu_ held
   void OnProbe(const std::string& deployment, const std::string& replica,
                runtime::ProcessId pid, bool ok);
+  std::vector<Row> Rows(const Deployment& d) const;
+  // Options of the core for a deployment launched from `engine`.
+  control::LifecycleOptions LifecycleOptionsFor(
+      const runtime::EngineTemplate& engine) const;
   void HandleExits(Micros now);                                  // mu_ held
   void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus);  // mu_ held
   void PushReady(Deployment& d);                                 // mu_ held
@@ -269,8 +278,8 @@ class Controller {
   void Release(Replica& r);  // mu_ held: its GPUs go back
   // mu_ held: takes no new request; in-flight ones finish (up to
   // drain_grace), then the engine stops and the replica is forgotten.
-  void DrainReplica(Deployment& d, Replica& r, const std::string& why,
-                    Micros now);
+  void DrainReplica(Deployment& d, const std::string& replica,
+                    const std::string& why, Micros now);
   // mu_ held: `r` (of `d`) does not fit. Swaps out idle replicas of
   // autoscaled deployments of a lower or equal class (lowest class, then
   // least recently used, first), else preempts by the cluster layer's rules
@@ -298,9 +307,8 @@ class Controller {
                     std::vector<std::string>* problems);
   void KillOrphans();
   std::string PidFile(const std::string& replica) const;
-  nlohmann::json ReplicaJson(const Deployment& d, const Replica& r) const;
+  nlohmann::json ReplicaJson(const Deployment& d, const Row& r) const;
   nlohmann::json DeploymentJson(const Deployment& d);  // mu_ held
-  static const char* StateName(State s);
   // GPU `g` of node `n`: allocation, and NVML readings where there are.
   ControllerMetrics::Snapshot::Gpu GpuView(int n, int g) const;  // mu_ held
   void Wake();

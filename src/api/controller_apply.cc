@@ -228,6 +228,12 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   d.updated = wall;
   d.engine = std::move(engine);
   d.template_key = TemplateKey(m.deployment);
+  if (!exists) {
+    d.life = control::ReplicaSet(spec.name, LifecycleOptionsFor(d.engine));
+  } else {
+    d.life.set_options(LifecycleOptionsFor(d.engine));
+  }
+  d.life.SetVersion(d.template_key);
   if (persist) {
     Event(exists ? "deployment.configured" : "deployment.created", spec.name,
           absl::StrCat("deployment ", spec.name, " ", result->action,

@@ -32,13 +32,11 @@ inventory::PodInfo Controller::PodInfoOf(const Deployment& d) const {
   return info;
 }
 
-void Controller::DrainReplica(Deployment& d, Replica& r, const std::string& why,
-                              Micros now) {
-  r.state = State::kDraining;
-  r.remove_on_exit = true;
-  r.drain_deadline = now + options_.drain_grace;
-  Event("replica.draining", d.spec.name,
-        absl::StrCat(r.name, " draining: ", why));
+void Controller::DrainReplica(Deployment& d, const std::string& replica,
+                              const std::string& why, Micros now) {
+  control::LifecycleOutput out;
+  d.life.Drain(replica, why, now, &out);
+  Carry(d, out, now);
 }
 
 bool Controller::MakeRoom(Deployment& d, Replica& r,
@@ -46,9 +44,8 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
   // Victims already draining for it: wait for them.
   std::erase_if(r.awaiting, [&](const std::string& victim) {
     for (const auto& [name, od] : deployments_) {
-      for (const auto& o : od.replicas) {
-        if (o->name == victim && o->placed) return false;
-      }
+      auto it = od.procs.find(victim);
+      if (it != od.procs.end() && it->second.placed) return false;
     }
     return true;
   });
@@ -59,7 +56,9 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
   ask.replica = r.name;
   ask.class_rank = ClassRank(d.spec.priority_class);
   std::vector<control::RoomCandidate> candidates;
-  absl::flat_hash_map<std::string, std::pair<Deployment*, Replica*>> placed;
+  absl::flat_hash_map<std::string,
+                      std::pair<Deployment*, const control::Replica*>>
+      placed;
   std::set<std::string> owners = {QueueOf(d.spec.tenant)};
   int index = 0;
   for (auto& [name, od] : deployments_) {
@@ -67,15 +66,18 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
     if (&od == &d) ask.deployment = index;
     owners.insert(QueueOf(od.spec.tenant));
     const bool queued = &od != &d && gateway_->Load(name).queued > 0;
-    for (auto& o : od.replicas) {
-      if (!o->placed || o->name == r.name) continue;
-      placed[o->name] = {&od, o.get()};
-      candidates.push_back({o->name, index, ClassRank(od.spec.priority_class),
-                            od.autoscale >= 0, od.spec.preemptible,
-                            o->state == State::kReady && !od.deleting,
-                            o->state == State::kReady && !queued &&
-                                gateway_->InFlightOn(o->endpoint) == 0,
-                            o->last_busy});
+    for (const control::Replica& o : od.life.replicas()) {
+      auto io = od.procs.find(o.name);
+      if (io == od.procs.end() || !io->second.placed || o.name == r.name) {
+        continue;
+      }
+      const bool ready = o.state == control::ReplicaState::kReady;
+      placed[o.name] = {&od, &o};
+      candidates.push_back(
+          {o.name, index, ClassRank(od.spec.priority_class), od.autoscale >= 0,
+           od.spec.preemptible, ready && !od.deleting,
+           ready && !queued && gateway_->InFlightOn(io->second.endpoint) == 0,
+           o.last_busy});
     }
   }
   std::vector<control::RoomQueue> queues;
@@ -92,8 +94,9 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
     auto it = placed.find(v.replica);
     if (it == placed.end()) continue;
     auto [vd, vr] = it->second;
-    if (vr->state == State::kDraining) {
-      r.awaiting.push_back(vr->name);
+    const std::string victim = vr->name;  // vr dies with the drain
+    if (vr->state == control::ReplicaState::kDraining) {
+      r.awaiting.push_back(victim);
       continue;
     }
     if (plan.kind == control::RoomPlan::Kind::kSwap) {
@@ -106,9 +109,9 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
           r.name, d.spec.name, d.spec.priority_class,
           idle_s >= 0 ? absl::StrFormat(" for %.1f s", idle_s) : "",
           d.spec.priority_class);
-      DrainReplica(*vd, *vr, why, now);
-      Event("replica.evicted", vd->spec.name, absl::StrCat(vr->name, " ", why),
-            json{{"replica", vr->name},
+      DrainReplica(*vd, victim, why, now);
+      Event("replica.evicted", vd->spec.name, absl::StrCat(victim, " ", why),
+            json{{"replica", victim},
                  {"for", d.spec.name},
                  {"for_replica", r.name},
                  {"class", vd->spec.priority_class},
@@ -119,10 +122,9 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
       const std::string why = absl::StrFormat(
           "preempted by %s (%s, class %s, priority %d): %s", r.name,
           d.spec.name, d.spec.priority_class, pod.info.priority, v.rule);
-      DrainReplica(*vd, *vr, why, now);
-      Event("replica.preempted", vd->spec.name,
-            absl::StrCat(vr->name, " ", why),
-            json{{"replica", vr->name},
+      DrainReplica(*vd, victim, why, now);
+      Event("replica.preempted", vd->spec.name, absl::StrCat(victim, " ", why),
+            json{{"replica", victim},
                  {"for", d.spec.name},
                  {"for_replica", r.name},
                  {"priority", v.priority},
@@ -132,7 +134,7 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
                  {"node", cluster_state_.spec(plan.node).name}});
       if (options_.metrics) options_.metrics->Preempted();
     }
-    r.awaiting.push_back(vr->name);
+    r.awaiting.push_back(victim);
   }
   return !r.awaiting.empty();
 }
@@ -142,7 +144,8 @@ void Controller::Release(Replica& r) {
   r.placed = false;
 }
 
-void Controller::Launch(Deployment& d, Replica& r, Micros now) {
+void Controller::Launch(Deployment& d, Replica& r, Micros now,
+                        control::LifecycleOutput* out) {
   // The first replica launched after a scale from zero serves the held
   // requests.
   ColdStart* cold =
@@ -151,11 +154,15 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
           : nullptr;
   if (cold) cold->replica = r.name;
   auto fail = [&](const std::string& why) {
-    r.backoff.OnExit(now);
-    r.next_start = r.backoff.NextStart(now);
-    r.state = State::kBackoff;
-    r.message = why;
-    Event("replica.failed", d.spec.name, absl::StrCat(r.name, ": ", why));
+    d.life.LaunchFailed(r.name, why, now, out);
+  };
+  // Placement found no room (yet): retried at `retry_at`; a new reason is
+  // recorded.
+  auto unplaced = [&](const std::string& why, Micros retry_at, json details) {
+    if (d.life.Unplaced(r.name, why, retry_at)) {
+      Event("replica.unschedulable", d.spec.name,
+            absl::StrCat(r.name, ": ", why), std::move(details));
+    }
   };
   if (!r.placed) {
     if (d.spec.resources.kind == "none") {
@@ -175,8 +182,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
         int64_t used = 0;
         for (const auto& [name, other] : deployments_) {
           if (other.spec.tenant != d.spec.tenant) continue;
-          for (const auto& o : other.replicas) {
-            if (o->placed) used += o->allocation.GpuMilli();
+          for (const auto& [on, o] : other.procs) {
+            if (o.placed) used += o.allocation.GpuMilli();
           }
         }
         const int64_t limit =
@@ -187,14 +194,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
               "needs %.2f more",
               d.spec.tenant, used / 1000.0, limit / 1000.0,
               pod->TotalGpuMilli() / 1000.0);
-          r.state = State::kPending;
-          r.next_start = now + kMicrosPerSecond;
-          if (why != r.message) {
-            r.message = why;
-            Event("replica.unschedulable", d.spec.name,
-                  absl::StrCat(r.name, ": ", why),
-                  json{{"reasons", {{"TenantQuota", 1}}}});
-          }
+          unplaced(why, now + kMicrosPerSecond,
+                   json{{"reasons", {{"TenantQuota", 1}}}});
           return;
         }
       }
@@ -221,23 +222,19 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
       }
       if (!dec.placed) {
         const std::string why = dec.Summary(cluster_state_);
-        r.state = State::kPending;
-        r.next_start = now + kMicrosPerSecond;
         if (MakeRoom(d, r, *pod, now)) {
           // Placed once its victims are gone (checked every tick).
-          r.next_start = now + options_.tick;
-          r.message = absl::StrCat("waiting for ", r.awaiting.size(),
-                                   " replica(s) to drain to make room: ",
-                                   absl::StrJoin(r.awaiting, ", "));
+          (void)d.life.Unplaced(
+              r.name,
+              absl::StrCat("waiting for ", r.awaiting.size(),
+                           " replica(s) to drain to make room: ",
+                           absl::StrJoin(r.awaiting, ", ")),
+              now + options_.tick);
           return;
         }
-        if (why != r.message) {
-          r.message = why;
-          json reasons = json::object();
-          for (const auto& [reason, n] : dec.reasons) reasons[reason] = n;
-          Event("replica.unschedulable", d.spec.name,
-                absl::StrCat(r.name, ": ", why), json{{"reasons", reasons}});
-        }
+        json reasons = json::object();
+        for (const auto& [reason, n] : dec.reasons) reasons[reason] = n;
+        unplaced(why, now + kMicrosPerSecond, json{{"reasons", reasons}});
         return;
       }
       (void)cluster_state_.Bind(r.name);
@@ -306,19 +303,13 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now) {
   r.pid = *pid;
   r.endpoint = {"127.0.0.1", launch->port};
   r.metrics_port = launch->metrics_port;
-  r.state = State::kStarting;
-  r.last_busy = now;  // residency for swap_min_idle counts from its start
+  d.life.Launched(r.name, now);
   // The engine loads its weights on this node: they are local there now.
   if (const std::string w = WeightsPath(d);
       !w.empty() && r.placed && r.allocation.node >= 0) {
     weights_nodes_[w].insert(r.allocation.node);
   }
-  r.started = now;
   r.started_wall = WallNow();
-  r.next_probe = now + kStartingProbe;
-  r.health_failures = 0;
-  r.message.clear();
-  r.backoff.OnStarted(now);
   if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
   Event("replica.started", d.spec.name,
         absl::StrCat(r.name, " started: pid ", *pid, ", port ", port,

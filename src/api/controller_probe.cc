@@ -17,7 +17,7 @@ namespace gpusched::api {
 using nlohmann::json;
 
 void Controller::Probe(Deployment& d, Replica& r, Micros now) {
-  r.probing = true;
+  r.probing = true;  // attached endpoints; the core tracks its replicas
   const std::string deployment = d.spec.name, replica = r.name;
   const runtime::ProcessId pid = r.pid;
   net::UpstreamCallbacks cb;
@@ -71,11 +71,15 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
     std::lock_guard<std::mutex> lock(mu_);
     auto dit = deployments_.find(deployment);
     if (dit == deployments_.end()) return;
-    for (auto& rp : dit->second.replicas) {
-      if (rp->name != replica) continue;
-      rp->scraping = false;
-      rp->signals = s;
+    Deployment& d = dit->second;
+    Replica* r = nullptr;
+    if (auto it = d.procs.find(replica); it != d.procs.end()) r = &it->second;
+    for (Replica& e : d.external) {
+      if (e.name == replica) r = &e;
     }
+    if (r == nullptr) return;
+    r->scraping = false;
+    r->signals = s;
   };
   probe_->Send(at,
                boost::beast::http::request<boost::beast::http::string_body>{
@@ -90,68 +94,35 @@ void Controller::OnProbe(const std::string& deployment,
   auto dit = deployments_.find(deployment);
   if (dit == deployments_.end()) return;
   Deployment& d = dit->second;
-  Replica* r = nullptr;
-  for (auto& rp : d.replicas) {
-    if (rp->name == replica && rp->pid == pid) r = rp.get();
-  }
-  if (r == nullptr) return;
-  r->probing = false;
   const Micros now = SteadyNow();
-  const Micros health = options_.health_period;
-  switch (r->state) {
-    case State::kStarting:
-      if (ok) {
-        r->state = State::kReady;
-        r->next_probe = now + health;
-        if (options_.metrics) {
-          options_.metrics->ReplicaReady(deployment,
-                                         ToSeconds(now - r->started));
-        }
-        if (d.cold && d.cold->replica == r->name) d.cold->ready = now;
-        Event("replica.ready", deployment,
-              absl::StrCat(r->name, " ready on ",
-                           gateway::EndpointKey(r->endpoint), " after ",
-                           absl::StrFormat("%.2f", (now - r->started) / 1e6),
-                           " s"),
-              json{{"replica", r->name},
-                   {"startup_seconds", (now - r->started) / 1e6}});
-        dirty_ = true;
-      } else {
-        // The loop probes again when this is due.
-        r->next_probe = now + kStartingProbe;
-        dirty_ = true;
+  if (auto it = d.procs.find(replica);
+      it != d.procs.end() && it->second.pid == pid && pid != 0) {
+    control::LifecycleOutput out;
+    d.life.ProbeResult(replica, ok, now, &out,
+                       gateway::EndpointKey(it->second.endpoint));
+    for (const control::LifecycleEvent& e : out.events) {
+      if (e.kind != "replica.ready") continue;
+      if (options_.metrics) {
+        options_.metrics->ReplicaReady(deployment,
+                                       e.details.value("startup_seconds", 0.0));
       }
-      break;
-    case State::kReady:
-      if (ok) {
-        r->health_failures = 0;
-        r->next_probe = now + health;
-        break;
-      }
-      r->next_probe = now + std::min(health, kMicrosPerSecond);
-      if (++r->health_failures >= d.engine.readiness.failure_threshold) {
-        r->state = State::kUnhealthy;
-        r->message = absl::StrCat("failed ", r->health_failures,
-                                  " health checks in a row; restarting");
-        Event("replica.unhealthy", deployment,
-              absl::StrCat(r->name, ": ", r->message));
-        (void)launcher_->Kill(r->pid);
-        dirty_ = true;
-      }
-      break;
-    case State::kExternal:
-      if (ok != r->external_ok) {
-        Event(ok ? "replica.ready" : "replica.unhealthy", deployment,
-              absl::StrCat("endpoint ", gateway::EndpointKey(r->endpoint),
-                           ok ? " answers its health check"
-                              : " fails its health check"));
-        dirty_ = true;
-      }
-      r->external_ok = ok;
-      r->next_probe = now + (ok ? health : kMicrosPerSecond);
-      break;
-    default:
-      break;
+      if (d.cold && d.cold->replica == replica) d.cold->ready = now;
+    }
+    Carry(d, out, now);
+    dirty_ = true;
+  }
+  for (Replica& r : d.external) {
+    if (r.name != replica || pid != 0) continue;
+    r.probing = false;
+    if (ok != r.external_ok) {
+      Event(ok ? "replica.ready" : "replica.unhealthy", deployment,
+            absl::StrCat(
+                "endpoint ", gateway::EndpointKey(r.endpoint),
+                ok ? " answers its health check" : " fails its health check"));
+      dirty_ = true;
+    }
+    r.external_ok = ok;
+    r.next_probe = now + (ok ? options_.health_period : kMicrosPerSecond);
   }
   if (dirty_) wake_.notify_all();
 }
@@ -164,14 +135,15 @@ absl::Status Controller::WaitReady(Micros timeout) {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [name, d] : deployments_) {
         int ready = 0;
-        for (const auto& r : d.replicas) {
-          if (r->state == State::kReady ||
-              (r->state == State::kExternal && r->external_ok)) {
+        for (const Row& r : Rows(d)) {
+          const std::string message = r.core ? r.core->message : "";
+          if (r.ready()) {
             ++ready;
-          } else if (r->state != State::kDraining) {
+          } else if (!r.core ||
+                     r.core->state != control::ReplicaState::kDraining) {
             waiting.push_back(
-                absl::StrCat(r->name, " (", StateName(r->state),
-                             r->message.empty() ? "" : ": " + r->message, ")"));
+                absl::StrCat(r.name(), " (", r.state(),
+                             message.empty() ? "" : ": " + message, ")"));
           }
         }
         const int want = d.spec.endpoints.empty()

@@ -15,15 +15,17 @@ namespace gpusched::api {
 
 using nlohmann::json;
 
-json Controller::ReplicaJson(const Deployment& d, const Replica& r) const {
+json Controller::ReplicaJson(const Deployment& d, const Row& row) const {
+  static const Replica kNone;
+  const Replica& r = row.io ? *row.io : kNone;
   json j = {
-      {"name", r.name},
+      {"name", row.name()},
       {"deployment", d.spec.name},
-      {"state", StateName(r.state)},
+      {"state", row.state()},
       {"endpoint", r.endpoint.port ? gateway::EndpointKey(r.endpoint) : ""},
       {"pid", r.pid},
-      {"restarts", r.restarts},
-      {"message", r.message}};
+      {"restarts", row.core ? row.core->restarts : 0},
+      {"message", row.core ? row.core->message : ""}};
   if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
   if (r.placed && r.allocation.node >= 0) {
     j["node"] = cluster_state_.spec(r.allocation.node).name;
@@ -54,16 +56,16 @@ json Controller::DeploymentJson(const Deployment& d) {
   json reps = json::array();
   int ready = 0;
   std::string message;
-  for (const auto& r : d.replicas) {
-    reps.push_back(ReplicaJson(d, *r));
-    if (r->state == State::kReady ||
-        (r->state == State::kExternal && r->external_ok)) {
-      ++ready;
+  const std::vector<Row> rows = Rows(d);
+  for (const Row& r : rows) {
+    reps.push_back(ReplicaJson(d, r));
+    ready += r.ready();
+    if (message.empty() && r.core && !r.core->message.empty()) {
+      message = r.core->message;
     }
-    if (message.empty() && !r->message.empty()) message = r->message;
   }
   j["status"] = {
-      {"replicas", d.replicas.size()},
+      {"replicas", rows.size()},
       {"desiredReplicas", d.spec.endpoints.empty()
                               ? ReplicaTarget(d)
                               : static_cast<int>(d.spec.endpoints.size())},
@@ -108,7 +110,7 @@ json Controller::ReplicasJson() {
   std::lock_guard<std::mutex> lock(mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
-    for (const auto& r : d.replicas) items.push_back(ReplicaJson(d, *r));
+    for (const Row& r : Rows(d)) items.push_back(ReplicaJson(d, r));
   }
   return items;
 }
@@ -136,11 +138,11 @@ json Controller::GpusJson() {
       }
       json holders = json::array();
       for (const auto& [name, d] : deployments_) {
-        for (const auto& r : d.replicas) {
-          if (!r->placed || r->allocation.node != n) continue;
-          for (const inventory::GpuShare& s : r->allocation.gpus) {
+        for (const auto& [rn, r] : d.procs) {
+          if (!r.placed || r.allocation.node != n) continue;
+          for (const inventory::GpuShare& s : r.allocation.gpus) {
             if (s.gpu != g) continue;
-            holders.push_back({{"name", r->name},
+            holders.push_back({{"name", rn},
                                {"deployment", name},
                                {"milli", s.milli},
                                {"memoryMiB", s.memory_mib},
@@ -243,10 +245,9 @@ absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
           absl::StrCat("deployment '", deployment, "' not found"));
     }
     std::vector<std::string> names;
-    for (const auto& r : it->second.replicas) {
-      if (r->state == State::kExternal) continue;
-      names.push_back(r->name);
-      if (replica.empty() ? name.empty() : r->name == replica) name = r->name;
+    for (const control::Replica& r : it->second.life.replicas()) {
+      names.push_back(r.name);
+      if (replica.empty() ? name.empty() : r.name == replica) name = r.name;
     }
     if (name.empty()) {
       return absl::NotFoundError(absl::StrCat(
@@ -287,9 +288,9 @@ ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
 }
 
 ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
-  static constexpr State kStates[] = {
-      State::kPending, State::kStarting, State::kReady,   State::kUnhealthy,
-      State::kBackoff, State::kDraining, State::kExternal};
+  static constexpr const char* kStates[] = {"pending",   "starting", "ready",
+                                            "unhealthy", "backoff",  "draining",
+                                            "external"};
   std::lock_guard<std::mutex> lock(mu_);
   ControllerMetrics::Snapshot snap;
   for (const auto& [name, d] : deployments_) {
@@ -299,19 +300,19 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
                  : d.spec.endpoints.empty()
                      ? ReplicaTarget(d)
                      : static_cast<int>(d.spec.endpoints.size());
-    for (State st : kStates) {
+    const std::vector<Row> rows = Rows(d);
+    for (const char* st : kStates) {
       int count = 0;
-      for (const auto& r : d.replicas) count += r->state == st;
-      sd.replicas.emplace_back(StateName(st), count);
+      for (const Row& r : rows) count += std::string_view(r.state()) == st;
+      sd.replicas.emplace_back(st, count);
     }
     const gateway::DeploymentLoad load = gateway_->Load(name);
     sd.queued = load.queued;
     sd.in_flight = load.in_flight;
     snap.deployments.push_back(std::move(sd));
-    for (const auto& r : d.replicas) {
-      if (r->state == State::kReady ||
-          (r->state == State::kExternal && r->external_ok)) {
-        snap.replicas.push_back({name, r->name, r->signals});
+    for (const Row& r : rows) {
+      if (r.ready() && r.io != nullptr) {
+        snap.replicas.push_back({name, r.name(), r.io->signals});
       }
     }
   }

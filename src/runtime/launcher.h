@@ -7,8 +7,7 @@
 // deadlines (SIGKILL after a stop's grace period). Thread-compatible: one
 // loop (strand) owns a launcher.
 //
-// RestartBackoff is the pure, clock-driven restart policy the runtime keeps
-// per replica.
+// The restart policy is control::RestartBackoff (control/backoff.h).
 #ifndef GPUSCHED_RUNTIME_LAUNCHER_H_
 #define GPUSCHED_RUNTIME_LAUNCHER_H_
 
@@ -114,40 +113,6 @@ class LocalLauncher : public Launcher {
   };
 
   absl::flat_hash_map<ProcessId, Child> children_;
-};
-
-// Restart delay after an engine exits: `initial`, doubling on each quick
-// exit up to `max`; an engine that stayed up `reset_after` starts again at
-// `initial`. Pure and clock-driven: the runtime calls OnStarted/OnExit and
-// starts again once now >= NextStart(now).
-class RestartBackoff {
- public:
-  struct Options {
-    Micros initial = 1 * kMicrosPerSecond;
-    Micros max = 60 * kMicrosPerSecond;
-    double multiplier = 2.0;
-    Micros reset_after = 300 * kMicrosPerSecond;
-  };
-
-  RestartBackoff() : RestartBackoff(Options()) {}
-  explicit RestartBackoff(Options options);
-
-  void OnStarted(Micros now);
-  // The process exited (or failed to start) at `now`.
-  void OnExit(Micros now);
-  // The earliest time >= now at which to start again.
-  Micros NextStart(Micros now) const;
-  // The delay the next OnExit will apply (absent a reset).
-  Micros current_delay() const { return delay_; }
-  // Exits since the last long enough run.
-  int consecutive_failures() const { return failures_; }
-
- private:
-  Options options_;
-  Micros delay_;
-  Micros started_at_ = kNever;
-  Micros next_start_ = 0;
-  int failures_ = 0;
 };
 
 }  // namespace gpusched::runtime
