@@ -68,11 +68,11 @@ cfg="$golden/elastic_zero_to_n.yaml"
   --html "$tmp/e.html" --events "$tmp/e.csv" 2>"$tmp/err" ||
   fail "elastic run: $(cat "$tmp/err")"
 for kind in deployment.autoscaled replica.started replica.ready \
-  replica.preempted replica.stopped replica.pending; do
+  replica.preempted replica.draining replica.stopped replica.unschedulable; do
   grep -q ",$kind," "$tmp/e.csv" || fail "no $kind in the events CSV"
 done
 expect_contains "$tmp/e.csv" "(held_requests: "
-expect_contains "$tmp/e.csv" "preempted for chat (class critical); draining"
+expect_contains "$tmp/e.csv" "preempted for chat-1 (chat); draining: priority 100 < 300"
 python3 - "$tmp/e.json" <<'PY' || fail "elastic report fields"
 import json, sys
 r = json.load(open(sys.argv[1]))

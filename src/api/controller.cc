@@ -561,10 +561,16 @@ void Controller::Carry(Deployment& d, control::LifecycleOutput& out,
       case control::LifecycleAction::Kind::kStop:
         if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
         break;
-      case control::LifecycleAction::Kind::kForget:
+      case control::LifecycleAction::Kind::kForget: {
+        const bool held = r.placed;
         Release(r);
         d.procs.erase(a.replica);
+        // GPUs were freed: pending replicas try again at once.
+        if (held) {
+          for (auto& [name, other] : deployments_) other.life.Retry(now);
+        }
         break;
+      }
     }
   }
   out.Clear();

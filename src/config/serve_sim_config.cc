@@ -68,8 +68,9 @@ class Parser : public YamlReader {
     OptDouble(root, "autoscaling_interval_s", 1e-3, kBig,
               &cfg.autoscaling_interval_s);
     if (const YAML::Node c = root["cluster"]; c && IsMap(c, "cluster")) {
-      CheckKeys(c, "cluster", {"gpus", "swap_min_idle_s"});
+      CheckKeys(c, "cluster", {"gpus", "gpus_per_node", "swap_min_idle_s"});
       OptInt(c, "gpus", 0, 1 << 24, &cfg.cluster_gpus);
+      OptInt(c, "gpus_per_node", 1, 64, &cfg.gpus_per_node);
       OptDouble(c, "swap_min_idle_s", 0, kBig, &cfg.swap_min_idle_s);
     }
     if (const YAML::Node c = root["cold_start"]; c && IsMap(c, "cold_start")) {
@@ -254,10 +255,11 @@ class Parser : public YamlReader {
                        SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(d, "a deployment",
-              {"name", "kind", "model", "gpu", "tensor_parallel", "replicas",
-               "max_ongoing_requests", "router", "queue", "engine", "batching",
-               "autoscaling", "count", "priority_class"});
+    CheckKeys(
+        d, "a deployment",
+        {"name", "kind", "model", "gpu", "tensor_parallel", "gpu_fraction",
+         "replicas", "max_ongoing_requests", "router", "queue", "engine",
+         "batching", "autoscaling", "count", "priority_class"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -292,6 +294,13 @@ class Parser : public YamlReader {
                             "`gpusched profiles list`)"));
     }
     OptInt(d, "tensor_parallel", 1, 64, &spec.tensor_parallel);
+    OptDouble(d, "gpu_fraction", 0, 1, &spec.gpu_fraction);
+    if (spec.gpu_fraction > 0 && spec.tensor_parallel > 1) {
+      Error(d["gpu_fraction"],
+            absl::StrCat(where,
+                         ": gpu_fraction is for replicas on part of one "
+                         "GPU; tensor_parallel must then be 1"));
+    }
     OptInt(d, "replicas", d["autoscaling"] ? 0 : 1, 1000000, &spec.replicas);
     OptInt(d, "max_ongoing_requests", 1, 1000000, &spec.max_ongoing_requests);
     if (const YAML::Node r = d["router"]; r && IsMap(r, "router")) {

@@ -9,6 +9,8 @@
 //                                  #   Bounded: a replica that does not fit
 //                                  #   swaps out idle replicas or preempts
 //                                  #   lower-priority ones (sim/serve_sim.h)
+//     gpus_per_node: 8             # GPUs come in nodes of this many; a
+//                                  #   replica's GPUs are on one node
 //     swap_min_idle_s: 0           # an idle replica is swapped out only
 //                                  #   after this long without a request
 //   cold_start:                    # replica start -> ready (sim/cold_start.h)
@@ -37,6 +39,9 @@
 //                                  #   `gpusched profiles list`)
 //       gpu: A100-80GB             # llm: GPU of the profile
 //       tensor_parallel: 1         # GPUs per replica
+//       gpu_fraction: 0            # 0 < f <= 1: a replica holds this share
+//                                  #   of one GPU instead (placement only;
+//                                  #   latency stays the profile's)
 //       replicas: 1                # fixed replica count, >= 1 (with
 //                                  #   autoscaling: initial, >= 0)
 //       max_ongoing_requests: 64   # per-replica concurrency cap
@@ -191,6 +196,9 @@ struct SimDeploymentSpec {
   std::string model;
   std::string gpu;
   int tensor_parallel = 1;
+  // > 0: a replica holds this share of one GPU (placed as a fraction: its
+  // compute share), not tensor_parallel whole GPUs.
+  double gpu_fraction = 0;
   int replicas = 1;
   int max_ongoing_requests = 64;
   // Its replicas' class for swapping and preemption (a priority class name;
@@ -279,6 +287,9 @@ struct ServeSimConfig {
   uint64_t seed = 42;
   // GPUs replicas may hold (each takes tensor_parallel); 0: unbounded.
   int cluster_gpus = 0;
+  // The cluster's GPUs come in nodes of this many (a replica's GPUs are on
+  // one node).
+  int gpus_per_node = 8;
   // An idle replica is swapped out only after this long without a request.
   double swap_min_idle_s = 0;
   ColdStartSpec cold_start;

@@ -144,6 +144,27 @@ void ReplicaSet::Launched(std::string_view replica, Micros now) {
   r->next_probe = now + options_.starting_probe;
 }
 
+void ReplicaSet::Adopted(std::string_view replica, Micros now,
+                         LifecycleOutput* out) {
+  Replica* r = Get(replica);
+  if (r == nullptr) return;
+  Launched(replica, now);
+  if (r->state != ReplicaState::kStarting) return;
+  r->state = ReplicaState::kReady;
+  r->next_probe =
+      options_.health_period > 0 ? now + options_.health_period : kNever;
+  Event(out, "replica.ready", *r, "ready (adopted)",
+        json{{"replica", r->name}, {"startup_seconds", 0}});
+}
+
+void ReplicaSet::Retry(Micros now) {
+  for (Replica& r : replicas_) {
+    if (r.state == ReplicaState::kPending && !r.launching) {
+      r.next_start = std::min(r.next_start, now);
+    }
+  }
+}
+
 void ReplicaSet::ProbeResult(std::string_view replica, bool ok, Micros now,
                              LifecycleOutput* out, std::string_view where) {
   Replica* r = Get(replica);
@@ -343,13 +364,13 @@ void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out) {
   });
 }
 
-Micros ReplicaSet::NextDeadline() const {
+Micros ReplicaSet::NextDeadline(bool pending) const {
   Micros next = kNever;
   for (const Replica& r : replicas_) {
     switch (r.state) {
       case ReplicaState::kPending:
       case ReplicaState::kBackoff:
-        if (!r.launching) next = std::min(next, r.next_start);
+        if (pending && !r.launching) next = std::min(next, r.next_start);
         break;
       case ReplicaState::kStarting:
         next = std::min(next, r.started + options_.startup_timeout + 1);

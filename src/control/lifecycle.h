@@ -146,6 +146,11 @@ class ReplicaSet {
                     Micros now, LifecycleOutput* out);
   // Its engine runs now: starting, probed for readiness.
   void Launched(std::string_view replica, Micros now);
+  // Its engine runs and serves already: ready at once (an engine adopted
+  // after a restart, or the simulator's replicas at time 0).
+  void Adopted(std::string_view replica, Micros now, LifecycleOutput* out);
+  // Pending replicas waiting for room try again at `now` (GPUs were freed).
+  void Retry(Micros now);
   // The answer to a probe action; `where` ("127.0.0.1:8001") goes into the
   // ready event.
   void ProbeResult(std::string_view replica, bool ok, Micros now,
@@ -164,8 +169,10 @@ class ReplicaSet {
   // Creates and drains replicas towards the desired count and version, and
   // emits every action that is due at `now`.
   void Reconcile(Micros now, LifecycleOutput* out);
-  // The earliest time a Reconcile has something to do (kNever: none).
-  Micros NextDeadline() const;
+  // The earliest time a Reconcile has something to do (kNever: none);
+  // without `pending`, launches of pending and backing-off replicas do not
+  // count.
+  Micros NextDeadline(bool pending = true) const;
 
   // --- Views ----------------------------------------------------------------
   const std::vector<Replica>& replicas() const { return replicas_; }

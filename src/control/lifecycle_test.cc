@@ -140,7 +140,9 @@ void RunCase(const Case& c) {
     }
     EXPECT_EQ(Actions(out), s.want_actions);
     EXPECT_EQ(Kinds(out), s.want_events);
-    if (!s.want_states.empty()) EXPECT_EQ(States(set), s.want_states);
+    if (!s.want_states.empty()) {
+      EXPECT_EQ(States(set), s.want_states);
+    }
   }
 }
 

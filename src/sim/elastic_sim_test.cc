@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "config/serve_sim_config.h"
 #include "gtest/gtest.h"
 #include "sim/cold_start.h"
@@ -214,7 +215,9 @@ TEST(ElasticSimTest, SwapsOutAnIdleModelWhenNothingFits) {
   for (const RequestOutcome& o : r.run.requests) {
     if (!o.held) continue;
     const double hold = ToSeconds(o.dispatched - o.arrival);
-    if (o.arrival == FromSeconds(30)) EXPECT_NEAR(hold, 3, 1e-3);
+    if (o.arrival == FromSeconds(30)) {
+      EXPECT_NEAR(hold, 3, 1e-3);
+    }
     EXPECT_LE(hold, 3 + 1e-3);
   }
   // Never more than the one GPU.
@@ -320,6 +323,54 @@ workload:
   ASSERT_FALSE(run.ok());
   EXPECT_NE(run.status().message().find("cluster.gpus is 1"), std::string::npos)
       << run.status();
+}
+
+// The fleet places on nodes: fractions share a GPU, a multi-GPU replica's
+// GPUs are on one node.
+TEST(ElasticSimTest, FractionsShareAGpuAndTensorParallelStaysOnOneNode) {
+  const std::string trace = WriteTrace("pack.csv", {{1, "a"}, {1, "b"}});
+  const std::string two_halves = absl::StrCat(R"(
+cluster: {gpus: 1}
+deployments:
+  - {name: a, model: llama-2-7b, gpu: A100-80GB, gpu_fraction: 0.5}
+  - {name: b, model: llama-2-7b, gpu: A100-80GB, gpu_fraction: 0.5}
+workload:
+  trace: {format: aegaeon, path: )",
+                                              trace, "}\n");
+  const Result r = Simulate(two_halves);
+  EXPECT_EQ(Completed(r.run, "a"), 1);
+  EXPECT_EQ(Completed(r.run, "b"), 1);
+  EXPECT_NEAR(r.run.capacity[0].gpu_seconds,
+              0.5 * r.run.capacity[0].replica_seconds, 1e-9);
+  // Three halves do not fit one GPU.
+  auto cfg = config::ParseServeSimYaml(
+      absl::StrReplaceAll(two_halves, {{"gpu_fraction: 0.5}\n  - {name: b",
+                                        "gpu_fraction: 0.5, replicas: 2}\n  "
+                                        "- {name: b"}}),
+      "halves.yaml", "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_FALSE(RunServeSim(*cfg).ok());
+  // Two GPUs in nodes of one: a replica of two GPUs fits nowhere; in one
+  // node of two it does.
+  const std::string only_a = WriteTrace("pack_a.csv", {{1, "a"}});
+  for (int per_node : {1, 2}) {
+    auto tp = config::ParseServeSimYaml(
+        absl::StrCat("cluster: {gpus: 2, gpus_per_node: ", per_node, R"(}
+deployments:
+  - {name: a, model: llama-2-13b, gpu: H800, tensor_parallel: 2}
+workload:
+  trace: {format: aegaeon, path: )",
+                     only_a, "}\n"),
+        "tp.yaml", "");
+    ASSERT_TRUE(tp.ok()) << tp.status();
+    auto run = RunServeSim(*tp);
+    EXPECT_EQ(run.ok(), per_node == 2) << per_node << ": " << run.status();
+    if (!run.ok()) {
+      EXPECT_NE(run.status().message().find("0 of its 1 initial replicas fit"),
+                std::string::npos)
+          << run.status();
+    }
+  }
 }
 
 TEST(ElasticSimTest, CountExpandsDeploymentsAndSyntheticTenants) {

@@ -22,6 +22,7 @@
 #include "sim/cold_start.h"
 #include "sim/replica_sim.h"
 #include "sim/serve_trace.h"
+#include "sim/sim_fleet.h"
 
 namespace gpusched::sim {
 namespace {
@@ -49,24 +50,25 @@ absl::StatusOr<Trace> LoadWorkload(const config::ServeSimConfig& cfg) {
   return trace;
 }
 
-// One simulated replica of either kind, behind one face for the loop.
+// One simulated engine of either kind, behind one face for the loop; its
+// life (start, readiness, drain, stop) is the fleet's (sim/sim_fleet.h).
 struct Replica {
-  enum class State { kStarting, kReady, kDraining, kStopped };
   ModelId deployment = 0;
   std::unique_ptr<LlmReplicaSim> llm;
   std::unique_ptr<TensorReplicaSim> tensor;
-  State state = State::kReady;
+  bool serving = false;  // takes requests from the dispatcher
+  bool stopped = false;
+  double gpus = 0;
   Micros started = 0;
-  Micros stopped = -1;
+  Micros stopped_at = -1;
   int64_t in_flight = 0;
   Micros last_used = 0;
-  int preempted_for = -1;  // the deployment its GPUs are drained for
   Micros NextEventTime() const {
     return llm ? llm->NextEventTime() : tensor->NextEventTime();
   }
 };
 
-// A deployment's capacity state.
+// A deployment's serving state.
 struct Dep {
   const config::SimDeploymentSpec* spec = nullptr;
   serving::LatencyModel latency;
@@ -74,17 +76,27 @@ struct Dep {
   int autoscale = -1;  // index in the Autoscaler; -1: fixed count
   int cls = 0;         // priority class index (0 = most important)
   bool preemptible = true;
-  int desired = 0;
-  int starting = 0, ready = 0;
-  Micros pending_since = kNever;  // a wanted replica has no GPUs yet
-  int64_t incoming_gpus = 0;      // of replicas draining for it
-  std::vector<double> ttft;       // since the last observation (slo)
+  std::vector<double> ttft;  // since the last observation (slo)
 };
 
-class Simulation : public ReplicaSimListener {
+// The fleet's options for a run: live's lifecycle rules, except that a
+// drain waits for its requests however long they take and ready replicas
+// are not health-checked (simulated engines do not fail).
+FleetOptions FleetOptionsFor(const config::ServeSimConfig& cfg) {
+  FleetOptions o;
+  o.cluster_gpus = cfg.cluster_gpus;
+  o.gpus_per_node = cfg.gpus_per_node;
+  o.swap_min_idle = FromSeconds(cfg.swap_min_idle_s);
+  o.lifecycle.drain_grace = kNever;
+  o.lifecycle.health_period = 0;
+  o.lifecycle.startup_timeout = kNever / 4;
+  return o;
+}
+
+class Simulation : public ReplicaSimListener, public FleetHost {
  public:
   explicit Simulation(const config::ServeSimConfig& cfg)
-      : cfg_(cfg), dispatcher_(cfg.seed) {}
+      : cfg_(cfg), dispatcher_(cfg.seed), fleet_(FleetOptionsFor(cfg), this) {}
 
   absl::StatusOr<ServeSimRun> Run() {
     const auto wall_start = std::chrono::steady_clock::now();
@@ -96,6 +108,7 @@ class Simulation : public ReplicaSimListener {
     ASSIGN_OR_RETURN(ColdStartModel cold,
                      ColdStartModel::Create(cfg_.cold_start, cfg_.seed));
     cold_ = std::make_unique<ColdStartModel>(std::move(cold));
+    RETURN_IF_ERROR(fleet_.Init());
     RETURN_IF_ERROR(Build(trace));
     RETURN_IF_ERROR(MakeRequests(trace));
     Loop();
@@ -214,23 +227,41 @@ class Simulation : public ReplicaSimListener {
                                                    d.replicas, 0));
         run_.elastic = true;
       }
-      dep.desired = d.replicas;
+      FleetDeployment fd;
+      fd.name = d.name;
+      fd.class_rank = dep.cls;
+      fd.priority = 100 * (static_cast<int>(cfg_.classes.size()) - dep.cls);
+      fd.preemptible = dep.preemptible;
+      fd.autoscaled = d.autoscaling;
+      fd.tensor_parallel = d.tensor_parallel;
+      fd.gpu_milli =
+          d.gpu_fraction > 0
+              ? std::max(1, static_cast<int>(d.gpu_fraction * 1000 + 0.5))
+              : 0;
       deps_.push_back(std::move(dep));
+      // A replica of it can be built (the same config builds every one).
+      RETURN_IF_ERROR(NewEngine(model).status());
+      CHECK(fleet_.AddDeployment(fd) == static_cast<int>(model));
+      fleet_.SetDesired(model, d.replicas);
       DeploymentCapacity cap;
       cap.autoscaling = d.autoscaling;
       cap.priority_class = d.priority_class;
       run_.capacity.push_back(std::move(cap));
-      // The initial replicas are running at time 0.
-      for (int i = 0; i < d.replicas; ++i) {
-        RETURN_IF_ERROR(StartReplica(model, 0, /*warm=*/true));
-      }
     }
-    if (cfg_.cluster_gpus > 0) {
-      run_.elastic = true;
-      if (used_gpus_ > cfg_.cluster_gpus) {
+    // The initial replicas are running at time 0.
+    warm_ = true;
+    fleet_.Reconcile(0);
+    warm_ = false;
+    if (cfg_.cluster_gpus > 0) run_.elastic = true;
+    for (size_t m = 0; m < deps_.size(); ++m) {
+      const config::SimDeploymentSpec& d = *deps_[m].spec;
+      if (fleet_.ready(static_cast<int>(m)) < d.replicas) {
         return absl::InvalidArgumentError(absl::StrCat(
-            cfg_.source, ": the deployments' initial replicas take ",
-            used_gpus_, " GPUs; cluster.gpus is ", cfg_.cluster_gpus));
+            cfg_.source, ":", d.line, ": deployment '", d.name,
+            "': ", fleet_.ready(static_cast<int>(m)), " of its ", d.replicas,
+            " initial replicas fit (", d.tensor_parallel,
+            " GPUs each); cluster.gpus is ", cfg_.cluster_gpus, " in nodes of ",
+            cfg_.gpus_per_node));
       }
     }
     completions_.assign(run_.deployment_names.size(), 0);
@@ -243,10 +274,9 @@ class Simulation : public ReplicaSimListener {
         {t, kind, run_.deployment_names[m], std::move(message)});
   }
 
-  // A new replica of deployment `m`: warm ones serve at once (the initial
-  // replicas), the others after a cold start.
-  absl::Status StartReplica(ModelId m, Micros now, bool warm) {
-    Dep& dep = deps_[m];
+  // A simulated engine of deployment `m`, not started.
+  absl::StatusOr<Replica> NewEngine(ModelId m) const {
+    const Dep& dep = deps_[m];
     const config::SimDeploymentSpec& d = *dep.spec;
     Replica rep;
     rep.deployment = m;
@@ -274,35 +304,81 @@ class Simulation : public ReplicaSimListener {
       if (!sim.ok()) return DeploymentError(d, sim.status().message());
       rep.tensor = *std::move(sim);
     }
+    return rep;
+  }
+
+  // FleetHost: a new engine for deployment `m`; warm ones (the initial
+  // replicas) serve at once, the others after a cold start.
+  FleetEngine StartEngine(int m, const std::string& replica, double gpus,
+                          Micros now) override {
+    (void)replica;
+    const config::SimDeploymentSpec& d = *deps_[m].spec;
+    auto made = NewEngine(static_cast<ModelId>(m));
+    CHECK(made.ok()) << made.status();  // built once in Build()
+    Replica rep = *std::move(made);
     rep.started = now;
     rep.last_used = now;
+    rep.gpus = gpus;
     const size_t id = replicas_.size();
-    used_gpus_ += d.tensor_parallel;
     live_.insert(id);
     DeploymentCapacity& cap = run_.capacity[m];
-    if (warm) {
-      rep.state = Replica::State::kReady;
-      ++dep.ready;
-      replicas_.push_back(std::move(rep));
-      Join(id);
-    } else {
-      rep.state = Replica::State::kStarting;
-      ++dep.starting;
+    Micros ready_at = now;
+    if (!warm_) {
       ++cap.starts;
       const double cold = d.cold_start_s >= 0
                               ? d.cold_start_s
                               : cold_->Sample(d.model, d.tensor_parallel);
       cap.cold_start_s.push_back(cold);
-      ready_.push({now + std::max<Micros>(1, FromSeconds(cold)), id});
-      Log(now, "replica.started", m,
-          absl::StrFormat("replica %d started (cold start %.3f s); %d GPUs "
-                          "in use",
-                          id, cold, used_gpus_));
-      replicas_.push_back(std::move(rep));
+      ready_at = now + std::max<Micros>(1, FromSeconds(cold));
     }
+    replicas_.push_back(std::move(rep));
     run_.replicas.push_back({d.name, 0, 0, 0});
     cap.replicas_max = std::max(cap.replicas_max, Live(m));
-    return absl::OkStatus();
+    return {static_cast<ReplicaId>(id), ready_at};
+  }
+
+  void StopEngine(ReplicaId id, Micros now) override {
+    Replica& r = replicas_[id];
+    r.stopped = true;
+    r.stopped_at = now;
+    live_.erase(id);
+    run_.capacity_end = std::max(run_.capacity_end, now);
+  }
+
+  void SetServing(ReplicaId id, bool serving, Micros now) override {
+    Replica& r = replicas_[id];
+    if (r.serving == serving) return;
+    r.serving = serving;
+    if (serving) {
+      r.last_used = now;
+      Join(id);
+      run_.capacity_end = std::max(run_.capacity_end, now);
+    } else {
+      dispatcher_.RemoveReplica(r.deployment, id);
+    }
+  }
+
+  int64_t InFlight(ReplicaId id) const override {
+    return replicas_[id].in_flight;
+  }
+  Micros LastUsed(ReplicaId id) const override {
+    return replicas_[id].last_used;
+  }
+  bool Queued(int m) const override {
+    return dispatcher_.queue(static_cast<ModelId>(m)).size() > 0;
+  }
+  int SwappedOut(int m) override {
+    const int a = deps_[m].autoscale;
+    const int target = std::max(0, autoscaler_.target(a) - 1);
+    autoscaler_.SetTarget(a, target);
+    return target;
+  }
+  void Log(Micros t, const char* kind, int m, std::string message) override {
+    const std::string_view k(kind);
+    if (k == "replica.evicted") ++run_.capacity[m].evictions;
+    if (k == "replica.preempted") ++run_.capacity[m].preemptions;
+    run_.events.push_back(
+        {t, kind, run_.deployment_names[m], std::move(message)});
   }
 
   // The replica takes requests from the dispatcher.
@@ -318,10 +394,10 @@ class Simulation : public ReplicaSimListener {
                            d.max_ongoing_requests, kv_budget);
   }
 
-  // Replicas of `m` holding GPUs (starting, ready or draining).
-  int Live(ModelId m) const {
+  // Engines of `m` holding GPUs (starting, ready or draining).
+  int Live(int m) const {
     int n = 0;
-    for (size_t i : live_) n += replicas_[i].deployment == m;
+    for (size_t i : live_) n += static_cast<int>(replicas_[i].deployment) == m;
     return n;
   }
 
@@ -330,213 +406,8 @@ class Simulation : public ReplicaSimListener {
     Replica& r = replicas_[id];
     --r.in_flight;
     r.last_used = now;
-    if (r.state == Replica::State::kDraining && r.in_flight == 0) {
-      stopping_.push_back(id);  // stopped once the replica's step is over
-    }
-  }
-
-  void Stop(size_t id, Micros now) {
-    Replica& r = replicas_[id];
-    if (r.state == Replica::State::kStopped) return;
-    Dep& dep = deps_[r.deployment];
-    if (r.state == Replica::State::kStarting) --dep.starting;
-    if (r.state == Replica::State::kReady) {
-      --dep.ready;
-      dispatcher_.RemoveReplica(r.deployment, static_cast<ReplicaId>(id));
-    }
-    r.state = Replica::State::kStopped;
-    r.stopped = now;
-    live_.erase(id);
-    used_gpus_ -= dep.spec->tensor_parallel;
-    if (r.preempted_for >= 0) {
-      deps_[r.preempted_for].incoming_gpus -= dep.spec->tensor_parallel;
-    }
-    freed_ = true;
-    run_.capacity_end = std::max(run_.capacity_end, now);
-    Log(now, "replica.stopped", r.deployment,
-        absl::StrFormat("replica %d stopped; %d GPUs in use", id, used_gpus_));
-  }
-
-  // No new request; stopped when its in-flight ones are done.
-  void Drain(size_t id, Micros now) {
-    Replica& r = replicas_[id];
-    if (r.in_flight == 0) return Stop(id, now);
-    --deps_[r.deployment].ready;
-    dispatcher_.RemoveReplica(r.deployment, static_cast<ReplicaId>(id));
-    r.state = Replica::State::kDraining;
-  }
-
-  // Starts or stops replicas of `m` towards its desired count.
-  void Reconcile(ModelId m, Micros now) {
-    Dep& dep = deps_[m];
-    const int tp = dep.spec->tensor_parallel;
-    while (dep.starting + dep.ready < dep.desired) {
-      if (!MakeRoom(m, tp, now)) {
-        if (dep.pending_since == kNever) {
-          dep.pending_since = now;
-          Log(now, "replica.pending", m,
-              absl::StrFormat("no room: %d of %d GPUs in use, %d GPUs "
-                              "draining for it",
-                              used_gpus_, cfg_.cluster_gpus,
-                              dep.incoming_gpus));
-        }
-        break;
-      }
-      dep.pending_since = kNever;
-      const absl::Status st = StartReplica(m, now, /*warm=*/false);
-      CHECK(st.ok()) << st.message();  // the same config started at time 0
-    }
-    if (dep.starting + dep.ready >= dep.desired) dep.pending_since = kNever;
-    while (dep.starting + dep.ready > dep.desired) {
-      // Starting replicas first (the latest), then the least busy ready one.
-      size_t pick = replicas_.size();
-      for (size_t i : live_) {
-        const Replica& r = replicas_[i];
-        if (r.deployment != m) continue;
-        if (r.state == Replica::State::kStarting) {
-          pick = i;
-        } else if (r.state == Replica::State::kReady &&
-                   (pick == replicas_.size() ||
-                    (replicas_[pick].state == Replica::State::kReady &&
-                     r.in_flight < replicas_[pick].in_flight))) {
-          pick = i;
-        }
-      }
-      CHECK(pick < replicas_.size());
-      if (replicas_[pick].state == Replica::State::kStarting) {
-        Stop(pick, now);
-      } else {
-        Drain(pick, now);
-      }
-    }
-  }
-
-  // Frees `need` GPUs for deployment `m` if it can (see serve_sim.h): true
-  // when they are free now. Preempted replicas free theirs once drained.
-  bool MakeRoom(ModelId m, int need, Micros now) {
-    if (cfg_.cluster_gpus <= 0) return true;
-    int64_t free = cfg_.cluster_gpus - used_gpus_;
-    if (free >= need) return true;
-    Dep& dep = deps_[m];
-    // Swap candidates (autoscale/swap.h, the live controller's rule), and
-    // the rest of the lower classes for preemption.
-    std::vector<autoscale::SwapCandidate> candidates;
-    for (size_t i : live_) {
-      const Replica& r = replicas_[i];
-      if (r.state != Replica::State::kReady || r.deployment == m) continue;
-      const Dep& v = deps_[r.deployment];
-      candidates.push_back(
-          {static_cast<int64_t>(i), static_cast<int>(r.deployment), v.cls,
-           v.autoscale >= 0, v.preemptible,
-           r.in_flight == 0 && dispatcher_.queue(r.deployment).size() == 0,
-           r.last_used});
-    }
-    std::vector<size_t> idle, busy;
-    absl::flat_hash_set<size_t> swappable;
-    for (const autoscale::SwapCandidate& c :
-         autoscale::SwapOrder(candidates, static_cast<int>(m), dep.cls, now,
-                              FromSeconds(cfg_.swap_min_idle_s))) {
-      idle.push_back(static_cast<size_t>(c.id));
-      swappable.insert(static_cast<size_t>(c.id));
-    }
-    for (const autoscale::SwapCandidate& c : candidates) {
-      if (c.preemptible && c.class_rank > dep.cls &&
-          !swappable.contains(static_cast<size_t>(c.id))) {
-        busy.push_back(static_cast<size_t>(c.id));
-      }
-    }
-    std::sort(busy.begin(), busy.end(), [&](size_t a, size_t b) {
-      const int ca = deps_[replicas_[a].deployment].cls;
-      const int cb = deps_[replicas_[b].deployment].cls;
-      if (ca != cb) return ca > cb;
-      if (replicas_[a].in_flight != replicas_[b].in_flight) {
-        return replicas_[a].in_flight < replicas_[b].in_flight;
-      }
-      return a > b;  // the most recent first
-    });
-    // The fewest victims, idle ones first, that make it fit.
-    int64_t reach = free + dep.incoming_gpus;
-    size_t n_idle = 0, n_busy = 0;
-    while (reach < need && n_idle < idle.size()) {
-      reach +=
-          deps_[replicas_[idle[n_idle++]].deployment].spec->tensor_parallel;
-    }
-    const int64_t by_swap = reach;
-    while (reach < need && n_busy < busy.size()) {
-      reach +=
-          deps_[replicas_[busy[n_busy++]].deployment].spec->tensor_parallel;
-    }
-    if (reach < need) return false;  // pending until GPUs are freed
-    for (size_t k = 0; k < n_idle; ++k) {
-      const size_t id = idle[k];
-      const ModelId vm = replicas_[id].deployment;
-      Dep& v = deps_[vm];
-      Log(now, "replica.evicted", vm,
-          absl::StrFormat("replica %d swapped out for %s (class %s): idle "
-                          "%.3f s, least recently used of class %s or lower",
-                          id, run_.deployment_names[m],
-                          dep.spec->priority_class,
-                          ToSeconds(now - replicas_[id].last_used),
-                          dep.spec->priority_class));
-      Stop(id, now);
-      --v.desired;
-      autoscaler_.SetTarget(v.autoscale, v.desired);
-      ++run_.capacity[vm].evictions;
-    }
-    if (by_swap >= need && dep.incoming_gpus == 0) return true;
-    for (size_t k = 0; k < n_busy; ++k) {
-      const size_t id = busy[k];
-      const ModelId vm = replicas_[id].deployment;
-      replicas_[id].preempted_for = static_cast<int>(m);
-      dep.incoming_gpus += deps_[vm].spec->tensor_parallel;
-      ++run_.capacity[vm].preemptions;
-      Log(now, "replica.preempted", vm,
-          absl::StrFormat("replica %d (class %s, %d in flight) preempted "
-                          "for %s (class %s); draining",
-                          id, deps_[vm].spec->priority_class,
-                          replicas_[id].in_flight, run_.deployment_names[m],
-                          dep.spec->priority_class));
-      Drain(id, now);
-      // Its deployment keeps its count: the replica waits for room again.
-      Dep& v = deps_[vm];
-      if (v.pending_since == kNever) v.pending_since = now;
-    }
-    return cfg_.cluster_gpus - used_gpus_ >= need;
-  }
-
-  // With swap_min_idle_s, when a pending replica may next find an idle
-  // replica old enough to swap out (kNever: none pending, or no such wait).
-  Micros NextSwapChance(Micros now) const {
-    if (cfg_.swap_min_idle_s <= 0) return kNever;
-    bool pending = false;
-    for (const Dep& d : deps_) pending |= d.pending_since != kNever;
-    if (!pending) return kNever;
-    const Micros min_idle = FromSeconds(cfg_.swap_min_idle_s);
-    Micros next = kNever;
-    for (size_t i : live_) {
-      const Replica& r = replicas_[i];
-      if (r.state != Replica::State::kReady || r.in_flight > 0) continue;
-      const Micros t = r.last_used + min_idle;
-      if (t > now) next = std::min(next, t);
-    }
-    return next;
-  }
-
-  // GPUs were freed: pending replicas start, by class, then waiting time.
-  void ReconcilePending(Micros now) {
-    freed_ = false;
-    std::vector<ModelId> pending;
-    for (size_t m = 0; m < deps_.size(); ++m) {
-      if (deps_[m].pending_since != kNever) pending.push_back(m);
-    }
-    std::sort(pending.begin(), pending.end(), [&](ModelId a, ModelId b) {
-      if (deps_[a].cls != deps_[b].cls) return deps_[a].cls < deps_[b].cls;
-      if (deps_[a].pending_since != deps_[b].pending_since) {
-        return deps_[a].pending_since < deps_[b].pending_since;
-      }
-      return a < b;
-    });
-    for (ModelId m : pending) Reconcile(m, now);
+    // A draining one stops once its last request is done.
+    if (!r.serving && r.in_flight == 0) fleet_.Poke();
   }
 
   void Observe(ModelId m, Micros now) {
@@ -544,8 +415,8 @@ class Simulation : public ReplicaSimListener {
     autoscale::Observation o;
     o.in_flight = dispatcher_.outstanding(m);
     o.queued = static_cast<int64_t>(dispatcher_.queue(m).size());
-    o.ready = dep.ready;
-    o.starting = std::max(dep.starting, dep.desired - dep.ready);
+    o.ready = fleet_.ready(static_cast<int>(m));
+    o.starting = fleet_.starting(static_cast<int>(m));
     observed_load_ |= o.in_flight + o.queued > 0;
     o.ttft_samples_s = std::move(dep.ttft);
     dep.ttft.clear();
@@ -573,8 +444,7 @@ class Simulation : public ReplicaSimListener {
           absl::StrCat("from ", d.from, " to ", d.to, " replicas (",
                        autoscale::ReasonName(d.reason), ": ",
                        d.signals.ToString(), ")"));
-      deps_[m].desired = d.to;
-      Reconcile(m, now);
+      fleet_.SetDesired(static_cast<int>(m), d.to);
     }
   }
 
@@ -688,7 +558,9 @@ class Simulation : public ReplicaSimListener {
       s.queued.push_back(dispatcher_.queue(static_cast<ModelId>(m)).size());
       s.outstanding.push_back(dispatcher_.outstanding(static_cast<ModelId>(m)));
     }
-    for (const Dep& dep : deps_) s.replicas.push_back(dep.starting + dep.ready);
+    for (size_t m = 0; m < deps_.size(); ++m) {
+      s.replicas.push_back(fleet_.active(static_cast<int>(m)));
+    }
     s.arrivals = arrivals_;
     s.completions = completions_;
     std::fill(arrivals_.begin(), arrivals_.end(), 0);
@@ -719,46 +591,34 @@ class Simulation : public ReplicaSimListener {
       const Micros t_arrival =
           next_arrival < n ? sim_requests_[next_arrival].req.arrival : kNever;
       const Micros t_timeout = dispatcher_.NextTimeout();
-      Micros t_control = ready_.empty() ? kNever : ready_.top().first;
+      // The fleet's probes and drains; its retries of pending replicas
+      // only while something else goes on: requests held where no replica
+      // can start (nothing frees GPUs) end the run unserved rather than
+      // keep it going.
+      const Micros t_fleet = fleet_.NextDeadline();
+      const bool busy = next_arrival < n || !events_.empty() ||
+                        t_fleet != kNever ||
+                        (observed_load_ && queued_total_ == 0);
+      Micros t_control = std::min(t_fleet, fleet_.NextRetry(now, busy));
       Micros t_deadline = kNever;
       if (autoscaling) {
         // Periodic observations while there is work; after it, only the
         // autoscaler's own timers (idle timeouts, delays).
-        // Requests held where no replica can start (nothing frees GPUs)
-        // end the run unserved rather than keep it going.
-        const bool busy = next_arrival < n || !events_.empty() ||
-                          !ready_.empty() ||
-                          (observed_load_ && queued_total_ == 0);
         if (busy) t_control = std::min(t_control, next_tick);
         t_deadline = autoscaler_.NextDeadline();
         if (t_deadline <= last_evaluate_) t_deadline = kNever;
         t_control = std::min(t_control, t_deadline);
       }
-      const Micros t_swap = NextSwapChance(now);
-      now = std::min({t_event, t_arrival, t_timeout, t_control, t_swap});
-      if (now == kNever) break;
-      if (now == t_swap) freed_ = true;  // retry the pending replicas
+      now = std::max(now, std::min({t_event, t_arrival, t_timeout, t_control}));
+      if (std::min({t_event, t_arrival, t_timeout, t_control}) == kNever) {
+        break;
+      }
       while (next_sample <= now) {
         Sample(next_sample);
         next_sample += sample_every;
       }
-      // Replicas ready now.
-      while (!ready_.empty() && ready_.top().first == now) {
-        const size_t id = ready_.top().second;
-        ready_.pop();
-        Replica& rep = replicas_[id];
-        if (rep.state != Replica::State::kStarting) continue;  // cancelled
-        rep.state = Replica::State::kReady;
-        rep.last_used = now;
-        Dep& dep = deps_[rep.deployment];
-        --dep.starting;
-        ++dep.ready;
-        Join(id);
-        run_.capacity_end = std::max(run_.capacity_end, now);
-        Log(now, "replica.ready", rep.deployment,
-            absl::StrFormat("replica %d ready after %.3f s", id,
-                            ToSeconds(now - rep.started)));
-      }
+      // Readiness, drains and retries due now.
+      if (fleet_.dirty() || now >= t_control) fleet_.Reconcile(now);
       // Replica iterations that end now.
       while (!events_.empty() && events_.top().first == now) {
         const size_t r = events_.top().second;
@@ -773,10 +633,9 @@ class Simulation : public ReplicaSimListener {
         PublishLoad(r);
         Schedule(r);
       }
-      StopDrained(now);
-      // GPUs just freed go to the pending replicas (by class) before any
-      // new decision may take them.
-      if (freed_) ReconcilePending(now);
+      // Replicas drained by them stop; the GPUs freed go to the pending
+      // replicas (by class) before any new decision may take them.
+      if (fleet_.dirty()) fleet_.Reconcile(now);
       // Arrivals.
       bool held_arrival = false;
       while (next_arrival < n &&
@@ -787,7 +646,7 @@ class Simulation : public ReplicaSimListener {
         if (v.admitted()) {
           SetQueued(r.tenant, +1, now);
           const Dep& dep = deps_[r.model];
-          if (dep.ready == 0) {
+          if (fleet_.ready(static_cast<int>(r.model)) == 0) {
             run_.requests[r.id].held = true;
             // At zero replicas: the autoscaler hears of it at once.
             if (dep.autoscale >= 0 && autoscaler_.target(dep.autoscale) == 0) {
@@ -818,7 +677,8 @@ class Simulation : public ReplicaSimListener {
           Decide(now);
         }
       }
-      if (freed_) ReconcilePending(now);
+      // Decisions take effect before the dispatch.
+      if (fleet_.dirty()) fleet_.Reconcile(now);
       assigned.clear();
       dispatcher_.Dispatch(now, &assigned);
       for (const serving::Assignment& a : assigned) {
@@ -841,8 +701,7 @@ class Simulation : public ReplicaSimListener {
         PublishLoad(a.replica);
         Schedule(a.replica);
       }
-      StopDrained(now);
-      if (freed_) ReconcilePending(now);
+      if (fleet_.dirty()) fleet_.Reconcile(now);
     }
     Sample(next_sample);
     Micros end = 0;
@@ -856,9 +715,9 @@ class Simulation : public ReplicaSimListener {
       const Replica& rep = replicas_[r];
       DeploymentCapacity& cap = run_.capacity[rep.deployment];
       const double held = ToSeconds(
-          (rep.stopped >= 0 ? rep.stopped : capacity_end) - rep.started);
+          (rep.stopped_at >= 0 ? rep.stopped_at : capacity_end) - rep.started);
       cap.replica_seconds += held;
-      cap.gpu_seconds += held * deps_[rep.deployment].spec->tensor_parallel;
+      cap.gpu_seconds += held * rep.gpus;
       ReplicaStats& st = run_.replicas[r];
       if (replicas_[r].llm) {
         const LlmReplicaCounters& c = replicas_[r].llm->counters();
@@ -878,17 +737,6 @@ class Simulation : public ReplicaSimListener {
 
   size_t rep_deployment(size_t r) const { return replicas_[r].deployment; }
 
-  // Draining replicas whose last request left stop.
-  void StopDrained(Micros now) {
-    for (size_t id : stopping_) {
-      if (replicas_[id].state == Replica::State::kDraining &&
-          replicas_[id].in_flight == 0) {
-        Stop(id, now);
-      }
-    }
-    stopping_.clear();
-  }
-
   const config::ServeSimConfig& cfg_;
   serving::Dispatcher dispatcher_;
   ServeSimRun run_;
@@ -905,19 +753,13 @@ class Simulation : public ReplicaSimListener {
   autoscale::Autoscaler autoscaler_;
   std::vector<autoscale::Decision> decisions_;  // scratch
   std::unique_ptr<ColdStartModel> cold_;
-  int64_t used_gpus_ = 0;
+  SimFleet fleet_;
+  bool warm_ = false;  // engines started now serve at once (time 0)
   int64_t queued_total_ = 0;
-  bool freed_ = false;
   // The last observation saw load: observe again once it is gone.
-  bool observed_load_ =
-      false;  // GPUs were freed since the last ReconcilePending
+  bool observed_load_ = false;
   Micros last_evaluate_ = -1;
-  std::vector<size_t> stopping_;  // drained replicas to stop
   absl::btree_set<size_t> live_;  // replicas not stopped, by id
-  // (ready time, replica) min-heap of starting replicas.
-  std::priority_queue<std::pair<Micros, size_t>,
-                      std::vector<std::pair<Micros, size_t>>, std::greater<>>
-      ready_;
   // (time, replica) min-heap; entries go stale when a replica's next event
   // moves, and are skipped.
   std::priority_queue<std::pair<Micros, size_t>,

@@ -4,24 +4,17 @@
 // an LRU prefix cache; dynamic batching for tensor models) whose iteration
 // times come from the fitted latency models.
 //
-// Capacity: deployments without `autoscaling` hold their replicas from time
-// 0 to the end. Autoscaled ones are driven by autoscale::Autoscaler,
-// observed every `autoscaling_interval_s` and at each request that arrives
-// with no replica ready (held in the queue until one is); replicas started
-// after time 0 are ready after a cold start (sim/cold_start.h).
-// With `cluster.gpus` > 0, a replica that does not fit waits (pending), or
-// makes room:
-//   1. swap: idle replicas (nothing in flight, nothing queued for their
-//      deployment) of autoscaled deployments of a lower or equal class are
-//      evicted, lowest class first, then least recently used
-//      (autoscale::SwapOrder, as live), once idle `swap_min_idle_s`; their
-//      autoscaler target drops by one;
-//   2. preemption: when idle ones are not enough, replicas of strictly lower
-//      classes are preempted, lowest class first, then fewest in flight:
-//      drained (no new request; in-flight ones finish), then stopped; their
-//      deployment keeps its count and restarts them when room returns.
-//   A class with `preemptible: false` is never evicted nor preempted. The
-//   GPUs freed go to pending replicas by class, then by waiting time.
+// Capacity: every deployment's replicas live in the control core the live
+// controller runs (control::ReplicaSet), driven by sim::SimFleet
+// (sim/sim_fleet.h): placement on nodes (cluster.gpus in nodes of
+// cluster.gpus_per_node; tensor_parallel GPUs on one node or gpu_fraction
+// of one GPU) by the scheduler live uses, room from control::PlanRoom (swap
+// idle replicas of autoscaled deployments, then preempt lower priorities;
+// victims drain), readiness at the first 10 ms probe after a replica's cold
+// start (sim/cold_start.h). The initial replicas serve from time 0.
+// Autoscaled deployments are driven by autoscale::Autoscaler, observed every
+// `autoscaling_interval_s` and at each request that arrives with no replica
+// ready (held in the queue until one is).
 // Deterministic: the same config and seed give the same results. Not
 // thread-safe; one run per object.
 #ifndef GPUSCHED_SIM_SERVE_SIM_H_
