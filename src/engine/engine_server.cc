@@ -34,6 +34,15 @@ struct EngineServer::State {
   EngineStats published;              // guarded by mu
   std::thread loop;
   uint64_t next_completion = 1;  // guarded by mu
+  // Tokens and ends of the current iteration (loop thread only): sent once
+  // it is over, so in profile mode a token leaves when its modeled
+  // iteration ends, as on the GPU.
+  std::vector<std::function<void()>> deferred;
+
+  void Flush() {
+    for (auto& f : deferred) f();
+    deferred.clear();
+  }
 
   void Run() {
     for (;;) {
@@ -49,12 +58,24 @@ struct EngineServer::State {
           }
           inbox.clear();
           core.CancelAll();
+          Flush();
           return;
         }
         incoming.swap(inbox);
       }
       for (SequenceRequest& r : incoming) {
         auto on_finish = r.on_finish;
+        if (auto tok = std::move(r.on_token)) {
+          r.on_token = [this, tok](int32_t t) {
+            deferred.push_back([tok, t] { tok(t); });
+          };
+        }
+        if (on_finish) {
+          r.on_finish = [this, on_finish](FinishReason why, int64_t cached) {
+            deferred.push_back(
+                [on_finish, why, cached] { on_finish(why, cached); });
+          };
+        }
         auto id = core.Add(std::move(r));
         // Validated before queuing; a failure here still gets an answer.
         if (!id.ok() && on_finish) on_finish(FinishReason::kCancelled, 0);
@@ -71,6 +92,7 @@ struct EngineServer::State {
             start + std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::duration<double>(step.seconds)));
       }
+      Flush();
     }
   }
 };

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@ struct EngineFlags {
   int tensor_parallel = 1;
   engine::EngineOptions options;
   double drain_s = 30;
+  double load_s = 0;
 };
 
 int Fail(const std::string& msg) {
@@ -49,6 +51,13 @@ int RunEngine(EngineFlags flags) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // The model load: nothing listens yet (readiness probes are refused),
+  // and SIGTERM or SIGINT ends it.
+  if (flags.load_s > 0) {
+    const long long ns = static_cast<long long>(flags.load_s * 1e9);
+    timespec ts{static_cast<time_t>(ns / 1000000000), ns % 1000000000};
+    if (sigtimedwait(&signals, nullptr, &ts) > 0) return 0;
+  }
   net::HttpServerOptions http;
   http.address = flags.host;
   http.port = static_cast<uint16_t>(flags.port);
@@ -109,6 +118,11 @@ void AddEngineCommand(CLI::App& app) {
                   "prompt + output token limit")
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "HTTP I/O threads")
+      ->capture_default_str();
+  cmd->add_option("--load-seconds", flags->load_s,
+                  "how long the engine loads before it listens (a model's "
+                  "weight load; 0..3600)")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   cmd->add_option("--drain-seconds", flags->drain_s,
                   "on SIGTERM, how long in-flight requests may finish")
