@@ -160,6 +160,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
     gateway::Gateway* gateway, std::unique_ptr<runtime::Launcher> launcher) {
   std::unique_ptr<Controller> c(new Controller());
+  // No other thread sees it yet; the lock keeps the analysis whole.
+  absl::MutexLock lock(&c->mu_);
   c->launcher_ = launcher != nullptr
                      ? std::move(launcher)
                      : std::make_unique<runtime::LocalLauncher>();
@@ -249,7 +251,7 @@ absl::Status Controller::Start() {
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
     ASSIGN_OR_RETURN(deployments, store_->ListDeployments());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [docs, what] :
        {std::pair{&tenants, "tenant"}, std::pair{&deployments, "deployment"}}) {
     for (const runtime::Document& doc : *docs) {
@@ -308,13 +310,12 @@ absl::Status Controller::Start() {
 
 void Controller::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  wake_.notify_all();
   if (loop_.joinable()) loop_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const Micros now = SteadyNow();
   for (auto& [name, d] : deployments_) {
     for (auto& [rn, r] : d.procs) {
@@ -337,35 +338,31 @@ void Controller::Stop() {
 
 void Controller::OnDemand(const std::string& deployment, Micros arrival) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = deployments_.find(deployment);
     if (it == deployments_.end()) return;
     if (it->second.demand_arrival == 0) it->second.demand_arrival = arrival;
     dirty_ = true;
   }
-  wake_.notify_all();
 }
 
 void Controller::Wake() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    dirty_ = true;
-  }
-  wake_.notify_all();
+  absl::MutexLock lock(&mu_);
+  dirty_ = true;
 }
 
 void Controller::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   Micros next_gpu_read = SteadyNow() + options_.gpu_read_period;
   while (!stopping_) {
     Reconcile(SteadyNow());
     // At least 1 ms: a deadline already due runs at the next pass.
     const Micros wait = std::max<Micros>(
         kMicrosPerMilli, std::min(next_wake_ - SteadyNow(), options_.tick));
-    wake_.wait_for(lock, std::chrono::microseconds(wait),
-                   [this] { return dirty_ || stopping_; });
+    mu_.AwaitWithTimeout(absl::Condition(this, &Controller::WakeDue),
+                         absl::Microseconds(wait));
     dirty_ = false;
-    lock.unlock();
+    mu_.Unlock();
     gateway_->Tick();
     // NVML GPUs are read again now and then (memory used, utilization,
     // health), outside the lock: a read takes milliseconds.
@@ -378,9 +375,10 @@ void Controller::Loop() {
         gpus = *std::move(read);
       }
     }
-    lock.lock();
+    mu_.Lock();
     if (gpus) RefreshGpus(*std::move(gpus));
   }
+  mu_.Unlock();
 }
 
 void Controller::RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus) {

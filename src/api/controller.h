@@ -26,15 +26,14 @@
 // Threads: a loop thread reconciles every `tick` (and at once after a
 // change, sooner when a deadline such as a starting replica's next
 // readiness probe or an autoscaling delay is due); the API calls come from
-// HTTP threads. One mutex guards the
-// controller's state; the Store has its own (lock order: state, store).
+// HTTP threads. One absl::Mutex guards the controller's state (annotated,
+// checked by clang's -Wthread-safety: tests/thread_safety_test.sh); the
+// Store has its own (lock order: state, store).
 #ifndef GPUSCHED_API_CONTROLLER_H_
 #define GPUSCHED_API_CONTROLLER_H_
 
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,6 +42,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "api/controller_metrics.h"
 #include "autoscale/autoscaler.h"
 #include "config/manifest.h"
@@ -243,50 +243,60 @@ class Controller {
 
   Controller() = default;
   void Loop();
-  void Reconcile(Micros now);                           // mu_ held
-  void ReconcileDeployment(Deployment& d, Micros now);  // mu_ held
-  // mu_ held: the attached endpoints of `d`, probed.
-  void ReconcileExternal(Deployment& d, Micros now);
-  // mu_ held: records the core's events, then carries out its actions.
-  void Carry(Deployment& d, control::LifecycleOutput& out, Micros now);
-  // mu_ held: places `r` if it is not, and starts its engine; reports the
+  void Reconcile(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReconcileDeployment(Deployment& d, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // the attached endpoints of `d`, probed.
+  void ReconcileExternal(Deployment& d, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+          mu_);  // records the core's events, then carries out its actions.
+  void Carry(Deployment& d, control::LifecycleOutput& out, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+          mu_);  // places `r` if it is not, and starts its engine; reports the
   // outcome to the core (into `out`).
   void Launch(Deployment& d, Replica& r, Micros now,
-              control::LifecycleOutput* out);
-  void Probe(Deployment& d, Replica& r, Micros now);   // mu_ held
-  void Scrape(Deployment& d, Replica& r, Micros now);  // mu_ held
+              control::LifecycleOutput* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Probe(Deployment& d, Replica& r, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Scrape(Deployment& d, Replica& r, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnProbe(const std::string& deployment, const std::string& replica,
                runtime::ProcessId pid, bool ok);
-  std::vector<Row> Rows(const Deployment& d) const;
+  std::vector<Row> Rows(const Deployment& d) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Options of the core for a deployment launched from `engine`.
   control::LifecycleOptions LifecycleOptionsFor(
       const runtime::EngineTemplate& engine) const;
-  void HandleExits(Micros now);                                  // mu_ held
-  void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus);  // mu_ held
-  void PushReady(Deployment& d);                                 // mu_ held
+  void HandleExits(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushReady(Deployment& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replicas of the current version that should run: the autoscaler's
   // target, else spec.replicas.
-  int ReplicaTarget(const Deployment& d) const;  // mu_ held
+  int ReplicaTarget(const Deployment& d) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Observes every autoscaled deployment, evaluates, carries out and
   // records the decisions.
-  void Autoscale(Micros now);  // mu_ held
+  void Autoscale(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new Autoscaler with the deployments still autoscaled (at their
   // current targets): the Autoscaler cannot remove one.
-  void RebuildAutoscaler(Micros now);  // mu_ held
+  void RebuildAutoscaler(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The gateway's demand sink: a request is held at zero replicas.
   void OnDemand(const std::string& deployment, Micros arrival);
-  void Release(Replica& r);  // mu_ held: its GPUs go back
-  // mu_ held: takes no new request; in-flight ones finish (up to
+  void Release(Replica& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // its GPUs go back
+  // takes no new request; in-flight ones finish (up to
   // drain_grace), then the engine stops and the replica is forgotten.
   void DrainReplica(Deployment& d, const std::string& replica,
-                    const std::string& why, Micros now);
-  // mu_ held: `r` (of `d`) does not fit. Swaps out idle replicas of
+                    const std::string& why, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+          mu_);  // `r` (of `d`) does not fit. Swaps out idle replicas of
   // autoscaled deployments of a lower or equal class (lowest class, then
   // least recently used, first), else preempts by the cluster layer's rules
   // (placement/preemption.h); victims drain. True when victims are
   // draining for it (it is placed once they are gone).
   bool MakeRoom(Deployment& d, Replica& r, const placement::PodRequest& pod,
-                Micros now);
+                Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The deployment's weights path expanded ("" when none is declared).
   std::string WeightsPath(const Deployment& d) const;
   // Index of the class in options_.classes (0 = most important).
@@ -296,52 +306,62 @@ class Controller {
   inventory::PodInfo PodInfoOf(const Deployment& d) const;
   // Adds the GPU time held since the last call to the metrics (about once
   // a second).
-  void AccrueGpuTime(Micros now);  // mu_ held
+  void AccrueGpuTime(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& kind, const std::string& deployment,
              const std::string& message, nlohmann::json details = {});
   absl::Status ApplyDeployment(const config::DeploymentSpec& spec,
-                               ApplyResult* result, bool persist);  // mu_ held
+                               ApplyResult* result, bool persist)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyTenant(const config::TenantSpec& spec, ApplyResult* result,
-                           bool persist);  // mu_ held
+                           bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckRuntime(const config::DeploymentSpec& d, const std::string& where,
-                    std::vector<std::string>* problems);
+                    std::vector<std::string>* problems)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillOrphans();
   std::string PidFile(const std::string& replica) const;
-  nlohmann::json ReplicaJson(const Deployment& d, const Row& r) const;
-  nlohmann::json DeploymentJson(const Deployment& d);  // mu_ held
+  nlohmann::json ReplicaJson(const Deployment& d, const Row& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json DeploymentJson(const Deployment& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GPU `g` of node `n`: allocation, and NVML readings where there are.
-  ControllerMetrics::Snapshot::Gpu GpuView(int n, int g) const;  // mu_ held
-  void Wake();
+  ControllerMetrics::Snapshot::Gpu GpuView(int n, int g) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+  // The loop's wait ends: a change, or Stop().
+  bool WakeDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return dirty_ || stopping_;
+  }
 
   ControllerOptions options_;
   ControllerCluster cluster_;
   runtime::Store* store_ = nullptr;
   gateway::Gateway* gateway_ = nullptr;
 
-  std::mutex mu_;  // the controller's state
-  std::condition_variable wake_;
-  bool dirty_ = false;
-  bool stopping_ = false;
-  std::map<std::string, Deployment> deployments_;
-  std::map<std::string, Tenant> tenants_;
-  inventory::ClusterState cluster_state_;
-  std::unique_ptr<placement::Scheduler> scheduler_;
+  // The controller's state. cluster_ (its NVML readings) is written by the
+  // loop thread only, under mu_; the loop reads it without.
+  absl::Mutex mu_;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, Deployment> deployments_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  inventory::ClusterState cluster_state_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<placement::Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   // Weights path -> nodes where it is local (a replica loaded it there, or
   // it exists on this machine's disk).
-  std::map<std::string, std::set<int>> weights_nodes_;
+  std::map<std::string, std::set<int>> weights_nodes_ ABSL_GUARDED_BY(mu_);
   // The scheduler's filters, for preemption plans.
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();
-  std::unique_ptr<runtime::Launcher> launcher_;
+  std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
-  Micros last_accrue_ = 0;  // guarded by mu_
-  // Guarded by mu_: the autoscaled deployments' policy, its decisions
-  // (scratch), and when the loop must run next at the latest.
-  std::unique_ptr<autoscale::Autoscaler> autoscaler_ =
+  Micros last_accrue_ ABSL_GUARDED_BY(mu_) = 0;
+  // The autoscaled deployments' policy, its decisions (scratch), and when
+  // the loop must run next at the latest.
+  std::unique_ptr<autoscale::Autoscaler> autoscaler_ ABSL_GUARDED_BY(mu_) =
       std::make_unique<autoscale::Autoscaler>();
-  std::vector<autoscale::Decision> decisions_;
-  Micros next_wake_ = 0;
+  std::vector<autoscale::Decision> decisions_ ABSL_GUARDED_BY(mu_);
+  Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpusched::api

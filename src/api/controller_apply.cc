@@ -124,7 +124,7 @@ void Controller::CheckRuntime(const config::DeploymentSpec& d,
 absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
     const std::vector<config::Manifest>& manifests) {
   std::vector<std::string> problems;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const config::Manifest& m : manifests) {
     const std::string where = absl::StrCat(
         m.kind == config::Manifest::Kind::kDeployment ? "Deployment/"
@@ -166,7 +166,6 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
     }
   }
   dirty_ = true;
-  wake_.notify_all();
   return results;
 }
 
@@ -287,7 +286,7 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
 
 absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
                                                const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ApplyResult result{
       kind == config::Manifest::Kind::kTenant ? "Tenant" : "Deployment", name,
       "deleted"};
@@ -318,14 +317,13 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
                      " deleted: queued requests are served, then its "
                      "replicas drain and stop"));
   dirty_ = true;
-  wake_.notify_all();
   return result;
 }
 
 absl::Status Controller::Scale(const std::string& name, int replicas) {
   config::DeploymentSpec spec;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = deployments_.find(name);
     if (it == deployments_.end() || it->second.deleting) {
       return absl::NotFoundError(

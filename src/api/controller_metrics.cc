@@ -192,7 +192,7 @@ ControllerMetrics::ControllerMetrics(metrics::Registry* r,
 
 void ControllerMetrics::SetSource(std::function<Snapshot()> source) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     source_ = std::move(source);
   }
 }
@@ -238,7 +238,7 @@ void ControllerMetrics::EngineScraped(const std::string& deployment,
   if (s.prefix_cache_queries < 0 || s.prefix_cache_hits < 0) return;
   double dq, dh;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto [it, fresh] =
         engine_prefix_.try_emplace({deployment, replica}, std::pair{0.0, 0.0});
     auto& [q, h] = it->second;
@@ -268,7 +268,7 @@ void ControllerMetrics::Accrue(
   std::vector<std::pair<std::string, double>> used;
   double total = 0;
   if (gateway_) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [tenant, tokens] : gateway_->TokensByTenant(deployment)) {
       double& seen = tokens_seen_[{deployment, tenant}];
       if (tokens > seen) {
@@ -290,7 +290,7 @@ void ControllerMetrics::Accrue(
 void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
   std::function<Snapshot()> source;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     source = source_;
   }
   if (!source) return;

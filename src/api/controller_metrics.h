@@ -21,11 +21,11 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gateway/gateway_metrics.h"
 #include "metrics/registry.h"
 #include "placement/scheduler.h"
@@ -115,14 +115,14 @@ class ControllerMetrics {
   metrics::CounterFamily* tenant_gpu_seconds_;
   metrics::CounterFamily* tenant_cost_;
 
-  std::mutex mu_;
-  std::function<Snapshot()> source_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
   // Last seen engine counters per replica: {queries, hits}.
   std::map<std::pair<std::string, std::string>, std::pair<double, double>>
-      engine_prefix_;  // guarded by mu_
+      engine_prefix_ ABSL_GUARDED_BY(mu_);
   // Tokens per (deployment, tenant) at the last Accrue.
-  std::map<std::pair<std::string, std::string>, double>
-      tokens_seen_;  // guarded by mu_
+  std::map<std::pair<std::string, std::string>, double> tokens_seen_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpusched::api

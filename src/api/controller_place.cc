@@ -42,13 +42,17 @@ void Controller::DrainReplica(Deployment& d, const std::string& replica,
 bool Controller::MakeRoom(Deployment& d, Replica& r,
                           const placement::PodRequest& pod, Micros now) {
   // Victims already draining for it: wait for them.
-  std::erase_if(r.awaiting, [&](const std::string& victim) {
+  std::vector<std::string> still;
+  for (const std::string& victim : r.awaiting) {
     for (const auto& [name, od] : deployments_) {
       auto it = od.procs.find(victim);
-      if (it != od.procs.end() && it->second.placed) return false;
+      if (it != od.procs.end() && it->second.placed) {
+        still.push_back(victim);
+        break;
+      }
     }
-    return true;
-  });
+  }
+  r.awaiting = std::move(still);
   if (!r.awaiting.empty()) return true;
   // The placed replicas, and the owners' queues with their quotas.
   control::RoomAsk ask;

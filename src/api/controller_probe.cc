@@ -68,7 +68,7 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
       load.kv_used_fraction = s.kv_used_fraction;
       gateway_->UpdateEngineLoad(serving_ep, load);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto dit = deployments_.find(deployment);
     if (dit == deployments_.end()) return;
     Deployment& d = dit->second;
@@ -90,7 +90,7 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
 void Controller::OnProbe(const std::string& deployment,
                          const std::string& replica, runtime::ProcessId pid,
                          bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto dit = deployments_.find(deployment);
   if (dit == deployments_.end()) return;
   Deployment& d = dit->second;
@@ -124,7 +124,6 @@ void Controller::OnProbe(const std::string& deployment,
     r.external_ok = ok;
     r.next_probe = now + (ok ? options_.health_period : kMicrosPerSecond);
   }
-  if (dirty_) wake_.notify_all();
 }
 
 absl::Status Controller::WaitReady(Micros timeout) {
@@ -132,7 +131,7 @@ absl::Status Controller::WaitReady(Micros timeout) {
   while (true) {
     std::vector<std::string> waiting;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const auto& [name, d] : deployments_) {
         int ready = 0;
         for (const Row& r : Rows(d)) {

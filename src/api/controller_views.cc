@@ -80,7 +80,7 @@ json Controller::DeploymentJson(const Deployment& d) {
 }
 
 json Controller::DeploymentsJson(const std::string& only) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
     if (only.empty() || only == name) items.push_back(DeploymentJson(d));
@@ -89,7 +89,7 @@ json Controller::DeploymentsJson(const std::string& only) {
 }
 
 json Controller::TenantsJson(const std::string& only) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (const auto& [name, t] : tenants_) {
     if (!only.empty() && only != name) continue;
@@ -107,7 +107,7 @@ json Controller::TenantsJson(const std::string& only) {
 }
 
 json Controller::ReplicasJson() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
     for (const Row& r : Rows(d)) items.push_back(ReplicaJson(d, r));
@@ -116,7 +116,7 @@ json Controller::ReplicasJson() {
 }
 
 json Controller::GpusJson() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
     const inventory::NodeSpec& spec = cluster_state_.spec(n);
@@ -158,7 +158,7 @@ json Controller::GpusJson() {
 }
 
 json Controller::NodesJson() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
     const inventory::NodeSpec& spec = cluster_state_.spec(n);
@@ -186,7 +186,7 @@ json Controller::NodesJson() {
 }
 
 json Controller::QueuesJson() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
     const gateway::DeploymentLoad load = gateway_->Load(name);
@@ -199,25 +199,25 @@ json Controller::QueuesJson() {
 }
 
 bool Controller::HasDeployment(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = deployments_.find(name);
   return it != deployments_.end() && !it->second.deleting;
 }
 
 std::optional<int> Controller::DesiredReplicas(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = deployments_.find(name);
   if (it == deployments_.end() || it->second.deleting) return std::nullopt;
   return ReplicaTarget(it->second);
 }
 
 bool Controller::HasTenant(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return tenants_.count(name) > 0;
 }
 
 std::vector<std::string> Controller::TenantModels(const std::string& tenant) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   auto t = tenants_.find(tenant);
   if (t == tenants_.end()) return out;
@@ -238,7 +238,7 @@ absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
                                              int lines) {
   std::string name;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = deployments_.find(deployment);
     if (it == deployments_.end()) {
       return absl::NotFoundError(
@@ -291,7 +291,7 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
   static constexpr const char* kStates[] = {"pending",   "starting", "ready",
                                             "unhealthy", "backoff",  "draining",
                                             "external"};
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ControllerMetrics::Snapshot snap;
   for (const auto& [name, d] : deployments_) {
     ControllerMetrics::Snapshot::Deployment sd;

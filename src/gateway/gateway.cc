@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
     return absl::InvalidArgumentError("gateway: at least one priority class");
   }
   std::unique_ptr<Gateway> g(new Gateway());
+  absl::MutexLock lock(&g->mu_);  // not shared yet; for the analysis
   g->authenticate_ = std::move(authenticate);
   g->config_ = config;
   g->upstream_options_ = upstream;
@@ -49,12 +50,12 @@ void Gateway::UseIoContext(boost::asio::io_context& ioc) {
   net::UpstreamOptions o = upstream_options_;
   o.io_context = &ioc;
   auto client = std::make_unique<net::UpstreamClient>(o);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   upstreams_.push_back(std::move(client));
 }
 
 net::UpstreamClient* Gateway::Upstream() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return upstreams_.back().get();
 }
 
@@ -87,7 +88,7 @@ absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
     return absl::InvalidArgumentError(absl::StrCat(
         "deployment '", d.spec.name, "': max_ongoing_requests must be >= 1"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = models_.find(d.spec.name);
   if (it != models_.end() && !it->second.deleted) {
     Model& m = it->second;
@@ -157,7 +158,7 @@ void Gateway::SyncAll(const Model& m) {
 }
 
 void Gateway::RemoveDeployment(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it != models_.end()) it->second.deleted = true;
 }
@@ -166,7 +167,7 @@ void Gateway::SetReplicas(const std::string& name,
                           const std::vector<net::Endpoint>& ready) {
   std::vector<Pending> failed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = models_.find(name);
     if (it == models_.end()) return;
     Model& m = it->second;
@@ -203,7 +204,7 @@ void Gateway::FailQueued(serving::ModelId id, std::vector<Pending>* out) {
 }
 
 absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = tenants_.find(t.spec.name);
   if (it != tenants_.end()) {
     RETURN_IF_ERROR(
@@ -226,14 +227,14 @@ absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {
 }
 
 void Gateway::RemoveTenant(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = tenants_.find(name);
   if (it != tenants_.end()) it->second.deleted = true;
 }
 
 void Gateway::UpdateEngineLoad(const net::Endpoint& ep,
                                const serving::EngineLoad& load) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string key = EndpointKey(ep);
   for (const Queue& q : queues_) {
     auto it = q.replicas.find(key);
@@ -244,13 +245,13 @@ void Gateway::UpdateEngineLoad(const net::Endpoint& ep,
 }
 
 DeploymentLoad Gateway::Load(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   DeploymentLoad load;
   auto it = models_.find(name);
   if (it == models_.end()) return load;
   const Model& m = it->second;
   load.replicas = static_cast<int>(m.ready.size());
-  auto add = [&](serving::ModelId id) {
+  auto add = [&](serving::ModelId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     load.queued += dispatcher_->queue(id).size();
     load.in_flight += dispatcher_->outstanding(id);
   };
@@ -260,13 +261,13 @@ DeploymentLoad Gateway::Load(const std::string& name) {
 }
 
 int64_t Gateway::InFlightOn(const net::Endpoint& ep) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = in_flight_.find(EndpointKey(ep));
   return it == in_flight_.end() ? 0 : it->second;
 }
 
 void Gateway::SetDemandSink(DemandSink sink) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   demand_sink_ = std::move(sink);
 }
 
@@ -277,14 +278,14 @@ int64_t Gateway::Queued(const Model& m) const {
 }
 
 void Gateway::SetEventSink(std::function<void(runtime::Event)> sink) {
-  std::lock_guard<std::mutex> lock(rejections_mu_);
+  absl::MutexLock lock(&rejections_mu_);
   event_sink_ = std::move(sink);
 }
 
 void Gateway::NoteRejection(const std::string& deployment,
                             const std::string& tenant,
                             serving::RejectReason reason) {
-  std::lock_guard<std::mutex> lock(rejections_mu_);
+  absl::MutexLock lock(&rejections_mu_);
   if (event_sink_) ++rejections_[{deployment, tenant, reason}];
 }
 
@@ -293,7 +294,7 @@ void Gateway::FlushRejections() {
       batch;
   std::function<void(runtime::Event)> sink;
   {
-    std::lock_guard<std::mutex> lock(rejections_mu_);
+    absl::MutexLock lock(&rejections_mu_);
     const Micros now = NowMicros();
     if (rejections_.empty() || now < next_rejection_flush_) return;
     next_rejection_flush_ = now + kMicrosPerSecond;
@@ -322,7 +323,7 @@ void Gateway::Tick() {
   std::vector<serving::Request> expired;
   std::vector<Pending> failed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     dispatcher_->Expire(NowMicros(), &expired);
     for (const serving::Request& r : expired) {
       auto it = pending_.find(r.id);
@@ -346,16 +347,19 @@ void Gateway::Tick() {
     }
     // Old queues that are empty and idle are forgotten.
     for (auto& [name, m] : models_) {
-      std::erase_if(m.retired, [&](serving::ModelId id) {
-        if (!dispatcher_->queue(id).empty() || dispatcher_->outstanding(id)) {
-          return false;
-        }
-        for (const auto& [key, r] : queues_[id].replicas) {
-          dispatcher_->RemoveReplica(id, r);
-        }
-        queues_[id].replicas.clear();
-        return true;
-      });
+      std::erase_if(m.retired,
+                    [&](serving::ModelId id)
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                          if (!dispatcher_->queue(id).empty() ||
+                              dispatcher_->outstanding(id)) {
+                            return false;
+                          }
+                          for (const auto& [key, r] : queues_[id].replicas) {
+                            dispatcher_->RemoveReplica(id, r);
+                          }
+                          queues_[id].replicas.clear();
+                          return true;
+                        });
     }
   }
   FlushRejections();
@@ -373,7 +377,7 @@ void Gateway::Tick() {
 void Gateway::Pump() {
   std::vector<Job> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     DispatchLocked(&jobs);
   }
   for (Job& j : jobs) Proxy(std::move(j));
@@ -452,7 +456,7 @@ void Gateway::Proxy(Job job) {
       // Nothing reached the client: retry on another replica.
       bool retried = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         Pending& p = pending_.at(req.id);
         --in_flight_[p.endpoint];
         if (absl::IsUnavailable(st) && !suspect_until_.contains(p.endpoint)) {
@@ -523,7 +527,7 @@ void Gateway::Proxy(Job job) {
                              input >= 0 ? input : req.input_tokens,
                              std::max(0, output));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = pending_.find(req.id);
       if (it != pending_.end()) {
         --in_flight_[it->second.endpoint];

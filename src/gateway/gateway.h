@@ -38,7 +38,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -46,6 +45,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_stats.h"
 #include "net/http_server.h"
@@ -206,9 +206,10 @@ class Gateway {
 
   Gateway() = default;
   // Dispatches what can go and proxies it; call without mu_ held.
-  void Pump();
-  // mu_ held: dispatches what can go; the jobs are proxied after unlocking.
-  void DispatchLocked(std::vector<Job>* jobs);
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_);
+  // Dispatches what can go; the jobs are proxied after unlocking.
+  void DispatchLocked(std::vector<Job>* jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Proxy(Job job);
   void Reject(Protocol protocol, const std::shared_ptr<net::Responder>& r,
               http::status status, const std::string& message,
@@ -223,17 +224,24 @@ class Gateway {
   std::optional<Tenant> Authenticate(const net::HttpRequest& req,
                                      Protocol protocol,
                                      const std::shared_ptr<net::Responder>& r);
-  // mu_ held: may the tenant use the live deployment `model`?
-  bool Allowed(const Tenant& t, const std::string& model) const;
-  std::vector<std::string> AllowedModels(const Tenant& t) const;  // mu_ held
-  absl::StatusOr<serving::ModelId> NewQueue(const Model& m);      // mu_ held
-  int64_t Queued(const Model& m) const;  // mu_ held: over all its queues
-  void SyncReplicas(serving::ModelId id, const Model& m);  // mu_ held
-  void SyncAll(const Model& m);                            // mu_ held
+  // May the tenant use the live deployment `model`?
+  bool Allowed(const Tenant& t, const std::string& model) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> AllowedModels(const Tenant& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<serving::ModelId> NewQueue(const Model& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t Queued(const Model& m) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // over all its queues
+  void SyncReplicas(serving::ModelId id, const Model& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncAll(const Model& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued requests of a deleted, replica-less deployment: answered 503.
-  void FailQueued(serving::ModelId id, std::vector<Pending>* out);  // mu_ held
+  void FailQueued(serving::ModelId id, std::vector<Pending>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   GatewayMetrics::RequestCells* CellsFor(Model& m, const Tenant& t,
-                                         serving::ClassId c);  // mu_ held
+                                         serving::ClassId c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Invalid(const char* reason);  // counts a refused request
 
   // The upstream client the proxy uses now; its options; replaced ones are
@@ -243,32 +251,37 @@ class Gateway {
   net::UpstreamOptions upstream_options_;
   std::vector<std::unique_ptr<net::UpstreamClient>> upstreams_;
   GatewayConfig config_;
-  std::mutex mu_;
-  // Everything below is guarded by mu_.
-  std::unique_ptr<serving::Dispatcher> dispatcher_;
-  absl::flat_hash_map<serving::RequestId, Pending> pending_;
-  serving::RequestId next_id_ = 1;
-  serving::ReplicaId next_replica_ = 0;
-  std::map<std::string, Model> models_;
-  std::vector<Queue> queues_;  // by ModelId
-  std::map<std::string, Tenant> tenants_;
-  absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_;
-  std::vector<serving::Assignment> assigned_;  // scratch for Dispatch
-  DemandSink demand_sink_;
+  absl::Mutex mu_;
+  // Guarded by mu_:
+  std::unique_ptr<serving::Dispatcher> dispatcher_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<serving::RequestId, Pending> pending_
+      ABSL_GUARDED_BY(mu_);
+  serving::RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  serving::ReplicaId next_replica_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Model> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<Queue> queues_ ABSL_GUARDED_BY(mu_);  // by ModelId
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<serving::Assignment> assigned_
+      ABSL_GUARDED_BY(mu_);  // scratch for Dispatch
+  DemandSink demand_sink_ ABSL_GUARDED_BY(mu_);
 
   void NoteRejection(const std::string& deployment, const std::string& tenant,
                      serving::RejectReason reason);
   void FlushRejections();
-  std::mutex rejections_mu_;  // guards the three below
-  std::function<void(runtime::Event)> event_sink_;
+  absl::Mutex rejections_mu_;
+  std::function<void(runtime::Event)> event_sink_
+      ABSL_GUARDED_BY(rejections_mu_);
   std::map<std::tuple<std::string, std::string, serving::RejectReason>, int64_t>
-      rejections_;
-  Micros next_rejection_flush_ = 0;
-  absl::flat_hash_map<std::string, int64_t> in_flight_;  // by endpoint key
-  GatewayStats stats_;                                   // its own lock
+      rejections_ ABSL_GUARDED_BY(rejections_mu_);
+  Micros next_rejection_flush_ ABSL_GUARDED_BY(rejections_mu_) = 0;
+  // By endpoint key.
+  absl::flat_hash_map<std::string, int64_t> in_flight_ ABSL_GUARDED_BY(mu_);
+  GatewayStats stats_;  // its own lock
   // Endpoints that refused or dropped a connection: routed around until
   // the time given (the controller's health checks decide for good).
-  absl::flat_hash_map<std::string, Micros> suspect_until_;
+  absl::flat_hash_map<std::string, Micros> suspect_until_ ABSL_GUARDED_BY(mu_);
 };
 
 // "host:port".

@@ -76,7 +76,7 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
            std::string(key.status().message()), "authentication_error");
     return std::nullopt;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = tenants_.find(key->tenant);
   if (it == tenants_.end() || it->second.deleted) {
     Invalid("forbidden");
@@ -123,7 +123,7 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
   if (target == "/v1/models") {
     json data = json::array();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const std::string& m : AllowedModels(*tenant)) {
         data.push_back(
             {{"id", m}, {"object", "model"}, {"owned_by", "gpusched"}});
@@ -202,7 +202,7 @@ void Gateway::HandleKServe(net::HttpRequest& req,
   if (!tenant) return;
   std::vector<net::Endpoint> ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!Allowed(*tenant, model)) {
       Reject(Protocol::kKServe, r, http::status::not_found,
              absl::StrCat("model '", model,
@@ -336,7 +336,7 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
   int64_t hold_limit = 0;  // > 0: rejected, max_held requests already held
   DemandSink demand;       // set: the first request held at zero replicas
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     known = Allowed(tenant, model);
     if (!known) allowed = AllowedModels(tenant);
     if (known) {

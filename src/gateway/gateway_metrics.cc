@@ -101,7 +101,7 @@ GatewayMetrics::DeploymentCells* GatewayMetrics::Deployment(
 GatewayMetrics::RequestCells* GatewayMetrics::Cells(
     const std::string& deployment, const std::string& tenant,
     const std::string& priority_class) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& c = cells_[{deployment, tenant, priority_class}];
   if (c) return c.get();
   c = std::make_unique<RequestCells>();
@@ -173,7 +173,7 @@ void GatewayMetrics::Invalid(const char* reason) {
 
 void GatewayMetrics::SetSlo(const std::string& deployment, double ttft_ms,
                             double tpot_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   DeploymentCells* d = Deployment(deployment);
   if (ttft_ms <= 0 && tpot_ms <= 0 && d->slo_requests.load() == nullptr) {
     return;  // no SLO: no series
@@ -190,7 +190,7 @@ std::vector<std::pair<std::string, double>> GatewayMetrics::TokensByTenant(
     const std::string& deployment) {
   std::map<std::string, double> by;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [key, c] : cells_) {
       if (std::get<0>(key) != deployment) continue;
       // Classes share the (deployment, tenant) token cells: count once.

@@ -12,12 +12,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "metrics/registry.h"
 #include "serving/admission.h"
@@ -79,7 +79,8 @@ class GatewayMetrics {
       const std::string& deployment);
 
  private:
-  DeploymentCells* Deployment(const std::string& name);  // mu_ held
+  DeploymentCells* Deployment(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   metrics::CounterFamily* requests_;
   metrics::CounterFamily* rejections_;
@@ -95,11 +96,12 @@ class GatewayMetrics {
   metrics::CounterFamily* held_;
   metrics::HistogramFamily* hold_;
 
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<DeploymentCells>> deployments_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<DeploymentCells>> deployments_
+      ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, std::string, std::string>,
            std::unique_ptr<RequestCells>>
-      cells_;
+      cells_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpusched::gateway

@@ -49,7 +49,7 @@ std::pair<double, double> GatewayStats::Rate::PerSecond(Micros now) const {
 
 std::vector<double> GatewayStats::TtftSince(const std::string& deployment,
                                             Micros since) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<double> out;
   auto it = deployments_.find(deployment);
   if (it == deployments_.end()) return out;
@@ -60,7 +60,7 @@ std::vector<double> GatewayStats::TtftSince(const std::string& deployment,
 }
 
 void GatewayStats::RecordFinished(const Finish& f) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Deployment& d = deployments_[f.deployment];
   Tenant& t = tenants_[f.tenant];
   ++t.requests;
@@ -87,13 +87,13 @@ void GatewayStats::RecordFinished(const Finish& f) {
 
 void GatewayStats::RecordRejected(const std::string& deployment,
                                   const std::string& tenant, Micros now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++deployments_[deployment].rejected;
   ++tenants_[tenant].rejected;
 }
 
 json GatewayStats::Json(Micros now) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json deployments = json::array(), tenants = json::array();
   for (const auto& [name, d] : deployments_) {
     std::vector<Micros> ttft, e2e;

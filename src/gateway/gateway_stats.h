@@ -16,10 +16,10 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
 
@@ -87,9 +87,9 @@ class GatewayStats {
     Rate rate;
   };
 
-  mutable std::mutex mu_;
-  std::map<std::string, Deployment> deployments_;  // guarded by mu_
-  std::map<std::string, Tenant> tenants_;          // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<std::string, Deployment> deployments_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpusched::gateway

@@ -73,7 +73,7 @@ Cell* Family<Cell>::With(const LabelValues& values) {
   CHECK(values.size() == desc_.labels.size())
       << desc_.name << ": " << values.size() << " label values for "
       << desc_.labels.size() << " labels";
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = cells_.find(values);
   if (it != cells_.end()) return it->second.get();
   if (cells_.size() >= max_series_) {
@@ -85,7 +85,7 @@ Cell* Family<Cell>::With(const LabelValues& values) {
 
 template <typename Cell>
 std::vector<std::pair<LabelValues, const Cell*>> Family<Cell>::Cells() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::pair<LabelValues, const Cell*>> out;
   out.reserve(cells_.size() + 1);
   for (const auto& [labels, cell] : cells_)
@@ -112,7 +112,7 @@ void Registry::Reserve(const std::string& name) {
 CounterFamily* Registry::AddCounter(const std::string& name,
                                     const std::string& help,
                                     std::vector<std::string> labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Reserve(name);
   counters_.emplace_back(new CounterFamily(
       {name, help, MetricType::kCounter, std::move(labels)}, max_series_));
@@ -123,7 +123,7 @@ CounterFamily* Registry::AddCounter(const std::string& name,
 GaugeFamily* Registry::AddGauge(const std::string& name,
                                 const std::string& help,
                                 std::vector<std::string> labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Reserve(name);
   gauges_.emplace_back(new GaugeFamily(
       {name, help, MetricType::kGauge, std::move(labels)}, max_series_));
@@ -137,7 +137,7 @@ HistogramFamily* Registry::AddHistogram(const std::string& name,
                                         std::vector<double> bounds) {
   CHECK(std::is_sorted(bounds.begin(), bounds.end()) && !bounds.empty())
       << name << ": bucket bounds must be ascending";
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Reserve(name);
   histograms_.emplace_back(new HistogramFamily(
       {name, help, MetricType::kHistogram, std::move(labels)}, max_series_,
@@ -147,7 +147,7 @@ HistogramFamily* Registry::AddHistogram(const std::string& name,
 }
 
 void Registry::AddCollector(std::vector<FamilyDesc> families, CollectFn fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const FamilyDesc& f : families) {
     CHECK(f.type != MetricType::kHistogram)
         << f.name << ": collectors give counters and gauges";
@@ -252,7 +252,7 @@ void Simple(Family<Cell>* f, std::string* out,
 std::string Registry::Expose() {
   std::vector<Entry> entries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     entries = entries_;
   }
   std::string out;

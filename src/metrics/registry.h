@@ -30,9 +30,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 namespace gpusched::metrics {
 
@@ -114,9 +115,9 @@ class Family {
   FamilyDesc desc_;
   size_t max_series_;
   std::vector<double> bounds_;  // histograms
-  std::mutex mu_;
-  std::map<LabelValues, std::unique_ptr<Cell>> cells_;  // guarded by mu_
-  std::unique_ptr<Cell> overflow_;                      // guarded by mu_
+  absl::Mutex mu_;
+  std::map<LabelValues, std::unique_ptr<Cell>> cells_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Cell> overflow_ ABSL_GUARDED_BY(mu_);
 };
 
 using CounterFamily = Family<Counter>;
@@ -159,17 +160,18 @@ class Registry {
     HistogramFamily* histogram = nullptr;
     Collector* collector = nullptr;
   };
-  void Reserve(const std::string& name);  // mu_ held
+  void Reserve(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   size_t max_series_;
-  std::mutex mu_;
-  // Guarded by mu_ (the families themselves are never removed).
-  std::vector<Entry> entries_;
-  std::vector<std::string> names_;
-  std::vector<std::unique_ptr<CounterFamily>> counters_;
-  std::vector<std::unique_ptr<GaugeFamily>> gauges_;
-  std::vector<std::unique_ptr<HistogramFamily>> histograms_;
-  std::vector<std::unique_ptr<Collector>> collectors_;
+  absl::Mutex mu_;
+  // The families themselves are never removed.
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> names_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<CounterFamily>> counters_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<GaugeFamily>> gauges_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<HistogramFamily>> histograms_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Collector>> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
 // Exposition helpers (exposed for tests).

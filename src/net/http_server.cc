@@ -1,7 +1,6 @@
 #include "net/http_server.h"
 
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio.hpp"
 #include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
@@ -168,8 +168,8 @@ struct HttpServer::Impl {
   std::atomic<int> in_flight{0};
   std::atomic<bool> draining{false};
   bool shut_down = false;
-  std::mutex mu;  // guards live
-  std::vector<std::weak_ptr<Connection>> live;
+  absl::Mutex mu;
+  std::vector<std::weak_ptr<Connection>> live ABSL_GUARDED_BY(mu);
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   // Keeps the threads running while handlers hold requests with no socket
@@ -181,7 +181,7 @@ struct HttpServer::Impl {
   void Accept();
 
   std::vector<std::shared_ptr<Connection>> Live() {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     std::vector<std::shared_ptr<Connection>> out;
     for (const auto& w : live) {
       if (auto c = w.lock()) out.push_back(std::move(c));
@@ -530,7 +530,7 @@ void HttpServer::Impl::Accept() {
     } else {
       auto start = [&](auto session) {
         {
-          std::lock_guard<std::mutex> lock(mu);
+          absl::MutexLock lock(&mu);
           // Forget connections that have gone.
           std::erase_if(live, [](const auto& w) { return w.expired(); });
           live.push_back(session);

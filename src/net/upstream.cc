@@ -3,13 +3,13 @@
 #include <future>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 
@@ -30,14 +30,14 @@ struct UpstreamClient::Impl {
   asio::io_context& ioc;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::vector<std::thread> threads;
-  mutable std::mutex mu;
+  mutable absl::Mutex mu;
   // Idle keep-alive connections per endpoint.
   std::map<std::pair<std::string, uint16_t>,
            std::vector<std::unique_ptr<beast::tcp_stream>>>
-      idle;  // guarded by mu
+      idle ABSL_GUARDED_BY(mu);
 
   std::unique_ptr<beast::tcp_stream> TakeIdle(const Endpoint& ep) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     auto it = idle.find({ep.host, ep.port});
     if (it == idle.end() || it->second.empty()) return nullptr;
     auto s = std::move(it->second.back());
@@ -45,7 +45,7 @@ struct UpstreamClient::Impl {
     return s;
   }
   void GiveBack(const Endpoint& ep, std::unique_ptr<beast::tcp_stream> s) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     auto& v = idle[{ep.host, ep.port}];
     if (static_cast<int>(v.size()) < options.max_idle_per_endpoint) {
       v.push_back(std::move(s));
@@ -226,7 +226,7 @@ UpstreamClient::UpstreamClient(UpstreamOptions options)
 
 UpstreamClient::~UpstreamClient() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     impl_->idle.clear();
   }
   impl_->work.reset();
@@ -263,7 +263,7 @@ absl::StatusOr<UpstreamClient::Result> UpstreamClient::Fetch(
 }
 
 int UpstreamClient::idle_connections() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   int n = 0;
   for (const auto& [ep, v] : impl_->idle) n += static_cast<int>(v.size());
   return n;

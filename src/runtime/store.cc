@@ -226,12 +226,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     return status;
   }
   std::unique_ptr<Store> store(new Store(db));
-  RETURN_IF_ERROR(store->Configure(path));
-  RETURN_IF_ERROR(store->InitSchema());
+  {
+    absl::MutexLock lock(&store->mu_);  // not shared yet; for the analysis
+    RETURN_IF_ERROR(store->Configure(path));
+    RETURN_IF_ERROR(store->InitSchema());
+  }
   return store;
 }
 
 Store::~Store() {
+  absl::MutexLock lock(&mu_);
   statements_.clear();  // finalize before closing
   sqlite3_close_v2(db_);
 }
@@ -324,52 +328,55 @@ absl::Status Store::Configure(const std::string& path) {
 }
 
 absl::Status Store::InitSchema() {
-  return Transaction("schema setup", [&]() -> absl::Status {
-    bool exists = false;
-    {
-      ASSIGN_OR_RETURN(
-          sqlite3_stmt * stmt,
-          Prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND "
-                  "name = 'schema_version'",
-                  "looking up schema_version"));
-      Query q(this, stmt, "looking up schema_version");
-      ASSIGN_OR_RETURN(exists, q.Step());
-    }
-    if (!exists) {
-      // sqlite3_exec runs the multi-statement script; no statement is cached.
-      char* err = nullptr;
-      const int rc = sqlite3_exec(db_, kSchemaV1, nullptr, nullptr, &err);
-      sqlite3_free(err);
-      if (rc != SQLITE_OK) return Error(rc, "creating schema version 1");
-      ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
-                       Prepare("INSERT INTO schema_version(version) VALUES (?)",
-                               "recording schema version"));
-      return Query(this, stmt, "recording schema version")
-          .Int(kStoreSchemaVersion)
-          .Run();
-    }
-    ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
-                     Prepare("SELECT MAX(version) FROM schema_version",
-                             "reading schema version"));
-    Query q(this, stmt, "reading schema version");
-    ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row || q.ColNull(0)) {
-      return absl::DataLossError(
-          "store: schema_version table is empty; the database is damaged");
-    }
-    const int64_t version = q.ColInt(0);
-    if (version > kStoreSchemaVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store: database schema version ", version,
-          " is newer than this gpusched supports (", kStoreSchemaVersion,
-          "); run a newer gpusched or point it at another state file"));
-    }
-    if (version < kStoreSchemaVersion) {
-      return absl::DataLossError(absl::StrCat("store: database schema version ",
-                                              version, " is unknown"));
-    }
-    return absl::OkStatus();
-  });
+  return Transaction(
+      "schema setup", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+        bool exists = false;
+        {
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * stmt,
+              Prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND "
+                      "name = 'schema_version'",
+                      "looking up schema_version"));
+          Query q(this, stmt, "looking up schema_version");
+          ASSIGN_OR_RETURN(exists, q.Step());
+        }
+        if (!exists) {
+          // sqlite3_exec runs the multi-statement script; no statement is
+          // cached.
+          char* err = nullptr;
+          const int rc = sqlite3_exec(db_, kSchemaV1, nullptr, nullptr, &err);
+          sqlite3_free(err);
+          if (rc != SQLITE_OK) return Error(rc, "creating schema version 1");
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * stmt,
+              Prepare("INSERT INTO schema_version(version) VALUES (?)",
+                      "recording schema version"));
+          return Query(this, stmt, "recording schema version")
+              .Int(kStoreSchemaVersion)
+              .Run();
+        }
+        ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
+                         Prepare("SELECT MAX(version) FROM schema_version",
+                                 "reading schema version"));
+        Query q(this, stmt, "reading schema version");
+        ASSIGN_OR_RETURN(const bool row, q.Step());
+        if (!row || q.ColNull(0)) {
+          return absl::DataLossError(
+              "store: schema_version table is empty; the database is damaged");
+        }
+        const int64_t version = q.ColInt(0);
+        if (version > kStoreSchemaVersion) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "store: database schema version ", version,
+              " is newer than this gpusched supports (", kStoreSchemaVersion,
+              "); run a newer gpusched or point it at another state file"));
+        }
+        if (version < kStoreSchemaVersion) {
+          return absl::DataLossError(absl::StrCat(
+              "store: database schema version ", version, " is unknown"));
+        }
+        return absl::OkStatus();
+      });
 }
 
 // --- Deployments and tenants ----------------------------------------------
@@ -393,52 +400,54 @@ absl::Status Store::PutDocument(DocKind kind, const std::string& name,
         "store: ", what, " '", name, "': manifest is not valid JSON"));
   }
   const std::string purpose = absl::StrCat("putting ", what, " '", name, "'");
-  return Transaction(purpose, [&]() -> absl::Status {
-    std::optional<int64_t> stored;
-    {
-      ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
-                       Prepare(absl::StrCat("SELECT generation FROM ",
-                                            Table(dep), " WHERE name = ?"),
-                               purpose));
-      Query q(this, stmt, purpose);
-      q.Text(name);
-      ASSIGN_OR_RETURN(const bool row, q.Step());
-      if (row) stored = q.ColInt(0);
-    }
-    if (stored.has_value() && generation < *stored) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("store: ", what, " '", name, "': generation ",
-                       generation, " is stale; the stored generation is ",
-                       *stored, " (re-read and retry)"));
-    }
-    if (!stored.has_value()) {
-      ASSIGN_OR_RETURN(
-          sqlite3_stmt * stmt,
-          Prepare(absl::StrCat("INSERT INTO ", Table(dep),
-                               "(name, manifest, generation, created_us, "
-                               "updated_us) VALUES (?, ?, ?, ?, ?)"),
-                  purpose));
-      return Query(this, stmt, purpose)
-          .Text(name)
-          .Text(manifest_json)
-          .Int(generation)
-          .Int(now)
-          .Int(now)
-          .Run();
-    }
-    ASSIGN_OR_RETURN(
-        sqlite3_stmt * stmt,
-        Prepare(absl::StrCat("UPDATE ", Table(dep),
+  return Transaction(
+      purpose, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+        std::optional<int64_t> stored;
+        {
+          ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
+                           Prepare(absl::StrCat("SELECT generation FROM ",
+                                                Table(dep), " WHERE name = ?"),
+                                   purpose));
+          Query q(this, stmt, purpose);
+          q.Text(name);
+          ASSIGN_OR_RETURN(const bool row, q.Step());
+          if (row) stored = q.ColInt(0);
+        }
+        if (stored.has_value() && generation < *stored) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("store: ", what, " '", name, "': generation ",
+                           generation, " is stale; the stored generation is ",
+                           *stored, " (re-read and retry)"));
+        }
+        if (!stored.has_value()) {
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * stmt,
+              Prepare(absl::StrCat("INSERT INTO ", Table(dep),
+                                   "(name, manifest, generation, created_us, "
+                                   "updated_us) VALUES (?, ?, ?, ?, ?)"),
+                      purpose));
+          return Query(this, stmt, purpose)
+              .Text(name)
+              .Text(manifest_json)
+              .Int(generation)
+              .Int(now)
+              .Int(now)
+              .Run();
+        }
+        ASSIGN_OR_RETURN(
+            sqlite3_stmt * stmt,
+            Prepare(
+                absl::StrCat("UPDATE ", Table(dep),
                              " SET manifest = ?, generation = ?, updated_us = "
                              "? WHERE name = ?"),
                 purpose));
-    return Query(this, stmt, purpose)
-        .Text(manifest_json)
-        .Int(generation)
-        .Int(now)
-        .Text(name)
-        .Run();
-  });
+        return Query(this, stmt, purpose)
+            .Text(manifest_json)
+            .Int(generation)
+            .Int(now)
+            .Text(name)
+            .Run();
+      });
 }
 
 absl::StatusOr<Document> Store::GetDocument(DocKind kind,
@@ -613,8 +622,9 @@ absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
         "store: an API key that is not an admin key needs a tenant");
   }
   NewApiKey key;
-  absl::Status status =
-      Transaction("creating an API key", [&]() -> absl::Status {
+  absl::Status status = Transaction(
+      "creating an API key",
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
         if (!tenant.empty()) {
           absl::StatusOr<Document> t = GetDocument(DocKind::kTenant, tenant);
           if (!t.ok()) return t.status();
@@ -728,8 +738,9 @@ absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
     return absl::InvalidArgumentError("store: a tenant key needs a tenant");
   }
   KeyInfo result;
-  absl::Status status =
-      Transaction("registering a configured key", [&]() -> absl::Status {
+  absl::Status status = Transaction(
+      "registering a configured key",
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
         std::string salt, hash;
         ASSIGN_OR_RETURN(std::optional<KeyInfo> info,
                          FindKey(*key_id, &salt, &hash));
@@ -853,27 +864,28 @@ absl::StatusOr<int64_t> Store::PruneEvents(int64_t max_rows,
   absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "pruning events";
   int64_t deleted = 0;
-  RETURN_IF_ERROR(Transaction(kPurpose, [&]() -> absl::Status {
-    {
-      ASSIGN_OR_RETURN(
-          sqlite3_stmt * stmt,
-          Prepare("DELETE FROM events WHERE time_us < ?", kPurpose));
-      RETURN_IF_ERROR(Query(this, stmt, kPurpose).Int(older_than).Run());
-      deleted += sqlite3_changes64(db_);
-    }
-    if (max_rows >= 0) {
-      // The id of the newest row beyond the newest `max_rows`; NULL (nothing
-      // deleted) when there are not that many.
-      ASSIGN_OR_RETURN(
-          sqlite3_stmt * stmt,
-          Prepare("DELETE FROM events WHERE id <= (SELECT id FROM events "
-                  "ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                  kPurpose));
-      RETURN_IF_ERROR(Query(this, stmt, kPurpose).Int(max_rows).Run());
-      deleted += sqlite3_changes64(db_);
-    }
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Transaction(
+      kPurpose, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+        {
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * stmt,
+              Prepare("DELETE FROM events WHERE time_us < ?", kPurpose));
+          RETURN_IF_ERROR(Query(this, stmt, kPurpose).Int(older_than).Run());
+          deleted += sqlite3_changes64(db_);
+        }
+        if (max_rows >= 0) {
+          // The id of the newest row beyond the newest `max_rows`; NULL
+          // (nothing deleted) when there are not that many.
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * stmt,
+              Prepare("DELETE FROM events WHERE id <= (SELECT id FROM events "
+                      "ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                      kPurpose));
+          RETURN_IF_ERROR(Query(this, stmt, kPurpose).Int(max_rows).Run());
+          deleted += sqlite3_changes64(db_);
+        }
+        return absl::OkStatus();
+      }));
   return deleted;
 }
 

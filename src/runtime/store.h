@@ -197,30 +197,39 @@ class Store {
   };
 
   explicit Store(sqlite3* db) : db_(db) {}
-  absl::Status Configure(const std::string& path);
-  absl::Status InitSchema();
+  absl::Status Configure(const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InitSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The cached prepared statement for `sql`, reset and unbound.
   absl::StatusOr<sqlite3_stmt*> Prepare(const std::string& sql,
-                                        std::string_view purpose);
-  absl::Status Exec(const std::string& sql, std::string_view purpose);
+                                        std::string_view purpose)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Exec(const std::string& sql, std::string_view purpose)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back on error.
   template <typename Body>
-  absl::Status Transaction(std::string_view purpose, Body body);
+  absl::Status Transaction(std::string_view purpose, Body body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(int rc, std::string_view purpose) const;
 
   absl::Status PutDocument(DocKind kind, const std::string& name,
                            const std::string& manifest_json, int64_t generation,
-                           Micros now);
-  absl::StatusOr<Document> GetDocument(DocKind kind, const std::string& name);
-  absl::StatusOr<std::vector<Document>> ListDocuments(DocKind kind);
-  absl::Status DeleteDocument(DocKind kind, const std::string& name);
+                           Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Document> GetDocument(DocKind kind, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<Document>> ListDocuments(DocKind kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteDocument(DocKind kind, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertKey(const std::string& key_id, std::string_view secret,
                          const std::string& tenant, const std::string& name,
-                         bool admin, Micros now);
+                         bool admin, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<KeyInfo>> FindKey(const std::string& key_id,
                                                  std::string* salt,
-                                                 std::string* hash);
+                                                 std::string* hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<KeyInfo> EnsureKeyLocked(std::string_view secret,
                                           const std::string& tenant,
