@@ -407,7 +407,9 @@ void Controller::Reconcile(Micros now) {
   launcher_->Tick(now);
   Autoscale(now);
   next_wake_ = std::min(next_wake_, autoscaler_->NextDeadline());
-  // Higher classes first: they take GPUs freed in this pass.
+  // Higher classes first: they take GPUs freed in this pass. Before them,
+  // a deployment with a replica whose victims are gone: it takes the GPUs
+  // it made room for (another pending replica must not).
   std::vector<Deployment*> order;
   for (auto& [name, d] : deployments_) order.push_back(&d);
   std::stable_sort(order.begin(), order.end(),
@@ -415,6 +417,22 @@ void Controller::Reconcile(Micros now) {
                      return ClassRank(a->spec.priority_class) <
                             ClassRank(b->spec.priority_class);
                    });
+  auto victims_gone =
+      [&](const Deployment* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        for (const auto& [rn, r] : d->procs) {
+          if (r.awaiting.empty() || r.placed) continue;
+          bool gone = true;
+          for (const std::string& victim : r.awaiting) {
+            for (const auto& [on, od] : deployments_) {
+              auto it = od.procs.find(victim);
+              gone = gone && !(it != od.procs.end() && it->second.placed);
+            }
+          }
+          if (gone) return true;
+        }
+        return false;
+      };
+  std::stable_partition(order.begin(), order.end(), victims_gone);
   for (Deployment* d : order) ReconcileDeployment(*d, now);
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;

@@ -190,15 +190,10 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
             if (o.placed) used += o.allocation.GpuMilli();
           }
         }
-        const int64_t limit =
-            static_cast<int64_t>(t->second.spec.quota.limit * 1000 + 0.5);
-        if (used + pod->TotalGpuMilli() > limit) {
-          const std::string why = absl::StrFormat(
-              "tenant %s's GPU limit: %.2f of %.2f GPUs in use, this replica "
-              "needs %.2f more",
-              d.spec.tenant, used / 1000.0, limit / 1000.0,
-              pod->TotalGpuMilli() / 1000.0);
-          unplaced(why, now + kMicrosPerSecond,
+        if (std::optional<std::string> why =
+                control::OverGpuLimit(d.spec.tenant, used, pod->TotalGpuMilli(),
+                                      t->second.spec.quota.limit)) {
+          unplaced(*why, now + kMicrosPerSecond,
                    json{{"reasons", {{"TenantQuota", 1}}}});
           return;
         }

@@ -259,7 +259,7 @@ class Parser : public YamlReader {
         d, "a deployment",
         {"name", "kind", "model", "gpu", "tensor_parallel", "gpu_fraction",
          "replicas", "max_ongoing_requests", "router", "queue", "engine",
-         "batching", "autoscaling", "count", "priority_class"});
+         "batching", "autoscaling", "count", "priority_class", "owner"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -280,6 +280,7 @@ class Parser : public YamlReader {
             absl::StrCat(where, ": unknown priority class '",
                          spec.priority_class, "'"));
     }
+    OptString(d, "owner", &spec.owner);
     OptString(d, "kind", &spec.kind);
     if (spec.kind != "llm" && spec.kind != "tensor") {
       Error(d["kind"],
@@ -396,7 +397,8 @@ class Parser : public YamlReader {
                                            "burst_minutes",
                                            "max_queued",
                                            "max_concurrency",
-                                           "slo"};
+                                           "slo",
+                                           "quota"};
     if (named) keys.push_back("name");
     CheckKeys(t, named ? "a tenant" : "tenant_defaults", keys);
     if (named) {
@@ -426,6 +428,18 @@ class Parser : public YamlReader {
       OptDouble(s, "ttft_s", 0, kBig, &spec.slo.ttft_s);
       OptDouble(s, "tpot_s", 0, kBig, &spec.slo.tpot_s);
       OptDouble(s, "e2e_s", 0, kBig, &spec.slo.e2e_s);
+    }
+    if (const YAML::Node q = t["quota"]; q && IsMap(q, "quota")) {
+      CheckKeys(q, "quota", {"gpus", "limit", "over_quota_weight"});
+      OptDouble(q, "gpus", 0, kBig, &spec.quota_gpus);
+      OptDouble(q, "limit", 0, kBig, &spec.limit_gpus);
+      OptDouble(q, "over_quota_weight", 0, kBig, &spec.over_quota_weight);
+      if (spec.limit_gpus > 0 && spec.limit_gpus < spec.quota_gpus) {
+        Error(q["limit"],
+              absl::StrCat("quota.limit must be 0 (none) or at "
+                           "least quota.gpus (",
+                           spec.quota_gpus, "), got ", spec.limit_gpus));
+      }
     }
   }
 

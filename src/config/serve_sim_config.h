@@ -34,6 +34,8 @@
 //                                  #   the name becomes 0, 1, ... (else
 //                                  #   "-<i>" is appended)
 //       priority_class: standard   # its replicas' class (swap, preemption)
+//       owner: ""                  # the tenant whose quota its GPUs count
+//                                  #   against (a configured tenant)
 //       kind: llm                  # llm (continuous batching) | tensor
 //       model: llama-2-7b          # llm: latency profile (see
 //                                  #   `gpusched profiles list`)
@@ -104,6 +106,10 @@
 //       max_queued: 0
 //       max_concurrency: 0         # waiting or running; 0: unbounded
 //       slo: {ttft_s: 0, tpot_s: 0, e2e_s: 0}   # 0: no such SLO
+//       quota: {gpus: 0, limit: 0, over_quota_weight: 1}  # the GPUs of the
+//                                  #   deployments it owns: entitled to gpus
+//                                  #   (preemption reclaims up to it), at
+//                                  #   most limit (0: none)
 //   tenant_defaults: {...}         # same fields as a tenant, without name
 //   workload:                      # exactly one of trace and synthetic
 //     trace:
@@ -204,6 +210,8 @@ struct SimDeploymentSpec {
   // Its replicas' class for swapping and preemption (a priority class name;
   // default standard, or the first class when there is no standard).
   std::string priority_class = "standard";
+  // The tenant whose quota its GPUs count against ("": none).
+  std::string owner;
   serving::RouterConfig router;
   SimQueueSpec queue;
   SimEngineSpec engine;
@@ -228,6 +236,10 @@ struct SimTenantSpec {
   std::string priority = "standard";
   serving::TenantLimits limits;
   SloSpec slo;
+  // GPUs the deployments it owns are entitled to (preemption reclaims up
+  // to it), at most `limit_gpus` in all (0: no limit), and its weight in
+  // sharing what is over the quotas.
+  double quota_gpus = 0, limit_gpus = 0, over_quota_weight = 1;
   int line = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
 #include "autoscale/swap.h"
 #include "placement/preemption.h"
 #include "placement/quota.h"
@@ -137,6 +138,18 @@ RoomPlan PlanRoom(inventory::ClusterState& cluster,
     plan.victims.push_back(std::move(out));
   }
   return plan;
+}
+
+std::optional<std::string> OverGpuLimit(const std::string& tenant,
+                                        int64_t used_milli, int64_t need_milli,
+                                        double limit_gpus) {
+  if (limit_gpus <= 0) return std::nullopt;
+  const int64_t limit = static_cast<int64_t>(limit_gpus * 1000 + 0.5);
+  if (used_milli + need_milli <= limit) return std::nullopt;
+  return absl::StrFormat(
+      "tenant %s's GPU limit: %.2f of %.2f GPUs in use, this replica needs "
+      "%.2f more",
+      tenant, used_milli / 1000.0, limit / 1000.0, need_milli / 1000.0);
 }
 
 }  // namespace gpusched::control

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,13 @@ struct RoomPlan {
 };
 
 const char* RoomKindName(RoomPlan::Kind kind);
+
+// The owner's GPU limit (a RoomQueue's limit_gpus; 0: none) bounds what its
+// deployments hold: the reason, when `need_milli` more on top of
+// `used_milli` would pass it; nullopt when it fits.
+std::optional<std::string> OverGpuLimit(const std::string& tenant,
+                                        int64_t used_milli, int64_t need_milli,
+                                        double limit_gpus);
 
 // See the file comment. `swap_min_idle`: a replica used within this long
 // before `now` is not swapped out (against thrashing). `queues` must hold

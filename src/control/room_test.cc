@@ -250,5 +250,15 @@ std::vector<Case> Cases() {
 INSTANTIATE_TEST_SUITE_P(Room, PlanRoomTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
+TEST(OverGpuLimitTest, Table) {
+  EXPECT_EQ(OverGpuLimit("a", 5000, 1000, 0), std::nullopt);  // no limit
+  EXPECT_EQ(OverGpuLimit("a", 1000, 1000, 2), std::nullopt);  // exactly
+  EXPECT_EQ(OverGpuLimit("a", 1500, 500, 2), std::nullopt);
+  EXPECT_EQ(OverGpuLimit("a", 1500, 1000, 2),
+            "tenant a's GPU limit: 1.50 of 2.00 GPUs in use, this replica "
+            "needs 1.00 more");
+  EXPECT_NE(OverGpuLimit("a", 0, 500, 0.25), std::nullopt);
+}
+
 }  // namespace
 }  // namespace gpusched::control

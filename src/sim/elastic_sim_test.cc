@@ -373,6 +373,54 @@ workload:
   }
 }
 
+// Tenant quotas in preemption and GPU limits, as live (control/room.h): a
+// deployment whose owner is under its quota reclaims a GPU from one of the
+// same class whose owner is over its own; without the quota it waits.
+std::string QuotaConfig(const std::string& trace, const std::string& quota_a) {
+  return absl::StrCat(R"(
+cluster: {gpus: 2}
+tenants:
+  - {name: a, quota: )",
+                      quota_a, R"(}
+  - {name: b}
+deployments:
+  - {name: big, owner: b, model: llama-2-7b, gpu: A100-80GB, replicas: 2}
+  - name: mine
+    owner: a
+    model: llama-2-7b
+    gpu: A100-80GB
+    autoscaling: {min_replicas: 0, max_replicas: 1, cold_start_s: 1}
+workload:
+  trace: {format: aegaeon, path: )",
+                      trace, "}\n");
+}
+
+TEST(ElasticSimTest, TenantQuotaReclaimsAndLimitBounds) {
+  std::vector<std::pair<double, std::string>> rows;
+  for (int i = 0; i < 20; ++i) rows.emplace_back(i * 0.5, "big");
+  rows.emplace_back(5, "mine");
+  std::sort(rows.begin(), rows.end());
+  const std::string trace = WriteTrace("quota.csv", rows, 200, 50);
+  const Result with = Simulate(QuotaConfig(trace, "{gpus: 1}"));
+  EXPECT_EQ(Completed(with.run, "mine"), 1);
+  EXPECT_EQ(Completed(with.run, "big"), 20);
+  EXPECT_EQ(with.report["deployments"]["big"]["capacity"]["preemptions"], 1);
+  const Result without = Simulate(QuotaConfig(trace, "{gpus: 0}"));
+  EXPECT_EQ(Completed(without.run, "mine"), 0);  // same class: no room
+  EXPECT_EQ(without.report["overall"]["capacity"]["preemptions"], 0);
+  // A limit of 1 GPU: the second initial replica of big does not fit.
+  auto cfg = config::ParseServeSimYaml(
+      absl::StrReplaceAll(QuotaConfig(trace, "{gpus: 0}"),
+                          {{"{name: b}", "{name: b, quota: {limit: 1}}"}}),
+      "limit.yaml", "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto run = RunServeSim(*cfg);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("1 of its 2 initial replicas fit"),
+            std::string::npos)
+      << run.status();
+}
+
 TEST(ElasticSimTest, CountExpandsDeploymentsAndSyntheticTenants) {
   auto cfg = config::ParseServeSimYaml(R"(
 deployments:

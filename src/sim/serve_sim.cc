@@ -90,6 +90,12 @@ FleetOptions FleetOptionsFor(const config::ServeSimConfig& cfg) {
   o.lifecycle.drain_grace = kNever;
   o.lifecycle.health_period = 0;
   o.lifecycle.startup_timeout = kNever / 4;
+  for (const config::SimTenantSpec& t : cfg.tenants) {
+    if (t.quota_gpus > 0 || t.limit_gpus > 0) {
+      o.queues.push_back(
+          {t.name, t.quota_gpus, t.limit_gpus, t.over_quota_weight});
+    }
+  }
   return o;
 }
 
@@ -234,6 +240,16 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       fd.preemptible = dep.preemptible;
       fd.autoscaled = d.autoscaling;
       fd.tensor_parallel = d.tensor_parallel;
+      fd.owner = d.owner;
+      if (!d.owner.empty() &&
+          std::none_of(cfg_.tenants.begin(), cfg_.tenants.end(),
+                       [&](const config::SimTenantSpec& t) {
+                         return t.name == d.owner;
+                       })) {
+        return DeploymentError(
+            d, absl::StrCat("owner '", d.owner,
+                            "' is not a tenant of the config's tenants list"));
+      }
       fd.gpu_milli =
           d.gpu_fraction > 0
               ? std::max(1, static_cast<int>(d.gpu_fraction * 1000 + 0.5))

@@ -89,7 +89,7 @@ void SimFleet::Reconcile(Micros now) {
       for (Dep& d : deps_) d.life.Retry(now);
       freed_ = false;
     }
-    for (int m : order_) {
+    for (int m : PassOrder()) {
       Dep& d = deps_[m];
       for (const auto& [name, p] : d.procs) {
         if (p.running) d.life.SetInFlight(name, host_->InFlight(p.engine), now);
@@ -113,6 +113,30 @@ void SimFleet::Reconcile(Micros now) {
     }
   }
   UpdateDeadlines();
+}
+
+bool SimFleet::VictimsGone(const Proc& p) const {
+  if (p.awaiting.empty() || p.placed) return false;
+  for (const std::string& victim : p.awaiting) {
+    for (const Dep& o : deps_) {
+      auto it = o.procs.find(victim);
+      if (it != o.procs.end() && it->second.placed) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<int> SimFleet::PassOrder() const {
+  // A replica whose victims are gone takes the GPUs it made room for
+  // before any other pending replica may (as live).
+  std::vector<int> order = order_;
+  std::stable_partition(order.begin(), order.end(), [&](int m) {
+    for (const auto& [name, p] : deps_[m].procs) {
+      if (VictimsGone(p)) return true;
+    }
+    return false;
+  });
+  return order;
 }
 
 bool SimFleet::Carry(int m, control::LifecycleOutput& out, Micros now) {
@@ -212,8 +236,9 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     req.kind = inventory::GpuKind::kWhole;
     req.gpus = d.spec.tensor_parallel;
   }
+  const std::string queue = d.spec.owner.empty() ? "-" : d.spec.owner;
   auto pod = placement::CompilePodRequest(
-      req, cluster_, {"-", d.spec.priority, d.spec.preemptible});
+      req, cluster_, {queue, d.spec.priority, d.spec.preemptible});
   if (!pod.ok()) {
     if (d.life.Unplaced(replica, std::string(pod.status().message()),
                         now + kRetryUnplaced)) {
@@ -221,6 +246,22 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
           absl::StrCat(replica, ": ", pod.status().message()));
     }
     return false;
+  }
+  // The owner's GPU limit bounds what its deployments hold (as live).
+  for (const control::RoomQueue& q : options_.queues) {
+    if (q.name != d.spec.owner || d.spec.owner.empty()) continue;
+    int64_t used = 0;
+    for (const Dep& o : deps_) {
+      if (o.spec.owner != d.spec.owner) continue;
+      for (const auto& [name, op] : o.procs) used += op.placed ? op.milli : 0;
+    }
+    if (std::optional<std::string> why = control::OverGpuLimit(
+            q.name, used, pod->TotalGpuMilli(), q.limit_gpus)) {
+      if (d.life.Unplaced(replica, *why, now + kRetryUnplaced)) {
+        Log(now, "replica.unschedulable", m, absl::StrCat(replica, ": ", *why));
+      }
+      return false;
+    }
   }
   const placement::Decision dec = scheduler_->Place(replica, *pod);
   if (dec.placed) {
@@ -264,8 +305,8 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
       }
     }
     const control::RoomPlan plan =
-        control::PlanRoom(cluster_, *scheduler_, filters_, ask, candidates, {},
-                          now, options_.swap_min_idle);
+        control::PlanRoom(cluster_, *scheduler_, filters_, ask, candidates,
+                          options_.queues, now, options_.swap_min_idle);
     for (const control::RoomVictim& v : plan.victims) {
       int vm = -1;
       for (const control::RoomCandidate& c : candidates) {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "control/lifecycle.h"
+#include "control/room.h"
 #include "inventory/cluster_state.h"
 #include "placement/framework.h"
 #include "placement/scheduler.h"
@@ -41,6 +42,8 @@ struct FleetOptions {
   Micros swap_min_idle = 0;
   std::string policy = "fillfrag";
   control::LifecycleOptions lifecycle;
+  // The owners' queues: quotas for preemption, GPU limits.
+  std::vector<control::RoomQueue> queues;
 };
 
 struct FleetDeployment {
@@ -51,6 +54,7 @@ struct FleetDeployment {
   bool autoscaled = false;
   int tensor_parallel = 1;  // whole GPUs per replica, on one node
   int gpu_milli = 0;        // > 0: a fraction of one GPU instead
+  std::string owner;        // its owner's queue ("": none)
 };
 
 struct FleetEngine {
@@ -130,6 +134,11 @@ class SimFleet {
   };
 
   bool Carry(int m, control::LifecycleOutput& out, Micros now);
+  // True when `p` waits for victims that are all gone now.
+  bool VictimsGone(const Proc& p) const;
+  // Deployments in the order a pass reconciles them: those with such a
+  // replica first, then by class.
+  std::vector<int> PassOrder() const;
   // The deadlines after a pass (they change only in a pass).
   void UpdateDeadlines();
   void Launch(int m, const std::string& replica, Micros now,
