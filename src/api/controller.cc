@@ -148,7 +148,6 @@ control::LifecycleOptions Controller::LifecycleOptionsFor(
     const runtime::EngineTemplate& engine) const {
   control::LifecycleOptions o;
   o.drain_grace = options_.drain_grace;
-  o.starting_probe = kStartingProbe;
   o.health_period = options_.health_period;
   o.startup_timeout = engine.readiness.startup_timeout;
   o.failure_threshold = engine.readiness.failure_threshold;

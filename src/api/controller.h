@@ -216,7 +216,6 @@ class Controller {
     int64_t generation = 0;
     Micros created = 0, updated = 0;  // wall
     runtime::EngineTemplate engine;
-    std::string template_key;
     bool deleting = false;
     Micros delete_deadline = kNever;
     // The replicas' life (the policy core) and the driver's records of

@@ -226,13 +226,13 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   if (!exists) d.created = wall;
   d.updated = wall;
   d.engine = std::move(engine);
-  d.template_key = TemplateKey(m.deployment);
   if (!exists) {
     d.life = control::ReplicaSet(spec.name, LifecycleOptionsFor(d.engine));
   } else {
     d.life.set_options(LifecycleOptionsFor(d.engine));
   }
-  d.life.SetVersion(d.template_key);
+  // What a replica is launched from: a change replaces them, rolling.
+  d.life.SetVersion(TemplateKey(m.deployment));
   if (persist) {
     Event(exists ? "deployment.configured" : "deployment.created", spec.name,
           absl::StrCat("deployment ", spec.name, " ", result->action,

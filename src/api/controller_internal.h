@@ -22,10 +22,6 @@ Micros WallNow();
 // The last `lines` lines of the file at `path` ("" when unreadable).
 std::string TailLines(const std::string& path, int lines);
 
-// How often a starting replica is probed for readiness: its readiness is
-// part of a cold start's latency.
-inline constexpr Micros kStartingProbe = 10 * kMicrosPerMilli;
-
 // A deployment's resources as the placement layer asks for them.
 inventory::ResourceRequest ToRequest(const config::ResourceSpec& r);
 // What the gateway needs of a deployment.

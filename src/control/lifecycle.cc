@@ -300,10 +300,12 @@ void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out) {
         DrainOne(r, "replaced by the deployment's new version", now, out);
       }
     }
-    for (Replica& r : created) replicas_.push_back(std::move(r));
-    std::sort(
-        replicas_.begin(), replicas_.end(),
-        [](const Replica& a, const Replica& b) { return a.index < b.index; });
+    if (!created.empty()) {
+      for (Replica& r : created) replicas_.push_back(std::move(r));
+      std::sort(
+          replicas_.begin(), replicas_.end(),
+          [](const Replica& a, const Replica& b) { return a.index < b.index; });
+    }
   }
   for (Replica& r : replicas_) {
     switch (r.state) {

@@ -214,7 +214,9 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       }
       ASSIGN_OR_RETURN(const ModelId model, dispatcher_.AddDeployment(spec));
       run_.deployment_names.push_back(d.name);
-      run_.deployment_gpus.push_back(d.replicas * d.tensor_parallel);
+      run_.deployment_gpus.push_back(
+          d.replicas *
+          (d.gpu_fraction > 0 ? d.gpu_fraction : 1.0 * d.tensor_parallel));
       deployment_ids_[d.name] = model;
       Dep dep;
       dep.spec = &d;

@@ -66,7 +66,8 @@ struct LoadSample {
 
 // One capacity decision, as the live controller logs it: kind is
 // deployment.autoscaled, replica.started, replica.ready, replica.stopped,
-// replica.evicted, replica.preempted or replica.pending.
+// replica.evicted, replica.preempted, replica.draining or
+// replica.unschedulable.
 struct CapacityEvent {
   Micros t = 0;
   std::string kind;
@@ -107,7 +108,8 @@ struct ServeSimRun {
   std::vector<config::SloSpec> tenant_slos;
   std::vector<std::string> deployment_names;
   std::vector<std::string> class_names;
-  std::vector<int> deployment_gpus;  // GPUs held per deployment (replicas x tp)
+  // GPUs held per deployment: replicas x tp, or x gpu_fraction.
+  std::vector<double> deployment_gpus;
   std::vector<std::string> latency_sources;  // per deployment
   std::vector<RequestOutcome> requests;
   std::vector<LoadSample> load;
