@@ -283,7 +283,7 @@ absl::Status Controller::Start() {
   // newest deployment.autoscaled or replica.evicted event says it), not
   // at their manifest's initial count.
   for (auto& [name, d] : deployments_) {
-    if (d.autoscale < 0) continue;
+    if (!scaling_.has(name)) continue;
     runtime::EventFilter f;
     f.kinds = {"deployment.autoscaled", "replica.evicted"};
     f.deployment = name;
@@ -294,10 +294,7 @@ absl::Status Controller::Start() {
     const json& details = (*last)[0].details;
     const char* key = (*last)[0].kind == "replica.evicted" ? "replicas" : "to";
     if (!details.contains(key) || !details[key].is_number_integer()) continue;
-    const autoscale::AutoscalingConfig& c = autoscaler_->config(d.autoscale);
-    const int target =
-        std::clamp(details[key].get<int>(), c.min_replicas, c.max_replicas);
-    autoscaler_->SetTarget(d.autoscale, target);
+    scaling_.Resume(name, details[key].get<int>());
   }
   Event("server.started", "",
         absl::StrCat("restored ", deployments.size(), " deployments and ",
@@ -340,7 +337,7 @@ void Controller::OnDemand(const std::string& deployment, Micros arrival) {
     absl::MutexLock lock(&mu_);
     auto it = deployments_.find(deployment);
     if (it == deployments_.end()) return;
-    if (it->second.demand_arrival == 0) it->second.demand_arrival = arrival;
+    (void)scaling_.Held(deployment, arrival);
     dirty_ = true;
   }
 }
@@ -405,7 +402,7 @@ void Controller::Reconcile(Micros now) {
   HandleExits(now);
   launcher_->Tick(now);
   Autoscale(now);
-  next_wake_ = std::min(next_wake_, autoscaler_->NextDeadline());
+  next_wake_ = std::min(next_wake_, scaling_.NextDeadline());
   // Higher classes first: they take GPUs freed in this pass. Before them,
   // a deployment with a replica whose victims are gone: it takes the GPUs
   // it made room for (another pending replica must not).
@@ -639,79 +636,43 @@ void Controller::PushReady(Deployment& d) {
 }
 
 int Controller::ReplicaTarget(const Deployment& d) const {
-  return d.autoscale >= 0 ? autoscaler_->target(d.autoscale) : d.spec.replicas;
-}
-
-void Controller::RebuildAutoscaler(Micros now) {
-  auto next = std::make_unique<autoscale::Autoscaler>();
-  for (auto& [name, d] : deployments_) {
-    if (d.autoscale < 0) continue;
-    const int target = autoscaler_->target(d.autoscale);
-    d.autoscale = -1;
-    if (d.deleting || !d.spec.autoscaling) continue;
-    // Cannot fail: the config was validated when applied, names are unique.
-    auto index = next->AddDeployment(name, *d.spec.autoscaling, target, now);
-    if (index.ok()) d.autoscale = *index;
-  }
-  autoscaler_ = std::move(next);
+  const int target = scaling_.target(d.spec.name);
+  return target >= 0 ? target : d.spec.replicas;
 }
 
 void Controller::Autoscale(Micros now) {
-  if (autoscaler_->num_deployments() == 0) return;
+  if (scaling_.size() == 0) return;
   for (auto& [name, d] : deployments_) {
-    if (d.autoscale < 0) continue;
+    if (!scaling_.has(name)) continue;
     const gateway::DeploymentLoad load = gateway_->Load(name);
-    autoscale::Observation o;
-    o.in_flight = load.in_flight;
-    o.queued = load.queued;
-    o.ready = d.life.ready();
-    o.starting = d.life.starting();
+    control::ScalingLoad l;
+    l.in_flight = load.in_flight;
+    l.queued = load.queued;
     // The SLO policy's samples: TTFTs of requests finished since the last
     // observation (the gateway's clock is the same steady clock).
-    if (autoscaler_->config(d.autoscale).policy == autoscale::Policy::kSlo) {
-      o.ttft_samples_s = gateway_->stats().TtftSince(name, d.ttft_seen);
+    if (scaling_.WantsTtft(name)) {
+      l.ttft_samples_s = gateway_->stats().TtftSince(name, d.ttft_seen);
       d.ttft_seen = now;
     }
-    autoscaler_->Observe(d.autoscale, now, o);
+    scaling_.Observe(name, now, std::move(l), d.life);
   }
-  decisions_.clear();
-  autoscaler_->Evaluate(now, &decisions_);
-  for (const autoscale::Decision& dec : decisions_) {
-    auto it = deployments_.find(dec.deployment);
+  steps_.clear();
+  scaling_.Evaluate(now, &steps_);
+  for (const control::ScaleStep& step : steps_) {
+    auto it = deployments_.find(step.deployment);
     if (it == deployments_.end()) continue;
     Deployment& d = it->second;
-    const autoscale::Signals& s = dec.signals;
     if (options_.metrics) {
-      options_.metrics->Scaled(dec.deployment, dec.from, dec.to);
+      options_.metrics->Scaled(step.deployment, step.from, step.to);
     }
-    if (dec.from == 0 && dec.to > 0) {
+    if (step.from == 0 && step.to > 0) {
       d.cold = ColdStart{};
-      d.cold->arrival = d.demand_arrival > 0 ? d.demand_arrival : now;
+      d.cold->arrival = step.demand_arrival;
       d.cold->decided = now;
     }
-    if (dec.to == 0) {
-      d.demand_arrival = 0;
-      d.cold.reset();
-    }
-    const char* reason = autoscale::ReasonName(dec.reason);
-    Event("deployment.autoscaled", dec.deployment,
-          absl::StrCat("deployment ", dec.deployment, " autoscaled from ",
-                       dec.from, " to ", dec.to, " replicas (", reason, ": ",
-                       s.ToString(), ")"),
-          json{{"from", dec.from},
-               {"to", dec.to},
-               {"reason", reason},
-               {"signals",
-                {{"desired", s.desired},
-                 {"in_flight", s.in_flight},
-                 {"queued", s.queued},
-                 {"ready", s.ready},
-                 {"starting", s.starting},
-                 {"ongoing_mean", s.ongoing_mean},
-                 {"ttft_p_s", s.ttft_p_s},
-                 {"samples", s.samples},
-                 {"idle_s", s.idle_s},
-                 {"run_s", s.run_s}}}});
+    if (step.to == 0) d.cold.reset();
+    Event(step.event.kind, step.deployment, step.event.message,
+          step.event.details);
   }
 }
 

@@ -14,10 +14,10 @@
 // deployment and tenant, kills engines the previous run left behind (their
 // pid files under log_dir) and starts replicas again.
 //
-// Deployments with spec.autoscaling get their replica count from an
-// autoscale::Autoscaler (the policy the simulator runs): each loop pass
-// observes the gateway's load and the replicas, evaluates, and carries the
-// decisions out like a scale (scale down drains starting replicas first).
+// Deployments with spec.autoscaling get their replica count from
+// control::Scaling (control/scaling.h, the autoscaler's actuation the
+// simulator runs too): each loop pass observes the gateway's load and the
+// ReplicaSet, evaluates, and sets the steps' counts as desired counts.
 // The first request held at zero replicas wakes the loop at once (the
 // gateway's demand sink). After a restart an autoscaled deployment starts
 // from its manifest's replicas (default minReplicas) and the rules take
@@ -44,9 +44,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "api/controller_metrics.h"
-#include "autoscale/autoscaler.h"
 #include "config/manifest.h"
 #include "control/lifecycle.h"
+#include "control/scaling.h"
 #include "gateway/gateway.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
@@ -224,12 +224,6 @@ class Controller {
     std::map<std::string, Replica> procs;
     std::vector<Replica> external;
     std::vector<std::string> pushed;  // ready endpoints the gateway has
-    // spec.autoscaling: its index in autoscaler_, whose target is then the
-    // desired count (spec.replicas only the initial one); -1: none.
-    int autoscale = -1;
-    // Arrival of the first request held at zero replicas since the last
-    // scale to zero (steady clock); 0: none.
-    Micros demand_arrival = 0;
     std::optional<ColdStart> cold;
     Micros ttft_seen = 0;  // slo policy: TTFT samples taken up to here
   };
@@ -277,9 +271,6 @@ class Controller {
   // Observes every autoscaled deployment, evaluates, carries out and
   // records the decisions.
   void Autoscale(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new Autoscaler with the deployments still autoscaled (at their
-  // current targets): the Autoscaler cannot remove one.
-  void RebuildAutoscaler(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The gateway's demand sink: a request is held at zero replicas.
   void OnDemand(const std::string& deployment, Micros arrival);
   void Release(Replica& r)
@@ -355,11 +346,11 @@ class Controller {
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ ABSL_GUARDED_BY(mu_) = 0;
-  // The autoscaled deployments' policy, its decisions (scratch), and when
-  // the loop must run next at the latest.
-  std::unique_ptr<autoscale::Autoscaler> autoscaler_ ABSL_GUARDED_BY(mu_) =
-      std::make_unique<autoscale::Autoscaler>();
-  std::vector<autoscale::Decision> decisions_ ABSL_GUARDED_BY(mu_);
+  // The autoscaled deployments (spec.autoscaling: its target is the
+  // desired count, spec.replicas only the initial one), its steps
+  // (scratch), and when the loop must run next at the latest.
+  control::Scaling scaling_ ABSL_GUARDED_BY(mu_);
+  std::vector<control::ScaleStep> steps_ ABSL_GUARDED_BY(mu_);
   Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -207,16 +207,12 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   // With spec.autoscaling the autoscaler owns the count: a new entry starts
   // from the count running now (a new deployment, or a restart: from
   // spec.replicas); a changed one keeps its target (rule 1 clamps it).
-  if (d.spec.autoscaling && d.autoscale >= 0) {
-    RETURN_IF_ERROR(
-        autoscaler_->UpdateConfig(d.autoscale, *d.spec.autoscaling));
-  } else if (d.spec.autoscaling) {
-    ASSIGN_OR_RETURN(d.autoscale,
-                     autoscaler_->AddDeployment(
-                         spec.name, *d.spec.autoscaling,
-                         exists ? before : d.spec.replicas, SteadyNow()));
-  } else if (d.autoscale >= 0) {
-    RebuildAutoscaler(SteadyNow());
+  if (d.spec.autoscaling) {
+    RETURN_IF_ERROR(scaling_.Set(spec.name, *d.spec.autoscaling,
+                                 exists ? before : d.spec.replicas,
+                                 SteadyNow()));
+  } else {
+    scaling_.Remove(spec.name, SteadyNow());
   }
   if (options_.metrics && exists) {
     options_.metrics->Scaled(spec.name, before, ReplicaTarget(d));
@@ -311,7 +307,7 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
   gateway_->RemoveDeployment(name);
   it->second.deleting = true;
   it->second.delete_deadline = SteadyNow() + options_.drain_grace;
-  if (it->second.autoscale >= 0) RebuildAutoscaler(SteadyNow());
+  scaling_.Remove(name, SteadyNow());
   Event("deployment.deleted", name,
         absl::StrCat("deployment ", name,
                      " deleted: queued requests are served, then its "

@@ -78,8 +78,9 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
       const bool ready = o.state == control::ReplicaState::kReady;
       placed[o.name] = {&od, &o};
       candidates.push_back(
-          {o.name, index, ClassRank(od.spec.priority_class), od.autoscale >= 0,
-           od.spec.preemptible, ready && !od.deleting,
+          {o.name, index, ClassRank(od.spec.priority_class),
+           scaling_.has(od.spec.name), od.spec.preemptible,
+           ready && !od.deleting,
            ready && !queued && gateway_->InFlightOn(io->second.endpoint) == 0,
            o.last_busy});
     }
@@ -104,8 +105,7 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
       continue;
     }
     if (plan.kind == control::RoomPlan::Kind::kSwap) {
-      const int target = autoscaler_->target(vd->autoscale);
-      autoscaler_->SetTarget(vd->autoscale, std::max(0, target - 1));
+      const int replicas = scaling_.SwappedOut(vd->spec.name);
       const double idle_s = v.idle_for >= 0 ? v.idle_for / 1e6 : -1;
       const std::string why = absl::StrFormat(
           "swapped out for %s (%s, class %s): idle%s, least recently used of "
@@ -120,7 +120,7 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
                  {"for_replica", r.name},
                  {"class", vd->spec.priority_class},
                  {"idle_s", idle_s},
-                 {"replicas", std::max(0, target - 1)}});
+                 {"replicas", replicas}});
       if (options_.metrics) options_.metrics->Evicted();
     } else {
       const std::string why = absl::StrFormat(

@@ -69,7 +69,7 @@ json Controller::DeploymentJson(const Deployment& d) {
       {"desiredReplicas", d.spec.endpoints.empty()
                               ? ReplicaTarget(d)
                               : static_cast<int>(d.spec.endpoints.size())},
-      {"autoscaled", d.autoscale >= 0},
+      {"autoscaled", scaling_.has(d.spec.name)},
       {"readyReplicas", ready},
       {"queued", load.queued},
       {"inFlight", load.in_flight},

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "control/lifecycle_testing.h"
 #include "gtest/gtest.h"
 
 namespace gpusched::control {
@@ -48,22 +49,6 @@ LifecycleOptions Options() {
   o.startup_timeout = 60 * kS;
   o.failure_threshold = 3;
   return o;
-}
-
-// Brings every replica of the current version to ready: launch, probe, ok.
-void MakeReady(ReplicaSet& set, Micros now) {
-  LifecycleOutput out;
-  set.Reconcile(now, &out);
-  for (const LifecycleAction& a : out.actions) {
-    if (a.kind == LifecycleAction::Kind::kLaunch) set.Launched(a.replica, now);
-  }
-  out.Clear();
-  set.Reconcile(now + 10 * kMs, &out);
-  for (const LifecycleAction& a : out.actions) {
-    if (a.kind == LifecycleAction::Kind::kProbe) {
-      set.ProbeResult(a.replica, true, now + 10 * kMs, &out);
-    }
-  }
 }
 
 // One step of a scripted scenario: a driver report or a pass at `at`, and

@@ -16,6 +16,7 @@
 #include "autoscale/swap.h"
 #include "common/check.h"
 #include "common/status.h"
+#include "control/scaling.h"
 #include "serving/batcher.h"
 #include "serving/dispatcher.h"
 #include "serving/latency_model.h"
@@ -73,8 +74,8 @@ struct Dep {
   const config::SimDeploymentSpec* spec = nullptr;
   serving::LatencyModel latency;
   int block_tokens = 16;
-  int autoscale = -1;  // index in the Autoscaler; -1: fixed count
-  int cls = 0;         // priority class index (0 = most important)
+  bool autoscaled = false;  // control::Scaling owns its count
+  int cls = 0;              // priority class index (0 = most important)
   bool preemptible = true;
   std::vector<double> ttft;  // since the last observation (slo)
 };
@@ -131,7 +132,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     o.cached_tokens = r->cached_prompt_tokens;
     dispatcher_.OnFirstToken(r->req, replica_of_[r->req.id], now);
     Dep& d = deps_[o.deployment];
-    if (d.autoscale >= 0) d.ttft.push_back(ToSeconds(now - o.arrival));
+    if (d.autoscaled) d.ttft.push_back(ToSeconds(now - o.arrival));
   }
   void OnFinished(SimRequest* r, Micros now) override {
     RequestOutcome& o = run_.requests[r->req.id];
@@ -230,9 +231,9 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         }
       }
       if (d.autoscaling) {
-        ASSIGN_OR_RETURN(dep.autoscale,
-                         autoscaler_.AddDeployment(d.name, d.autoscaling_config,
-                                                   d.replicas, 0));
+        RETURN_IF_ERROR(
+            scaling_.Set(d.name, d.autoscaling_config, d.replicas, 0));
+        dep.autoscaled = true;
         run_.elastic = true;
       }
       FleetDeployment fd;
@@ -386,10 +387,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     return dispatcher_.queue(static_cast<ModelId>(m)).size() > 0;
   }
   int SwappedOut(int m) override {
-    const int a = deps_[m].autoscale;
-    const int target = std::max(0, autoscaler_.target(a) - 1);
-    autoscaler_.SetTarget(a, target);
-    return target;
+    return scaling_.SwappedOut(run_.deployment_names[m]);
   }
   void Log(Micros t, const char* kind, int m, std::string message) override {
     const std::string_view k(kind);
@@ -430,15 +428,14 @@ class Simulation : public ReplicaSimListener, public FleetHost {
 
   void Observe(ModelId m, Micros now) {
     Dep& dep = deps_[m];
-    autoscale::Observation o;
-    o.in_flight = dispatcher_.outstanding(m);
-    o.queued = static_cast<int64_t>(dispatcher_.queue(m).size());
-    o.ready = fleet_.ready(static_cast<int>(m));
-    o.starting = fleet_.starting(static_cast<int>(m));
-    observed_load_ |= o.in_flight + o.queued > 0;
-    o.ttft_samples_s = std::move(dep.ttft);
+    control::ScalingLoad l;
+    l.in_flight = dispatcher_.outstanding(m);
+    l.queued = static_cast<int64_t>(dispatcher_.queue(m).size());
+    observed_load_ |= l.in_flight + l.queued > 0;
+    l.ttft_samples_s = std::move(dep.ttft);
     dep.ttft.clear();
-    autoscaler_.Observe(dep.autoscale, now, o);
+    scaling_.Observe(run_.deployment_names[m], now, std::move(l),
+                     fleet_.life(static_cast<int>(m)));
   }
 
   // Observes every autoscaled deployment, evaluates, carries the decisions
@@ -446,23 +443,20 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   void Autoscale(Micros now) {
     observed_load_ = false;
     for (size_t m = 0; m < deps_.size(); ++m) {
-      if (deps_[m].autoscale >= 0) Observe(static_cast<ModelId>(m), now);
+      if (deps_[m].autoscaled) Observe(static_cast<ModelId>(m), now);
     }
     Decide(now);
   }
 
   void Decide(Micros now) {
-    decisions_.clear();
-    autoscaler_.Evaluate(now, &decisions_);
+    steps_.clear();
+    scaling_.Evaluate(now, &steps_);
     last_evaluate_ = now;
-    for (const autoscale::Decision& d : decisions_) {
-      const ModelId m = deployment_ids_.at(d.deployment);
-      ++run_.capacity[m].decisions[autoscale::ReasonName(d.reason)];
-      Log(now, "deployment.autoscaled", m,
-          absl::StrCat("from ", d.from, " to ", d.to, " replicas (",
-                       autoscale::ReasonName(d.reason), ": ",
-                       d.signals.ToString(), ")"));
-      fleet_.SetDesired(static_cast<int>(m), d.to);
+    for (control::ScaleStep& step : steps_) {
+      const ModelId m = deployment_ids_.at(step.deployment);
+      ++run_.capacity[m].decisions[autoscale::ReasonName(step.reason)];
+      Log(now, "deployment.autoscaled", m, std::move(step.event.message));
+      fleet_.SetDesired(static_cast<int>(m), step.to);
     }
   }
 
@@ -595,7 +589,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     std::vector<serving::Assignment> assigned;
     std::vector<serving::Request> expired;
     Micros now = 0;
-    const bool autoscaling = autoscaler_.num_deployments() > 0;
+    const bool autoscaling = scaling_.size() > 0;
     const Micros tick =
         std::max<Micros>(1, FromSeconds(cfg_.autoscaling_interval_s));
     Micros next_tick = tick;
@@ -623,7 +617,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         // Periodic observations while there is work; after it, only the
         // autoscaler's own timers (idle timeouts, delays).
         if (busy) t_control = std::min(t_control, next_tick);
-        t_deadline = autoscaler_.NextDeadline();
+        t_deadline = scaling_.NextDeadline();
         if (t_deadline <= last_evaluate_) t_deadline = kNever;
         t_control = std::min(t_control, t_deadline);
       }
@@ -667,7 +661,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
           if (fleet_.ready(static_cast<int>(r.model)) == 0) {
             run_.requests[r.id].held = true;
             // At zero replicas: the autoscaler hears of it at once.
-            if (dep.autoscale >= 0 && autoscaler_.target(dep.autoscale) == 0) {
+            if (dep.autoscaled &&
+                scaling_.Held(run_.deployment_names[r.model], now)) {
               Observe(r.model, now);
               held_arrival = true;
             }
@@ -768,8 +763,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   std::vector<ReplicaId> replica_of_;
   std::vector<int64_t> arrivals_, completions_;
   std::vector<Dep> deps_;  // by ModelId
-  autoscale::Autoscaler autoscaler_;
-  std::vector<autoscale::Decision> decisions_;  // scratch
+  control::Scaling scaling_;
+  std::vector<control::ScaleStep> steps_;  // scratch
   std::unique_ptr<ColdStartModel> cold_;
   SimFleet fleet_;
   bool warm_ = false;  // engines started now serve at once (time 0)

@@ -90,7 +90,11 @@ class SimFleet {
   absl::Status Init();
   int AddDeployment(FleetDeployment d);
   void SetDesired(int deployment, int n);
-  // The core's counts for the autoscaler (current version).
+  // The deployment's replicas (what control::Scaling observes).
+  const control::ReplicaSet& life(int deployment) const {
+    return deps_[deployment].life;
+  }
+  // The core's counts (current version).
   int ready(int deployment) const;
   int starting(int deployment) const;
   // Engines of `deployment` starting or ready (not draining).
