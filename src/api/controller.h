@@ -46,6 +46,7 @@
 #include "api/controller_metrics.h"
 #include "config/manifest.h"
 #include "control/lifecycle.h"
+#include "control/place.h"
 #include "control/scaling.h"
 #include "gateway/gateway.h"
 #include "inventory/cluster_state.h"
@@ -336,9 +337,9 @@ class Controller {
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
   inventory::ClusterState cluster_state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<placement::Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
-  // Weights path -> nodes where it is local (a replica loaded it there, or
-  // it exists on this machine's disk).
-  std::map<std::string, std::set<int>> weights_nodes_ ABSL_GUARDED_BY(mu_);
+  // Where weights are local (a replica loaded them there, or they exist on
+  // this machine's disk).
+  control::WeightsLocality weights_ ABSL_GUARDED_BY(mu_);
   // The scheduler's filters, for preemption plans.
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();

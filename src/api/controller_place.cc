@@ -173,70 +173,57 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
       r.placed = true;
       r.allocation = {};
     } else {
-      auto pod = placement::CompilePodRequest(ToRequest(d.spec.resources),
-                                              cluster_state_, PodInfoOf(d));
-      if (!pod.ok()) {
-        fail(std::string(pod.status().message()));
-        return;
-      }
+      control::PlaceAsk ask;
+      ask.replica = r.name;
+      ask.request = ToRequest(d.spec.resources);
+      ask.info = PodInfoOf(d);
       // The owner's GPU limit (quota.limit, in GPUs) bounds what its
       // deployments hold.
-      if (auto t = tenants_.find(d.spec.tenant);
-          t != tenants_.end() && t->second.spec.quota.limit > 0) {
-        int64_t used = 0;
-        for (const auto& [name, other] : deployments_) {
-          if (other.spec.tenant != d.spec.tenant) continue;
-          for (const auto& [on, o] : other.procs) {
-            if (o.placed) used += o.allocation.GpuMilli();
-          }
-        }
-        if (std::optional<std::string> why =
-                control::OverGpuLimit(d.spec.tenant, used, pod->TotalGpuMilli(),
-                                      t->second.spec.quota.limit)) {
-          unplaced(*why, now + kMicrosPerSecond,
-                   json{{"reasons", {{"TenantQuota", 1}}}});
-          return;
-        }
+      if (auto t = tenants_.find(d.spec.tenant); t != tenants_.end()) {
+        ask.owner = d.spec.tenant;
+        ask.limit_gpus = t->second.spec.quota.limit;
+      }
+      // Nodes where the weights are local first.
+      ask.weights = WeightsPath(d);
+      if (!ask.weights.empty() && cluster_.source == "nvml" &&
+          !weights_.IsLocal(ask.weights, 0) &&
+          std::filesystem::exists(ask.weights)) {
+        weights_.Loaded(ask.weights, 0);  // on this machine's disk
       }
       const Micros place_start = SteadyNow();
-      // Nodes where the weights are local first.
-      const std::string weights = WeightsPath(d);
-      placement::Decision dec;
-      bool weights_local = false;
-      if (!weights.empty()) {
-        if (cluster_.source == "nvml" && std::filesystem::exists(weights)) {
-          weights_nodes_[weights].insert(0);  // this machine
-        }
-        for (int n : weights_nodes_[weights]) {
-          dec = scheduler_->PlaceOn(r.name, *pod, n);
-          if (dec.placed) {
-            weights_local = true;
-            break;
-          }
-        }
-      }
-      if (!dec.placed) dec = scheduler_->Place(r.name, *pod);
-      if (options_.metrics) {
+      control::PlaceResult placed =
+          control::PlaceReplica(cluster_state_, *scheduler_, weights_, ask);
+      const placement::Decision& dec = placed.decision;
+      if (options_.metrics &&
+          (placed.kind == control::PlaceResult::Kind::kPlaced ||
+           placed.kind == control::PlaceResult::Kind::kNoFit)) {
         options_.metrics->Placement(dec, ToSeconds(SteadyNow() - place_start));
       }
-      if (!dec.placed) {
-        const std::string why = dec.Summary(cluster_state_);
-        if (MakeRoom(d, r, *pod, now)) {
-          // Placed once its victims are gone (checked every tick).
-          (void)d.life.Unplaced(
-              r.name,
-              absl::StrCat("waiting for ", r.awaiting.size(),
-                           " replica(s) to drain to make room: ",
-                           absl::StrJoin(r.awaiting, ", ")),
-              now + options_.tick);
+      switch (placed.kind) {
+        case control::PlaceResult::Kind::kPlaced:
+          break;
+        case control::PlaceResult::Kind::kInvalid:
+          fail(placed.why);
           return;
-        }
-        json reasons = json::object();
-        for (const auto& [reason, n] : dec.reasons) reasons[reason] = n;
-        unplaced(why, now + kMicrosPerSecond, json{{"reasons", reasons}});
-        return;
+        case control::PlaceResult::Kind::kOverLimit:
+          unplaced(placed.why, now + kMicrosPerSecond,
+                   json{{"reasons", placed.reasons}});
+          return;
+        case control::PlaceResult::Kind::kNoFit:
+          if (MakeRoom(d, r, *placed.pod, now)) {
+            // Placed once its victims are gone (checked every tick).
+            (void)d.life.Unplaced(
+                r.name,
+                absl::StrCat("waiting for ", r.awaiting.size(),
+                             " replica(s) to drain to make room: ",
+                             absl::StrJoin(r.awaiting, ", ")),
+                now + options_.tick);
+            return;
+          }
+          unplaced(placed.why, now + kMicrosPerSecond,
+                   json{{"reasons", placed.reasons}});
+          return;
       }
-      (void)cluster_state_.Bind(r.name);
       r.placed = true;
       r.allocation = dec.allocation;
       json top = json::array();
@@ -258,8 +245,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
                  {"score", dec.score},
                  {"top", top},
                  {"policy", options_.placement_policy},
-                 {"weightsPath", weights},
-                 {"weightsLocal", weights_local}});
+                 {"weightsPath", ask.weights},
+                 {"weightsLocal", placed.weights_local}});
     }
   }
   if (cold && cold->placed == 0) cold->placed = SteadyNow();
@@ -306,7 +293,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
   // The engine loads its weights on this node: they are local there now.
   if (const std::string w = WeightsPath(d);
       !w.empty() && r.placed && r.allocation.node >= 0) {
-    weights_nodes_[w].insert(r.allocation.node);
+    weights_.Loaded(w, r.allocation.node);
   }
   r.started_wall = WallNow();
   if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);

@@ -167,10 +167,7 @@ json Controller::NodesJson() {
     for (const inventory::GpuState& g : st.gpus) {
       allocated += inventory::kMilliPerGpu - g.milli_free;
     }
-    json weights = json::array();
-    for (const auto& [path, nodes] : weights_nodes_) {
-      if (nodes.count(n)) weights.push_back(path);
-    }
+    json weights = weights_.Paths(n);
     items.push_back({{"name", spec.name},
                      {"simulated", spec.simulated},
                      {"weights", weights},

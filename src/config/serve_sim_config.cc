@@ -75,12 +75,15 @@ class Parser : public YamlReader {
     }
     if (const YAML::Node c = root["cold_start"]; c && IsMap(c, "cold_start")) {
       CheckKeys(c, "cold_start",
-                {"profile", "format", "engine_init_s", "default_s"});
+                {"profile", "format", "engine_init_s", "default_s",
+                 "local_load_factor"});
       OptString(c, "profile", &cfg.cold_start.profile);
       cfg.cold_start.profile = Resolve(cfg.cold_start.profile);
       OptString(c, "format", &cfg.cold_start.format);
       OptDouble(c, "engine_init_s", 0, kBig, &cfg.cold_start.engine_init_s);
       OptDouble(c, "default_s", 0, kBig, &cfg.cold_start.default_s);
+      OptDouble(c, "local_load_factor", 0, 1,
+                &cfg.cold_start.local_load_factor);
     }
 
     if (const YAML::Node pc = root["priority_classes"]) {

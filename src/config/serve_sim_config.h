@@ -18,6 +18,9 @@
 //     format: safetensors          # its checkpoint_format rows to sample
 //     engine_init_s: 0             # added to every load
 //     default_s: 4.95              # per 6.7B parameters when no profile
+//     local_load_factor: 1         # load time x this on a node where the
+//                                  #   model was loaded before (replicas go
+//                                  #   there first: control/place.h)
 //   autoscaling_interval_s: 1      # how often autoscaled deployments are
 //                                  #   observed (and at every held arrival)
 //   fairness_window_s: 10          # window for the service-difference metric
@@ -292,6 +295,9 @@ struct ColdStartSpec {
   std::string format = "safetensors";  // its checkpoint_format rows
   double engine_init_s = 0;            // added to every load
   double default_s = 4.95;             // per 6.7B parameters, without profile
+  // The load on a node where the model's weights were loaded before
+  // (cached there) takes this share of its time; 1: no faster.
+  double local_load_factor = 1;
 };
 
 struct ServeSimConfig {

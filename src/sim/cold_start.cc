@@ -82,13 +82,15 @@ absl::StatusOr<ColdStartModel> ColdStartModel::Create(
   return m;
 }
 
-double ColdStartModel::Sample(absl::string_view model, int tensor_parallel) {
+double ColdStartModel::Sample(absl::string_view model, int tensor_parallel,
+                              bool weights_local) {
   const double per_profile =
       load_times_.empty() ? spec_.default_s
                           : load_times_[rng_.Uniform(load_times_.size())];
   const double scale =
       ModelParamsB(model) / kProfileParamsB / std::max(1, tensor_parallel);
-  return per_profile * scale + spec_.engine_init_s;
+  const double local = weights_local ? spec_.local_load_factor : 1.0;
+  return per_profile * scale * local + spec_.engine_init_s;
 }
 
 }  // namespace gpusched::sim

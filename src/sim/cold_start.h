@@ -39,8 +39,10 @@ class ColdStartModel {
                                                uint64_t seed);
 
   // Seconds from start to ready for a replica of `model` with
-  // `tensor_parallel` GPUs (each loads its shard in parallel).
-  double Sample(absl::string_view model, int tensor_parallel);
+  // `tensor_parallel` GPUs (each loads its shard in parallel); on a node
+  // where its weights are local the load takes local_load_factor of it.
+  double Sample(absl::string_view model, int tensor_parallel,
+                bool weights_local = false);
 
   // The profile's load times (seconds, in file order); empty: default_s.
   const std::vector<double>& load_times() const { return load_times_; }

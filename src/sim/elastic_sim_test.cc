@@ -373,6 +373,56 @@ workload:
   }
 }
 
+// Weights locality (control/place.h), as live: a replica started again
+// goes to the node where its model was loaded before, although the
+// policy's tie-break would pick another, and loads faster there
+// (cold_start.local_load_factor).
+TEST(ElasticSimTest, RestartsWhereTheWeightsAreLocal) {
+  const std::string trace =
+      WriteTrace("local.csv", {{1, "other"}, {1.5, "chat"}, {40, "chat"}});
+  const Result r = Simulate(absl::StrCat(R"(
+cluster: {gpus: 2, gpus_per_node: 1}
+cold_start: {default_s: 6.7, local_load_factor: 0.25}
+deployments:
+  - name: other
+    model: llama-2-13b
+    gpu: A100-80GB
+    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 2}
+  - name: chat
+    model: llama-2-7b
+    gpu: A100-80GB
+    autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 2}
+workload:
+  trace: {format: aegaeon, path: )",
+                                         trace, "}\n"));
+  EXPECT_EQ(Completed(r.run, "chat"), 2);
+  const DeploymentCapacity& chat = r.run.capacity[1];
+  ASSERT_EQ(chat.cold_start_s.size(), 2u);
+  EXPECT_NEAR(chat.cold_start_s[0], 7.0, 1e-9);  // 6.7 s per 6.7B, x 7/6.7
+  EXPECT_NEAR(chat.cold_start_s[1], 0.25 * 7.0, 1e-9);
+  int local = 0;
+  for (const auto& e : r.run.events) {
+    if (e.kind == "replica.started" &&
+        e.message.find("weights local") != std::string::npos) {
+      EXPECT_EQ(e.deployment, "chat") << e.message;
+      ++local;
+    }
+  }
+  EXPECT_EQ(local, 1);
+  // Without a faster local load the placement still prefers the node.
+  const Result same = Simulate(absl::StrCat(R"(
+cluster: {gpus: 2, gpus_per_node: 1}
+deployments:
+  - {name: other, model: llama-2-13b, gpu: A100-80GB, autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 2}}
+  - {name: chat, model: llama-2-7b, gpu: A100-80GB, autoscaling: {min_replicas: 0, max_replicas: 1, idle_timeout_s: 2}}
+workload:
+  trace: {format: aegaeon, path: )",
+                                            trace, "}\n"));
+  ASSERT_EQ(same.run.capacity[1].cold_start_s.size(), 2u);
+  EXPECT_EQ(same.run.capacity[1].cold_start_s[0],
+            same.run.capacity[1].cold_start_s[1]);
+}
+
 // Tenant quotas in preemption and GPU limits, as live (control/room.h): a
 // deployment whose owner is under its quota reclaims a GPU from one of the
 // same class whose owner is over its own; without the quota it waits.

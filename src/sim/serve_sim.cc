@@ -244,6 +244,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       fd.autoscaled = d.autoscaling;
       fd.tensor_parallel = d.tensor_parallel;
       fd.owner = d.owner;
+      fd.weights = d.model;
       if (!d.owner.empty() &&
           std::none_of(cfg_.tenants.begin(), cfg_.tenants.end(),
                        [&](const config::SimTenantSpec& t) {
@@ -329,7 +330,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   // FleetHost: a new engine for deployment `m`; warm ones (the initial
   // replicas) serve at once, the others after a cold start.
   FleetEngine StartEngine(int m, const std::string& replica, double gpus,
-                          Micros now) override {
+                          bool weights_local, Micros now) override {
     (void)replica;
     const config::SimDeploymentSpec& d = *deps_[m].spec;
     auto made = NewEngine(static_cast<ModelId>(m));
@@ -344,9 +345,10 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     Micros ready_at = now;
     if (!warm_) {
       ++cap.starts;
-      const double cold = d.cold_start_s >= 0
-                              ? d.cold_start_s
-                              : cold_->Sample(d.model, d.tensor_parallel);
+      const double cold =
+          d.cold_start_s >= 0
+              ? d.cold_start_s
+              : cold_->Sample(d.model, d.tensor_parallel, weights_local);
       cap.cold_start_s.push_back(cold);
       ready_at = now + std::max<Micros>(1, FromSeconds(cold));
     }

@@ -200,13 +200,17 @@ void SimFleet::Launch(int m, const std::string& replica, Micros now,
   Proc& p = d.procs[replica];
   if (!p.placed && !Place(m, replica, p, now, out)) return;
   const double gpus = p.milli / 1000.0;
-  const FleetEngine e = host_->StartEngine(m, replica, gpus, now);
+  const FleetEngine e =
+      host_->StartEngine(m, replica, gpus, p.weights_local, now);
   p.running = true;
   p.engine = e.id;
   p.ready_at = e.ready_at;
+  // It loads its weights on that node: they are local there now.
+  if (p.node >= 0) weights_.Loaded(d.spec.weights, p.node);
   Log(now, "replica.started", m,
-      absl::StrFormat("%s started (cold start %.3f s); %.2f GPUs in use",
+      absl::StrFormat("%s started (cold start %.3f s%s); %.2f GPUs in use",
                       replica, ToSeconds(e.ready_at - now),
+                      p.weights_local ? ", weights local" : "",
                       milli_in_use_ / 1000.0));
   if (e.ready_at <= now) {
     d.life.Adopted(replica, now, out);
@@ -228,49 +232,45 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     milli_in_use_ += milli;
     return true;
   }
-  inventory::ResourceRequest req;
+  control::PlaceAsk ask;
+  ask.replica = replica;
   if (d.spec.gpu_milli > 0) {
-    req.kind = inventory::GpuKind::kFraction;
-    req.gpu_milli = d.spec.gpu_milli;
+    ask.request.kind = inventory::GpuKind::kFraction;
+    ask.request.gpu_milli = d.spec.gpu_milli;
   } else {
-    req.kind = inventory::GpuKind::kWhole;
-    req.gpus = d.spec.tensor_parallel;
+    ask.request.kind = inventory::GpuKind::kWhole;
+    ask.request.gpus = d.spec.tensor_parallel;
   }
-  const std::string queue = d.spec.owner.empty() ? "-" : d.spec.owner;
-  auto pod = placement::CompilePodRequest(
-      req, cluster_, {queue, d.spec.priority, d.spec.preemptible});
-  if (!pod.ok()) {
-    if (d.life.Unplaced(replica, std::string(pod.status().message()),
-                        now + kRetryUnplaced)) {
-      Log(now, "replica.unschedulable", m,
-          absl::StrCat(replica, ": ", pod.status().message()));
-    }
-    return false;
-  }
+  ask.info = {d.spec.owner.empty() ? "-" : d.spec.owner, d.spec.priority,
+              d.spec.preemptible};
   // The owner's GPU limit bounds what its deployments hold (as live).
   for (const control::RoomQueue& q : options_.queues) {
-    if (q.name != d.spec.owner || d.spec.owner.empty()) continue;
-    int64_t used = 0;
-    for (const Dep& o : deps_) {
-      if (o.spec.owner != d.spec.owner) continue;
-      for (const auto& [name, op] : o.procs) used += op.placed ? op.milli : 0;
-    }
-    if (std::optional<std::string> why = control::OverGpuLimit(
-            q.name, used, pod->TotalGpuMilli(), q.limit_gpus)) {
-      if (d.life.Unplaced(replica, *why, now + kRetryUnplaced)) {
-        Log(now, "replica.unschedulable", m, absl::StrCat(replica, ": ", *why));
-      }
-      return false;
+    if (!d.spec.owner.empty() && q.name == d.spec.owner) {
+      ask.owner = q.name;
+      ask.limit_gpus = q.limit_gpus;
     }
   }
-  const placement::Decision dec = scheduler_->Place(replica, *pod);
-  if (dec.placed) {
-    (void)cluster_.Bind(replica);
-    p.placed = true;
-    p.milli = dec.allocation.GpuMilli();
-    milli_in_use_ += p.milli;
-    p.awaiting.clear();
-    return true;
+  ask.weights = d.spec.weights;
+  const control::PlaceResult placed =
+      control::PlaceReplica(cluster_, *scheduler_, weights_, ask);
+  switch (placed.kind) {
+    case control::PlaceResult::Kind::kPlaced:
+      p.placed = true;
+      p.milli = placed.decision.allocation.GpuMilli();
+      p.node = placed.decision.allocation.node;
+      p.weights_local = placed.weights_local;
+      milli_in_use_ += p.milli;
+      p.awaiting.clear();
+      return true;
+    case control::PlaceResult::Kind::kInvalid:
+    case control::PlaceResult::Kind::kOverLimit:
+      if (d.life.Unplaced(replica, placed.why, now + kRetryUnplaced)) {
+        Log(now, "replica.unschedulable", m,
+            absl::StrCat(replica, ": ", placed.why));
+      }
+      return false;
+    case control::PlaceResult::Kind::kNoFit:
+      break;
   }
   // Victims already draining for it: wait for them.
   std::erase_if(p.awaiting, [&](const std::string& victim) {
@@ -281,11 +281,11 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     return true;
   });
   if (p.awaiting.empty()) {
-    control::RoomAsk ask;
-    ask.pod = *pod;
-    ask.replica = replica;
-    ask.deployment = m;
-    ask.class_rank = d.spec.class_rank;
+    control::RoomAsk room;
+    room.pod = *placed.pod;
+    room.replica = replica;
+    room.deployment = m;
+    room.class_rank = d.spec.class_rank;
     std::vector<control::RoomCandidate> candidates;
     for (int v = 0; v < static_cast<int>(deps_.size()); ++v) {
       const Dep& o = deps_[v];
@@ -305,7 +305,7 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
       }
     }
     const control::RoomPlan plan =
-        control::PlanRoom(cluster_, *scheduler_, filters_, ask, candidates,
+        control::PlanRoom(cluster_, *scheduler_, filters_, room, candidates,
                           options_.queues, now, options_.swap_min_idle);
     for (const control::RoomVictim& v : plan.victims) {
       int vm = -1;
@@ -348,7 +348,7 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
                           kNever);
     return false;
   }
-  const std::string why = dec.Summary(cluster_);
+  const std::string& why = placed.why;
   if (d.life.Unplaced(replica, why, now + kRetryUnplaced)) {
     Log(now, "replica.unschedulable", m,
         absl::StrFormat("%s: %s; %.2f of %d GPUs in use", replica, why,

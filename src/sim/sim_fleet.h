@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "control/lifecycle.h"
+#include "control/place.h"
 #include "control/room.h"
 #include "inventory/cluster_state.h"
 #include "placement/framework.h"
@@ -55,6 +56,9 @@ struct FleetDeployment {
   int tensor_parallel = 1;  // whole GPUs per replica, on one node
   int gpu_milli = 0;        // > 0: a fraction of one GPU instead
   std::string owner;        // its owner's queue ("": none)
+  // The weights its replicas load (the model's checkpoint): nodes where
+  // they were loaded before are tried first (control/place.h).
+  std::string weights;
 };
 
 struct FleetEngine {
@@ -66,9 +70,11 @@ struct FleetEngine {
 class FleetHost {
  public:
   virtual ~FleetHost() = default;
-  // Starts a simulated engine for `replica` of `deployment`, holding `gpus`.
+  // Starts a simulated engine for `replica` of `deployment`, holding `gpus`
+  // on a node where its weights are local (loaded there before) or not.
   virtual FleetEngine StartEngine(int deployment, const std::string& replica,
-                                  double gpus, Micros now) = 0;
+                                  double gpus, bool weights_local,
+                                  Micros now) = 0;
   virtual void StopEngine(serving::ReplicaId id, Micros now) = 0;
   // The engine takes requests from the dispatcher, or no longer does.
   virtual void SetServing(serving::ReplicaId id, bool serving, Micros now) = 0;
@@ -120,6 +126,8 @@ class SimFleet {
   struct Proc {
     bool placed = false;
     int64_t milli = 0;
+    int node = -1;  // -1: unbounded cluster
+    bool weights_local = false;
     bool running = false;  // an engine exists
     serving::ReplicaId engine = 0;
     Micros ready_at = 0;
@@ -165,6 +173,7 @@ class SimFleet {
   std::vector<std::unique_ptr<placement::FilterPlugin>> filters_ =
       placement::DefaultFilters();
   std::vector<ProbeAnswer> probes_;  // outstanding readiness probes
+  control::WeightsLocality weights_;
   int64_t milli_in_use_ = 0;
   Micros deadline_ = kNever;  // probes and drains
   Micros retry_ = kNever;     // the earliest retry of a pending replica

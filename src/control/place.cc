@@ -1,0 +1,106 @@
+#include "control/place.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "control/room.h"
+
+namespace gpusched::control {
+
+void WeightsLocality::Loaded(const std::string& path, int node) {
+  if (path.empty() || node < 0) return;
+  std::vector<int>& nodes = nodes_[path];
+  std::erase(nodes, node);
+  nodes.insert(nodes.begin(), node);
+  used_[path] = ++clock_;
+  if (nodes_.size() > kMaxPaths) {
+    auto oldest = std::min_element(
+        used_.begin(), used_.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    nodes_.erase(oldest->first);
+    used_.erase(oldest);
+  }
+}
+
+std::vector<int> WeightsLocality::Nodes(const std::string& path) const {
+  auto it = nodes_.find(path);
+  return it == nodes_.end() ? std::vector<int>{} : it->second;
+}
+
+bool WeightsLocality::IsLocal(const std::string& path, int node) const {
+  auto it = nodes_.find(path);
+  return it != nodes_.end() && std::find(it->second.begin(), it->second.end(),
+                                         node) != it->second.end();
+}
+
+std::vector<std::string> WeightsLocality::Paths(int node) const {
+  std::vector<std::string> paths;
+  for (const auto& [path, nodes] : nodes_) {
+    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+      paths.push_back(path);
+    }
+  }
+  return paths;
+}
+
+int64_t QueueGpuMilli(const inventory::ClusterState& cluster,
+                      const std::string& queue) {
+  int64_t milli = 0;
+  for (int n = 0; n < cluster.num_nodes(); ++n) {
+    for (const std::string& pod : cluster.PodsOnNode(n)) {
+      const inventory::PodRecord* r = cluster.FindPod(pod);
+      if (r != nullptr && r->info.tenant == queue) {
+        milli += r->allocation.GpuMilli();
+      }
+    }
+  }
+  return milli;
+}
+
+PlaceResult PlaceReplica(inventory::ClusterState& cluster,
+                         placement::Scheduler& scheduler,
+                         const WeightsLocality& locality, const PlaceAsk& ask) {
+  PlaceResult out;
+  absl::StatusOr<placement::PodRequest> pod =
+      placement::CompilePodRequest(ask.request, cluster, ask.info);
+  if (!pod.ok()) {
+    out.kind = PlaceResult::Kind::kInvalid;
+    out.why = std::string(pod.status().message());
+    return out;
+  }
+  out.pod = *std::move(pod);
+  if (ask.limit_gpus > 0) {
+    if (std::optional<std::string> why =
+            OverGpuLimit(ask.owner, QueueGpuMilli(cluster, ask.info.tenant),
+                         out.pod->TotalGpuMilli(), ask.limit_gpus)) {
+      out.kind = PlaceResult::Kind::kOverLimit;
+      out.why = *why;
+      out.reasons = {{"TenantQuota", 1}};
+      return out;
+    }
+  }
+  for (int node : locality.Nodes(ask.weights)) {
+    if (node >= cluster.num_nodes()) continue;
+    out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
+    if (out.decision.placed) {
+      out.weights_local = true;
+      break;
+    }
+  }
+  if (!out.decision.placed) {
+    out.decision = scheduler.Place(ask.replica, *out.pod);
+  }
+  if (!out.decision.placed) {
+    out.kind = PlaceResult::Kind::kNoFit;
+    out.why = out.decision.Summary(cluster);
+    for (const auto& [reason, n] : out.decision.reasons) {
+      out.reasons[reason] = n;
+    }
+    return out;
+  }
+  (void)cluster.Bind(ask.replica);
+  out.kind = PlaceResult::Kind::kPlaced;
+  return out;
+}
+
+}  // namespace gpusched::control
