@@ -6,7 +6,12 @@
 #  2. The reference engine (src/engine) builds on net/, serving/ and common/
 #     only: not api/, runtime/, gateway/ or SQLite.
 #  3. net/ sits on common/ only.
-#  4. No source file in src/ is over 900 lines (a known_long list below
+#  4. The live driver (runtime/) reaches the data plane and the metrics
+#     through its own interfaces (runtime/data_plane.h, driver_metrics.h):
+#     it includes nothing from gateway/, api/, cli/ or main/; the data
+#     plane (gateway/) never includes the driver (runtime/controller*.h)
+#     nor api/.
+#  5. No source file in src/ is over 900 lines (a known_long list below
 #     holds exceptions being split; it is empty, and a listed file that is
 #     short enough must leave it, so the list stays true).
 # Usage: layering_test.sh SOURCE_DIR
@@ -48,7 +53,16 @@ out=$(includes_outside net net common)
 grep -qE 'gpusched_(api|runtime|gateway)|SQLite' "$src/engine/CMakeLists.txt" &&
   bad "src/engine/CMakeLists.txt links api, runtime, gateway or SQLite"
 
-# 4. File sizes.
+# 4. The driver and the data plane.
+out=$(includes_outside runtime runtime control placement serving autoscale \
+  inventory config net common)
+[ -z "$out" ] || bad "src/runtime (the live driver) includes modules it must not: $out"
+hits=$(grep -rnE '#include "(runtime/controller|api/)' "$src/gateway" \
+  --include='*.h' --include='*.cc' || true)
+[ -z "$hits" ] || bad "src/gateway (the data plane) must not include the driver or api/:
+$hits"
+
+# 5. File sizes.
 # Files known to be over the limit and being split (none today; a listed
 # file that is short enough must leave the list).
 known_long=""
@@ -70,4 +84,4 @@ if [ "$failures" -gt 0 ]; then
   echo "layering: $failures problem(s)"
   exit 1
 fi
-echo "layering: ok (core: $core; engine on net, serving, common; net on common)"
+echo "layering: ok (core: $core; engine on net, serving, common; net on common; runtime not on gateway or api)"

@@ -12,12 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "api/controller.h"
 #include "gateway/gateway_stats.h"
 #include "gateway/key_cache.h"
 #include "net/http_server.h"
+#include "runtime/controller.h"
 
 namespace gpusched::api {
+
+using runtime::ApplyResult;
+using runtime::Controller;
+using runtime::IsoTime;
 
 namespace http = boost::beast::http;
 

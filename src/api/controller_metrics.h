@@ -29,71 +29,40 @@
 #include "gateway/gateway_metrics.h"
 #include "metrics/registry.h"
 #include "placement/scheduler.h"
+#include "runtime/driver_metrics.h"
 #include "runtime/engine_metrics.h"
 
 namespace gpusched::api {
 
-class ControllerMetrics {
+class ControllerMetrics : public runtime::DriverMetrics {
  public:
-  // What the controller holds now, read at each scrape.
-  struct Snapshot {
-    struct Deployment {
-      std::string name;
-      int desired = 0;
-      std::vector<std::pair<std::string, int>> replicas;  // state -> count
-      int64_t queued = 0;
-      int64_t in_flight = 0;
-    };
-    struct Replica {
-      std::string deployment, name;
-      runtime::EngineSignals signals;
-    };
-    struct Gpu {
-      std::string node, model;
-      int index = 0;
-      bool simulated = true;
-      int64_t memory_mib = 0;
-      int64_t allocated_memory_mib = 0;
-      int allocated_milli = 0;
-      bool healthy = true;
-      bool nvml = false;  // the readings below are NVML's
-      int64_t nvml_memory_used_mib = 0;
-      int nvml_utilization_pct = -1;
-    };
-    std::vector<Deployment> deployments;
-    std::vector<Replica> replicas;
-    std::vector<Gpu> gpus;
-  };
+  using Snapshot = runtime::DriverMetrics::Snapshot;
 
   // `gpu_prices`: price per GPU-hour by GPU model (absent: 0).
   ControllerMetrics(metrics::Registry* registry,
                     gateway::GatewayMetrics* gateway,
                     std::map<std::string, double> gpu_prices);
 
-  // Read at each scrape; set once, before serving.
-  void SetSource(std::function<Snapshot()> source);
-
-  void Placement(const placement::Decision& d, double seconds);
-  void ReplicaStarted(const std::string& deployment);
-  void ReplicaReady(const std::string& deployment, double startup_seconds);
-  // A change of a deployment's desired replica count.
-  void Scaled(const std::string& deployment, int from, int to);
-  // A replica preempted for a higher-priority one; an idle one swapped out.
-  void Preempted();
-  void Evicted();
-  // GPU-seconds and cost attributed to `tenant` so far.
-  std::pair<double, double> TenantUsage(const std::string& tenant);
-  // The deployment's SLO (spec.slo), for the gateway's attainment counters.
-  void SetSlo(const std::string& deployment, double ttft_ms, double tpot_ms);
-  // One scrape of a replica's engine: its prefix-cache counters add to the
-  // deployment's (a drop means the engine restarted: counted from 0).
+  // runtime::DriverMetrics.
+  void SetSource(std::function<Snapshot()> source) override;
+  void Placement(const placement::Decision& d, double seconds) override;
+  void ReplicaStarted(const std::string& deployment) override;
+  void ReplicaReady(const std::string& deployment,
+                    double startup_seconds) override;
+  void Scaled(const std::string& deployment, int from, int to) override;
+  void Preempted() override;
+  void Evicted() override;
+  std::pair<double, double> TenantUsage(const std::string& tenant) override;
+  // Also the gateway's attainment counters.
+  void SetSlo(const std::string& deployment, double ttft_ms,
+              double tpot_ms) override;
+  // Its prefix-cache counters add to the deployment's (a drop means the
+  // engine restarted: counted from 0).
   void EngineScraped(const std::string& deployment, const std::string& replica,
-                     const runtime::EngineSignals& s);
-  // `share_by_model`: GPUs (milli / 1000) the deployment holds, per GPU
-  // model, during the last `seconds`.
+                     const runtime::EngineSignals& s) override;
   void Accrue(const std::string& deployment,
               const std::vector<std::pair<std::string, double>>& share_by_model,
-              double seconds);
+              double seconds) override;
 
  private:
   void Collect(std::vector<std::vector<metrics::Sample>>* out);

@@ -8,24 +8,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "api/controller.h"
-#include "api/controller_internal.h"
+#include "runtime/controller.h"
+#include "runtime/controller_internal.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 using nlohmann::json;
 
 json Controller::ReplicaJson(const Deployment& d, const Row& row) const {
   static const Replica kNone;
   const Replica& r = row.io ? *row.io : kNone;
-  json j = {
-      {"name", row.name()},
-      {"deployment", d.spec.name},
-      {"state", row.state()},
-      {"endpoint", r.endpoint.port ? gateway::EndpointKey(r.endpoint) : ""},
-      {"pid", r.pid},
-      {"restarts", row.core ? row.core->restarts : 0},
-      {"message", row.core ? row.core->message : ""}};
+  json j = {{"name", row.name()},
+            {"deployment", d.spec.name},
+            {"state", row.state()},
+            {"endpoint", r.endpoint.port ? net::EndpointKey(r.endpoint) : ""},
+            {"pid", r.pid},
+            {"restarts", row.core ? row.core->restarts : 0},
+            {"message", row.core ? row.core->message : ""}};
   if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
   if (r.placed && r.allocation.node >= 0) {
     j["node"] = cluster_state_.spec(r.allocation.node).name;
@@ -52,7 +51,7 @@ json Controller::DeploymentJson(const Deployment& d) {
   j["metadata"]["generation"] = d.generation;
   j["metadata"]["created"] = IsoTime(d.created);
   j["metadata"]["updated"] = IsoTime(d.updated);
-  const gateway::DeploymentLoad load = gateway_->Load(d.spec.name);
+  const runtime::ServingLoad load = gateway_->Load(d.spec.name);
   json reps = json::array();
   int ready = 0;
   std::string message;
@@ -121,7 +120,7 @@ json Controller::GpusJson() {
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
     const inventory::NodeSpec& spec = cluster_state_.spec(n);
     for (int g = 0; g < spec.gpu_count; ++g) {
-      const ControllerMetrics::Snapshot::Gpu v = GpuView(n, g);
+      const runtime::DriverMetrics::Snapshot::Gpu v = GpuView(n, g);
       json gj = {{"node", v.node},
                  {"index", g},
                  {"model", v.model},
@@ -186,7 +185,7 @@ json Controller::QueuesJson() {
   absl::MutexLock lock(&mu_);
   json items = json::array();
   for (const auto& [name, d] : deployments_) {
-    const gateway::DeploymentLoad load = gateway_->Load(name);
+    const runtime::ServingLoad load = gateway_->Load(name);
     items.push_back({{"deployment", name},
                      {"queued", load.queued},
                      {"inFlight", load.in_flight},
@@ -262,10 +261,10 @@ absl::StatusOr<std::string> Controller::Logs(const std::string& deployment,
 
 // --- Metrics ----------------------------------------------------------------
 
-ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
+runtime::DriverMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
   const inventory::NodeSpec& spec = cluster_state_.spec(n);
   const inventory::GpuState& st = cluster_state_.state(n).gpus[g];
-  ControllerMetrics::Snapshot::Gpu v;
+  runtime::DriverMetrics::Snapshot::Gpu v;
   v.node = spec.name;
   v.model = spec.gpu_model;
   v.index = g;
@@ -284,14 +283,14 @@ ControllerMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
   return v;
 }
 
-ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
+runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
   static constexpr const char* kStates[] = {"pending",   "starting", "ready",
                                             "unhealthy", "backoff",  "draining",
                                             "external"};
   absl::MutexLock lock(&mu_);
-  ControllerMetrics::Snapshot snap;
+  runtime::DriverMetrics::Snapshot snap;
   for (const auto& [name, d] : deployments_) {
-    ControllerMetrics::Snapshot::Deployment sd;
+    runtime::DriverMetrics::Snapshot::Deployment sd;
     sd.name = name;
     sd.desired = d.deleting ? 0
                  : d.spec.endpoints.empty()
@@ -303,7 +302,7 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
       for (const Row& r : rows) count += std::string_view(r.state()) == st;
       sd.replicas.emplace_back(st, count);
     }
-    const gateway::DeploymentLoad load = gateway_->Load(name);
+    const runtime::ServingLoad load = gateway_->Load(name);
     sd.queued = load.queued;
     sd.in_flight = load.in_flight;
     snap.deployments.push_back(std::move(sd));
@@ -321,4 +320,4 @@ ControllerMetrics::Snapshot Controller::MetricsSnapshot() {
   return snap;
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime

@@ -14,6 +14,14 @@
 #include "serving/model_queue.h"
 
 namespace gpusched::config {
+
+serving::TenantSpec ServingTenant(const TenantSpec& t) {
+  serving::TenantSpec s;
+  s.name = t.name;
+  s.weight = t.weight;
+  s.limits = t.limits;
+  return s;
+}
 namespace {
 
 constexpr int kMaxObjectName = 63;

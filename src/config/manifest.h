@@ -108,6 +108,7 @@
 #include "autoscale/autoscaler.h"
 #include "nlohmann/json.hpp"
 #include "serving/admission.h"
+#include "serving/dispatcher.h"
 #include "serving/router.h"
 
 namespace gpusched::config {
@@ -203,6 +204,9 @@ struct TenantSpec {
   TenantQuotaSpec quota;
   bool operator==(const TenantSpec&) const = default;
 };
+
+// What the request layer enforces of a tenant (name, weight, limits).
+serving::TenantSpec ServingTenant(const TenantSpec& t);
 
 struct Manifest {
   enum class Kind { kDeployment, kTenant };

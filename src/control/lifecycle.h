@@ -1,5 +1,5 @@
 // ReplicaSet: the life of one deployment's replicas as a clock-driven
-// policy core, shared by the live controller (api/controller.cc, engines
+// policy core, shared by the live controller (runtime/controller.cc, engines
 // through a runtime::Launcher) and the simulator (sim/serve_sim.cc,
 // simulated engines on a virtual clock).
 //

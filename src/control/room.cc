@@ -152,4 +152,16 @@ std::optional<std::string> OverGpuLimit(const std::string& tenant,
       tenant, used_milli / 1000.0, limit / 1000.0, need_milli / 1000.0);
 }
 
+std::vector<int> PassOrder(const std::vector<PassEntry>& deployments) {
+  std::vector<int> order(deployments.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const PassEntry& x = deployments[a];
+    const PassEntry& y = deployments[b];
+    if (x.victims_gone != y.victims_gone) return x.victims_gone;
+    return x.class_rank < y.class_rank;
+  });
+  return order;
+}
+
 }  // namespace gpusched::control

@@ -88,6 +88,16 @@ std::optional<std::string> OverGpuLimit(const std::string& tenant,
                                         int64_t used_milli, int64_t need_milli,
                                         double limit_gpus);
 
+// The order a reconcile pass takes the deployments in: those with a
+// replica whose victims are gone first (it takes the GPUs it made room
+// for; another pending replica must not), then by class, most important
+// first; otherwise as given. Returns indices into `deployments`.
+struct PassEntry {
+  int class_rank = 0;
+  bool victims_gone = false;
+};
+std::vector<int> PassOrder(const std::vector<PassEntry>& deployments);
+
 // See the file comment. `swap_min_idle`: a replica used within this long
 // before `now` is not swapped out (against thrashing). `queues` must hold
 // the ask's queue and every candidate's (others get no quota).

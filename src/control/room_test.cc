@@ -260,5 +260,14 @@ TEST(OverGpuLimitTest, Table) {
   EXPECT_NE(OverGpuLimit("a", 0, 500, 0.25), std::nullopt);
 }
 
+TEST(PassOrderTest, VictimsGoneFirstThenByClass) {
+  // batch(2), critical(0), standard(1) waiting for victims that are gone,
+  // critical(0) again, sheddable(3) waiting too.
+  const std::vector<PassEntry> d = {
+      {2, false}, {0, false}, {1, true}, {0, false}, {3, true}};
+  EXPECT_THAT(PassOrder(d), ElementsAreArray({2, 4, 1, 3, 0}));
+  EXPECT_TRUE(PassOrder({}).empty());
+}
+
 }  // namespace
 }  // namespace gpusched::control

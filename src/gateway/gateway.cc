@@ -21,10 +21,6 @@ namespace gpusched::gateway {
 using nlohmann::json;
 using serving::RejectReason;
 
-std::string EndpointKey(const net::Endpoint& ep) {
-  return absl::StrCat(ep.host, ":", ep.port);
-}
-
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
     const GatewayConfig& config, Authenticator authenticate,
     net::UpstreamOptions upstream) {
@@ -201,6 +197,39 @@ void Gateway::FailQueued(serving::ModelId id, std::vector<Pending>* out) {
     out->push_back(std::move(it->second));
     pending_.erase(it);
   }
+}
+
+absl::Status Gateway::ServeDeployment(const config::DeploymentSpec& s,
+                                      const std::vector<std::string>& classes) {
+  GatewayDeployment g;
+  g.spec.name = s.name;
+  g.spec.router = s.router;
+  g.spec.max_queue_size = s.max_queue_size;
+  if (s.autoscaling) {
+    g.queue_timeout = static_cast<Micros>(s.hold_timeout_s * kMicrosPerSecond);
+    g.max_held = s.max_held;
+  }
+  serving::QueueOrder order = serving::QueueOrder::kFair;
+  (void)serving::ParseQueueOrder(s.queue_order, &order);
+  for (const std::string& c : classes) {
+    g.spec.queue.classes.push_back({c, order, g.queue_timeout});
+  }
+  g.max_ongoing_requests = s.max_ongoing_requests;
+  g.kv_budget_tokens = s.kv_budget_tokens;
+  return UpsertDeployment(g);
+}
+
+absl::Status Gateway::ServeTenant(const config::TenantSpec& spec) {
+  GatewayTenant t;
+  t.spec = config::ServingTenant(spec);
+  t.priority = spec.priority_class;
+  t.models = spec.models;
+  return UpsertTenant(t);
+}
+
+std::vector<double> Gateway::TtftSince(const std::string& deployment,
+                                       Micros since) {
+  return stats_.TtftSince(deployment, since);
 }
 
 absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {

@@ -50,6 +50,7 @@
 #include "gateway/gateway_stats.h"
 #include "net/http_server.h"
 #include "net/upstream.h"
+#include "runtime/data_plane.h"
 #include "runtime/store.h"
 #include "serving/dispatcher.h"
 
@@ -86,22 +87,18 @@ struct GatewayConfig {
 };
 
 // What the gateway holds for one deployment now.
-struct DeploymentLoad {
-  int64_t queued = 0;
-  int64_t in_flight = 0;
-  int replicas = 0;  // ready replicas it routes to
-};
+using DeploymentLoad = runtime::ServingLoad;
 
 // Checks an API key; the runtime wraps its Store (thread-safe).
 using Authenticator =
     std::function<absl::StatusOr<runtime::KeyInfo>(std::string_view secret)>;
 
-class Gateway {
+class Gateway : public runtime::DataPlane {
  public:
   static absl::StatusOr<std::unique_ptr<Gateway>> Create(
       const GatewayConfig& config, Authenticator authenticate,
       net::UpstreamOptions upstream = {});
-  ~Gateway();
+  ~Gateway() override;
 
   void Handle(net::HttpRequest request,
               std::shared_ptr<net::Responder> responder);
@@ -115,28 +112,35 @@ class Gateway {
   absl::Status UpsertDeployment(const GatewayDeployment& d);
   // New requests for it get 404; queued ones are still served until
   // SetReplicas(name, {}), after which the rest get 503.
-  void RemoveDeployment(const std::string& name);
+  void RemoveDeployment(const std::string& name) override;
   // The ready replicas of `name` (an unknown name is ignored). A replica
   // left out takes no new request; its in-flight ones finish.
   void SetReplicas(const std::string& name,
-                   const std::vector<net::Endpoint>& ready);
+                   const std::vector<net::Endpoint>& ready) override;
   absl::Status UpsertTenant(const GatewayTenant& t);
   // The tenant's keys stop working here at once.
-  void RemoveTenant(const std::string& name);
+  void RemoveTenant(const std::string& name) override;
+  // runtime::DataPlane: UpsertDeployment / UpsertTenant from the specs.
+  absl::Status ServeDeployment(
+      const config::DeploymentSpec& spec,
+      const std::vector<std::string>& classes) override;
+  absl::Status ServeTenant(const config::TenantSpec& spec) override;
+  std::vector<double> TtftSince(const std::string& deployment,
+                                Micros since) override;
 
   // Engine-reported load of the replica at `ep` (for the routers).
   void UpdateEngineLoad(const net::Endpoint& ep,
-                        const serving::EngineLoad& load);
+                        const serving::EngineLoad& load) override;
 
-  DeploymentLoad Load(const std::string& name);
+  DeploymentLoad Load(const std::string& name) override;
   // Recent per-deployment and per-tenant request statistics
   // (GET /api/v1/stats); thread-safe.
   const GatewayStats& stats() const { return stats_; }
   // Requests proxied to `ep` and not finished.
-  int64_t InFlightOn(const net::Endpoint& ep);
+  int64_t InFlightOn(const net::Endpoint& ep) override;
   // Expires queued requests past their timeout and forgets drained old
   // queues; the controller calls it periodically (every ~50 ms).
-  void Tick();
+  void Tick() override;
   // Rejections become "request.rejected" events, one per (deployment,
   // tenant, reason) and second with their count, sent from Tick().
   void SetEventSink(std::function<void(runtime::Event)> sink);
@@ -146,9 +150,7 @@ class Gateway {
   // requests (concurrent ones find the first already held). Called on the
   // thread that received the request, without the gateway's lock, so the
   // sink may take the controller's lock (whose holder calls the gateway).
-  using DemandSink =
-      std::function<void(const std::string& deployment, Micros arrival)>;
-  void SetDemandSink(DemandSink sink);
+  void SetDemandSink(DemandSink sink) override;
 
  private:
   enum class Protocol { kOpenAi, kKServe };
@@ -284,8 +286,7 @@ class Gateway {
   absl::flat_hash_map<std::string, Micros> suspect_until_ ABSL_GUARDED_BY(mu_);
 };
 
-// "host:port".
-std::string EndpointKey(const net::Endpoint& ep);
+using net::EndpointKey;
 
 }  // namespace gpusched::gateway
 

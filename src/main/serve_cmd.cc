@@ -15,7 +15,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "api/control_api.h"
-#include "api/controller.h"
 #include "api/controller_metrics.h"
 #include "api/static_assets.h"
 #include "config/serve_config.h"
@@ -25,6 +24,7 @@
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
+#include "runtime/controller.h"
 #include "runtime/store.h"
 
 namespace gpusched {
@@ -83,7 +83,7 @@ int RunServe(const ServeFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The cluster: NVML GPUs, else the declared inventory.
-  api::ControllerCluster cluster;
+  runtime::ControllerCluster cluster;
   if (!cfg->inventory.empty() || cfg->gpu_discovery != "declared") {
     auto inv = LoadInventory(
         cfg->gpu_discovery, cfg->inventory, true, [](const std::string& why) {
@@ -125,7 +125,7 @@ int RunServe(const ServeFlags& flags) {
       [&keys](std::string_view secret) { return keys.Authenticate(secret); });
   if (!gateway.ok()) return Fail(std::string(gateway.status().message()));
 
-  api::ControllerOptions options;
+  runtime::ControllerOptions options;
   options.log_dir = cfg->log_dir;
   options.self_path = SelfPath();
   options.placement_policy = cfg->placement_policy;
@@ -136,10 +136,10 @@ int RunServe(const ServeFlags& flags) {
   options.metrics = &controller_metrics;
   options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
                 getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
-  std::unique_ptr<api::Controller> controller;
-  api::Controller* ctl = nullptr;
-  auto made =
-      api::Controller::Create(options, cluster, store->get(), gateway->get());
+  std::unique_ptr<runtime::Controller> controller;
+  runtime::Controller* ctl = nullptr;
+  auto made = runtime::Controller::Create(options, cluster, store->get(),
+                                          gateway->get());
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);
   ctl = controller.get();

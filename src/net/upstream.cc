@@ -235,6 +235,10 @@ UpstreamClient::~UpstreamClient() {
   for (std::thread& t : impl_->threads) t.join();
 }
 
+std::string EndpointKey(const Endpoint& ep) {
+  return absl::StrCat(ep.host, ":", ep.port);
+}
+
 void UpstreamClient::Send(const Endpoint& to,
                           http::request<http::string_body> request,
                           UpstreamCallbacks callbacks) {

@@ -30,6 +30,8 @@ struct Endpoint {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
 };
+// "host:port".
+std::string EndpointKey(const Endpoint& ep);
 
 struct UpstreamOptions {
   // Run on this I/O context (run by its owner, who keeps it alive until

@@ -42,10 +42,6 @@ int SimFleet::AddDeployment(FleetDeployment d) {
   const int m = static_cast<int>(deps_.size());
   deps_.push_back({d, control::ReplicaSet(d.name, options_.lifecycle), {}});
   deps_.back().life.SetVersion("v1");
-  order_.push_back(m);
-  std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
-    return deps_[a].spec.class_rank < deps_[b].spec.class_rank;
-  });
   return m;
 }
 
@@ -129,14 +125,13 @@ bool SimFleet::VictimsGone(const Proc& p) const {
 std::vector<int> SimFleet::PassOrder() const {
   // A replica whose victims are gone takes the GPUs it made room for
   // before any other pending replica may (as live).
-  std::vector<int> order = order_;
-  std::stable_partition(order.begin(), order.end(), [&](int m) {
-    for (const auto& [name, p] : deps_[m].procs) {
-      if (VictimsGone(p)) return true;
-    }
-    return false;
-  });
-  return order;
+  std::vector<control::PassEntry> entries;
+  for (const Dep& d : deps_) {
+    bool gone = false;
+    for (const auto& [name, p] : d.procs) gone = gone || VictimsGone(p);
+    entries.push_back({d.spec.class_rank, gone});
+  }
+  return control::PassOrder(entries);
 }
 
 bool SimFleet::Carry(int m, control::LifecycleOutput& out, Micros now) {

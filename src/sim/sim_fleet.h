@@ -1,5 +1,5 @@
 // SimFleet: the simulator's driver of the replica lifecycle, the
-// counterpart of the live controller (api/controller.cc). Each deployment's
+// counterpart of the live controller (runtime/controller.cc). Each deployment's
 // replicas live in a control::ReplicaSet (the same core as live: desired
 // count, rolling replacement, readiness probes, drain); placement is the
 // placement scheduler's on a ClusterState of nodes (per-node packing,
@@ -167,7 +167,6 @@ class SimFleet {
   FleetOptions options_;
   FleetHost* host_;
   std::vector<Dep> deps_;
-  std::vector<int> order_;  // deployments by class
   inventory::ClusterState cluster_;
   std::unique_ptr<placement::Scheduler> scheduler_;
   std::vector<std::unique_ptr<placement::FilterPlugin>> filters_ =

@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "api/controller.h"
-#include "api/controller_internal.h"
+#include "runtime/controller.h"
+#include "runtime/controller_internal.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 using nlohmann::json;
 
@@ -94,12 +94,12 @@ void Controller::OnProbe(const std::string& deployment,
   auto dit = deployments_.find(deployment);
   if (dit == deployments_.end()) return;
   Deployment& d = dit->second;
-  const Micros now = SteadyNow();
+  const Micros now = Now();
   if (auto it = d.procs.find(replica);
       it != d.procs.end() && it->second.pid == pid && pid != 0) {
     control::LifecycleOutput out;
     d.life.ProbeResult(replica, ok, now, &out,
-                       gateway::EndpointKey(it->second.endpoint));
+                       net::EndpointKey(it->second.endpoint));
     for (const control::LifecycleEvent& e : out.events) {
       if (e.kind != "replica.ready") continue;
       if (options_.metrics) {
@@ -117,7 +117,7 @@ void Controller::OnProbe(const std::string& deployment,
     if (ok != r.external_ok) {
       Event(ok ? "replica.ready" : "replica.unhealthy", deployment,
             absl::StrCat(
-                "endpoint ", gateway::EndpointKey(r.endpoint),
+                "endpoint ", net::EndpointKey(r.endpoint),
                 ok ? " answers its health check" : " fails its health check"));
       dirty_ = true;
     }
@@ -127,7 +127,7 @@ void Controller::OnProbe(const std::string& deployment,
 }
 
 absl::Status Controller::WaitReady(Micros timeout) {
-  const Micros deadline = SteadyNow() + timeout;
+  const Micros deadline = Now() + timeout;
   while (true) {
     std::vector<std::string> waiting;
     {
@@ -155,7 +155,7 @@ absl::Status Controller::WaitReady(Micros timeout) {
       }
     }
     if (waiting.empty()) return absl::OkStatus();
-    if (SteadyNow() >= deadline) {
+    if (Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("not ready: ", absl::StrJoin(waiting, "; ")));
     }
@@ -163,4 +163,4 @@ absl::Status Controller::WaitReady(Micros timeout) {
   }
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime

@@ -29,8 +29,8 @@
 // HTTP threads. One absl::Mutex guards the controller's state (annotated,
 // checked by clang's -Wthread-safety: tests/thread_safety_test.sh); the
 // Store has its own (lock order: state, store).
-#ifndef GPUSCHED_API_CONTROLLER_H_
-#define GPUSCHED_API_CONTROLLER_H_
+#ifndef GPUSCHED_RUNTIME_CONTROLLER_H_
+#define GPUSCHED_RUNTIME_CONTROLLER_H_
 
 #include <map>
 #include <memory>
@@ -43,23 +43,24 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "api/controller_metrics.h"
 #include "config/manifest.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
 #include "control/scaling.h"
-#include "gateway/gateway.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
 #include "net/upstream.h"
 #include "nlohmann/json.hpp"
 #include "placement/scheduler.h"
+#include "runtime/data_plane.h"
+#include "runtime/driver_metrics.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
 #include "runtime/launcher.h"
+#include "runtime/real_clock.h"
 #include "runtime/store.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 struct ControllerOptions {
   std::string log_dir = "gpusched-logs";
@@ -83,9 +84,14 @@ struct ControllerOptions {
   Micros swap_min_idle = 0;
   control::RestartBackoff::Options backoff;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
+  // The steady clock (deadlines; the data plane's timeline too) and the
+  // wall clock (event and object times); null: the real ones
+  // (runtime/real_clock.h). Outlive the controller.
+  const Clock* clock = nullptr;
+  const Clock* wall_clock = nullptr;
   // Control-plane metrics (docs/metrics.md); optional, outlives the
   // controller, which becomes its snapshot source.
-  ControllerMetrics* metrics = nullptr;
+  runtime::DriverMetrics* metrics = nullptr;
 };
 
 // The cluster the controller places onto.
@@ -110,7 +116,7 @@ class Controller {
   // on this machine).
   static absl::StatusOr<std::unique_ptr<Controller>> Create(
       ControllerOptions options, ControllerCluster cluster,
-      runtime::Store* store, gateway::Gateway* gateway,
+      runtime::Store* store, runtime::DataPlane* data_plane,
       std::unique_ptr<runtime::Launcher> launcher = nullptr);
   ~Controller();  // Stop() if not stopped
 
@@ -141,7 +147,7 @@ class Controller {
   nlohmann::json NodesJson();
   nlohmann::json QueuesJson();
   // For the metrics collector (one lock per scrape).
-  ControllerMetrics::Snapshot MetricsSnapshot();
+  runtime::DriverMetrics::Snapshot MetricsSnapshot();
   bool HasDeployment(const std::string& name);
   // The desired replica count of a live deployment (as scaled), if any.
   std::optional<int> DesiredReplicas(const std::string& name);
@@ -236,6 +242,8 @@ class Controller {
   };
 
   Controller() = default;
+  Micros Now() const { return options_.clock->Now(); }
+  Micros Wall() const { return options_.wall_clock->Now(); }
   void Loop();
   void Reconcile(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReconcileDeployment(Deployment& d, Micros now)
@@ -315,7 +323,7 @@ class Controller {
   nlohmann::json DeploymentJson(const Deployment& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GPU `g` of node `n`: allocation, and NVML readings where there are.
-  ControllerMetrics::Snapshot::Gpu GpuView(int n, int g) const
+  runtime::DriverMetrics::Snapshot::Gpu GpuView(int n, int g) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake() ABSL_LOCKS_EXCLUDED(mu_);
   // The loop's wait ends: a change, or Stop().
@@ -326,7 +334,7 @@ class Controller {
   ControllerOptions options_;
   ControllerCluster cluster_;
   runtime::Store* store_ = nullptr;
-  gateway::Gateway* gateway_ = nullptr;
+  runtime::DataPlane* gateway_ = nullptr;  // the data plane
 
   // The controller's state. cluster_ (its NVML readings) is written by the
   // loop thread only, under mu_; the loop reads it without.
@@ -355,6 +363,6 @@ class Controller {
   Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime
 
-#endif  // GPUSCHED_API_CONTROLLER_H_
+#endif  // GPUSCHED_RUNTIME_CONTROLLER_H_

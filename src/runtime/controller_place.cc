@@ -11,14 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "api/controller.h"
-#include "api/controller_internal.h"
 #include "control/room.h"
 #include "placement/pod_request.h"
 #include "placement/priority.h"
+#include "runtime/controller.h"
+#include "runtime/controller_internal.h"
 #include "runtime/engine_launch.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 using nlohmann::json;
 
@@ -190,14 +190,14 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
           std::filesystem::exists(ask.weights)) {
         weights_.Loaded(ask.weights, 0);  // on this machine's disk
       }
-      const Micros place_start = SteadyNow();
+      const Micros place_start = Now();
       control::PlaceResult placed =
           control::PlaceReplica(cluster_state_, *scheduler_, weights_, ask);
       const placement::Decision& dec = placed.decision;
       if (options_.metrics &&
           (placed.kind == control::PlaceResult::Kind::kPlaced ||
            placed.kind == control::PlaceResult::Kind::kNoFit)) {
-        options_.metrics->Placement(dec, ToSeconds(SteadyNow() - place_start));
+        options_.metrics->Placement(dec, ToSeconds(Now() - place_start));
       }
       switch (placed.kind) {
         case control::PlaceResult::Kind::kPlaced:
@@ -249,7 +249,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
                  {"weightsLocal", placed.weights_local}});
     }
   }
-  if (cold && cold->placed == 0) cold->placed = SteadyNow();
+  if (cold && cold->placed == 0) cold->placed = Now();
   runtime::EngineLaunchInput in;
   in.engine = &d.engine;
   in.replica = r.name;
@@ -285,7 +285,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
     std::ofstream out(PidFile(r.name), std::ios::trunc);
     out << *pid << "\n" << spec.argv.front() << "\n";
   }
-  if (cold) cold->launched = SteadyNow();
+  if (cold) cold->launched = Now();
   r.pid = *pid;
   r.endpoint = {"127.0.0.1", launch->port};
   r.metrics_port = launch->metrics_port;
@@ -295,7 +295,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
       !w.empty() && r.placed && r.allocation.node >= 0) {
     weights_.Loaded(w, r.allocation.node);
   }
-  r.started_wall = WallNow();
+  r.started_wall = Wall();
   if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
   Event("replica.started", d.spec.name,
         absl::StrCat(r.name, " started: pid ", *pid, ", port ", port,
@@ -309,4 +309,4 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
              {"argv", spec.argv}});
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime

@@ -1,32 +1,24 @@
 // Helpers the Controller's files share (controller.cc, controller_views.cc);
 // not for use outside api/.
-#ifndef GPUSCHED_API_CONTROLLER_INTERNAL_H_
-#define GPUSCHED_API_CONTROLLER_INTERNAL_H_
+#ifndef GPUSCHED_RUNTIME_CONTROLLER_INTERNAL_H_
+#define GPUSCHED_RUNTIME_CONTROLLER_INTERNAL_H_
 
 #include <string>
 #include <vector>
 
-#include "api/controller.h"
 #include "common/clock.h"
 #include "config/manifest.h"
-#include "gateway/gateway.h"
 #include "inventory/resources.h"
 #include "nlohmann/json.hpp"
+#include "runtime/controller.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
-// The steady clock and the wall clock, in microseconds (the controller is
-// the live driver: it reads them).
-Micros SteadyNow();
-Micros WallNow();
 // The last `lines` lines of the file at `path` ("" when unreadable).
 std::string TailLines(const std::string& path, int lines);
 
 // A deployment's resources as the placement layer asks for them.
 inventory::ResourceRequest ToRequest(const config::ResourceSpec& r);
-// What the gateway needs of a deployment.
-gateway::GatewayDeployment ToGateway(const config::DeploymentSpec& s,
-                                     const std::vector<std::string>& classes);
 // What a replica is launched from: a change means new replicas.
 std::string TemplateKey(const config::DeploymentSpec& s);
 // How applying `canonical` over the stored object (null: none) goes: fills
@@ -37,6 +29,6 @@ int64_t PlanApply(const char* kind, const std::string& name,
 // The leaf queue of a deployment's owner ("-" for none).
 std::string QueueOf(const std::string& tenant);
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime
 
-#endif  // GPUSCHED_API_CONTROLLER_INTERNAL_H_
+#endif  // GPUSCHED_RUNTIME_CONTROLLER_INTERNAL_H_

@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "api/controller.h"
-#include "api/controller_internal.h"
 #include "common/status.h"
 #include "inventory/gpu_catalog.h"
 #include "placement/pod_request.h"
+#include "runtime/controller.h"
+#include "runtime/controller_internal.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 using nlohmann::json;
 
@@ -22,7 +22,7 @@ using nlohmann::json;
 void Controller::Event(const std::string& kind, const std::string& deployment,
                        const std::string& message, json details) {
   runtime::Event e;
-  e.time = WallNow();
+  e.time = Wall();
   e.kind = kind;
   e.deployment = deployment;
   e.message = message;
@@ -43,19 +43,19 @@ void Controller::RecordEvent(runtime::Event e) {
 
 absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
     const std::string& tenant, const std::string& name, bool admin) {
-  return store_->CreateApiKey(tenant, name, WallNow(), admin);
+  return store_->CreateApiKey(tenant, name, Wall(), admin);
 }
 
 absl::Status Controller::EnsureKey(std::string_view secret,
                                    const std::string& tenant, bool admin) {
   return store_
       ->EnsureKey(secret, tenant, admin ? "admin (config)" : "serve", admin,
-                  WallNow())
+                  Wall())
       .status();
 }
 
 absl::Status Controller::RevokeKey(const std::string& key_id) {
-  return store_->RevokeApiKey(key_id, WallNow());
+  return store_->RevokeApiKey(key_id, Wall());
 }
 
 absl::StatusOr<std::vector<runtime::KeyInfo>> Controller::ListKeys(
@@ -186,7 +186,7 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   if (spec.autoscaling) {
     RETURN_IF_ERROR(autoscale::ValidateAutoscalingConfig(*spec.autoscaling));
   }
-  const Micros wall = WallNow();
+  const Micros wall = Wall();
   if (persist) {
     RETURN_IF_ERROR(
         store_->PutDeployment(spec.name, canonical.dump(), generation, wall));
@@ -196,8 +196,7 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   engine.extra_args = spec.args;
   for (const auto& [k, v] : spec.env) engine.env[k] = v;
   if (!spec.weights_path.empty()) engine.weights_path = spec.weights_path;
-  RETURN_IF_ERROR(
-      gateway_->UpsertDeployment(ToGateway(m.deployment, options_.classes)));
+  RETURN_IF_ERROR(gateway_->ServeDeployment(m.deployment, options_.classes));
   Deployment& d = deployments_[spec.name];
   const int before = exists ? ReplicaTarget(d) : 0;
   if (options_.metrics) {
@@ -209,10 +208,9 @@ absl::Status Controller::ApplyDeployment(const config::DeploymentSpec& spec,
   // spec.replicas); a changed one keeps its target (rule 1 clamps it).
   if (d.spec.autoscaling) {
     RETURN_IF_ERROR(scaling_.Set(spec.name, *d.spec.autoscaling,
-                                 exists ? before : d.spec.replicas,
-                                 SteadyNow()));
+                                 exists ? before : d.spec.replicas, Now()));
   } else {
-    scaling_.Remove(spec.name, SteadyNow());
+    scaling_.Remove(spec.name, Now());
   }
   if (options_.metrics && exists) {
     options_.metrics->Scaled(spec.name, before, ReplicaTarget(d));
@@ -249,23 +247,17 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
       "Tenant", spec.name, canonical, exists ? &it->second.manifest : nullptr,
       exists ? it->second.generation : 0, result);
   if (generation == 0) return absl::OkStatus();
-  const Micros wall = WallNow();
-  gateway::GatewayTenant gt;
-  gt.spec.name = spec.name;
-  gt.spec.weight = spec.weight;
-  gt.spec.limits = spec.limits;
-  gt.priority = spec.priority_class;
-  gt.models = spec.models;
+  const Micros wall = Wall();
   {
     // Validate in the dispatcher before anything is stored.
     serving::Dispatcher check(1);
-    RETURN_IF_ERROR(check.AddTenant(gt.spec).status());
+    RETURN_IF_ERROR(check.AddTenant(config::ServingTenant(spec)).status());
   }
   if (persist) {
     RETURN_IF_ERROR(
         store_->PutTenant(spec.name, canonical.dump(), generation, wall));
   }
-  RETURN_IF_ERROR(gateway_->UpsertTenant(gt));
+  RETURN_IF_ERROR(gateway_->ServeTenant(spec));
   Tenant& t = tenants_[spec.name];
   t.spec = spec;
   t.manifest = canonical;
@@ -293,7 +285,7 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
     { RETURN_IF_ERROR(store_->DeleteTenant(name)); }
     gateway_->RemoveTenant(name);
     tenants_.erase(name);
-    RecordEvent({0, WallNow(), "tenant.deleted", "", name,
+    RecordEvent({0, Wall(), "tenant.deleted", "", name,
                  absl::StrCat("tenant ", name, " deleted with its keys"),
                  json::object()});
     return result;
@@ -306,8 +298,8 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
   { RETURN_IF_ERROR(store_->DeleteDeployment(name)); }
   gateway_->RemoveDeployment(name);
   it->second.deleting = true;
-  it->second.delete_deadline = SteadyNow() + options_.drain_grace;
-  scaling_.Remove(name, SteadyNow());
+  it->second.delete_deadline = Now() + options_.drain_grace;
+  scaling_.Remove(name, Now());
   Event("deployment.deleted", name,
         absl::StrCat("deployment ", name,
                      " deleted: queued requests are served, then its "
@@ -357,4 +349,4 @@ absl::Status Controller::Scale(const std::string& name, int replicas) {
   return absl::OkStatus();
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime

@@ -1,4 +1,4 @@
-#include "api/controller.h"
+#include "runtime/controller.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -13,11 +13,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "api/controller_internal.h"
 #include "common/status.h"
+#include "control/room.h"
 #include "placement/registry.h"
+#include "runtime/controller_internal.h"
 
-namespace gpusched::api {
+namespace gpusched::runtime {
 
 using nlohmann::json;
 
@@ -41,26 +42,6 @@ inventory::ResourceRequest ToRequest(const config::ResourceSpec& r) {
                : r.nvlink == "preferred" ? inventory::Topology::kPreferred
                                          : inventory::Topology::kAny;
   return q;
-}
-
-gateway::GatewayDeployment ToGateway(const config::DeploymentSpec& s,
-                                     const std::vector<std::string>& classes) {
-  gateway::GatewayDeployment g;
-  g.spec.name = s.name;
-  g.spec.router = s.router;
-  g.spec.max_queue_size = s.max_queue_size;
-  if (s.autoscaling) {
-    g.queue_timeout = static_cast<Micros>(s.hold_timeout_s * kMicrosPerSecond);
-    g.max_held = s.max_held;
-  }
-  serving::QueueOrder order = serving::QueueOrder::kFair;
-  (void)serving::ParseQueueOrder(s.queue_order, &order);
-  for (const std::string& c : classes) {
-    g.spec.queue.classes.push_back({c, order, g.queue_timeout});
-  }
-  g.max_ongoing_requests = s.max_ongoing_requests;
-  g.kv_budget_tokens = s.kv_budget_tokens;
-  return g;
 }
 
 // What a replica is launched from: a change means new replicas.
@@ -88,18 +69,6 @@ int64_t PlanApply(const char* kind, const std::string& name,
   }
   result->action = stored != nullptr ? "configured" : "created";
   return stored != nullptr ? stored_generation + 1 : 1;
-}
-
-Micros SteadyNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-Micros WallNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 std::string TailLines(const std::string& path, int lines) {
@@ -157,7 +126,7 @@ control::LifecycleOptions Controller::LifecycleOptionsFor(
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
-    gateway::Gateway* gateway, std::unique_ptr<runtime::Launcher> launcher) {
+    runtime::DataPlane* gateway, std::unique_ptr<runtime::Launcher> launcher) {
   std::unique_ptr<Controller> c(new Controller());
   // No other thread sees it yet; the lock keeps the analysis whole.
   absl::MutexLock lock(&c->mu_);
@@ -165,6 +134,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
                      ? std::move(launcher)
                      : std::make_unique<runtime::LocalLauncher>();
   c->options_ = std::move(options);
+  if (c->options_.clock == nullptr) {
+    c->options_.clock = &runtime::SteadyClock::Get();
+  }
+  if (c->options_.wall_clock == nullptr) {
+    c->options_.wall_clock = &runtime::WallClock::Get();
+  }
   c->cluster_ = std::move(cluster);
   c->store_ = store;
   c->gateway_ = gateway;
@@ -312,16 +287,16 @@ void Controller::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   absl::MutexLock lock(&mu_);
-  const Micros now = SteadyNow();
+  const Micros now = Now();
   for (auto& [name, d] : deployments_) {
     for (auto& [rn, r] : d.procs) {
       if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
     }
   }
   const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
-  while (launcher_->size() > 0 && SteadyNow() < deadline) {
+  while (launcher_->size() > 0 && Now() < deadline) {
     launcher_->Poll();
-    launcher_->Tick(SteadyNow());
+    launcher_->Tick(Now());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [name, d] : deployments_) {
@@ -349,12 +324,12 @@ void Controller::Wake() {
 
 void Controller::Loop() {
   mu_.Lock();
-  Micros next_gpu_read = SteadyNow() + options_.gpu_read_period;
+  Micros next_gpu_read = Now() + options_.gpu_read_period;
   while (!stopping_) {
-    Reconcile(SteadyNow());
+    Reconcile(Now());
     // At least 1 ms: a deadline already due runs at the next pass.
     const Micros wait = std::max<Micros>(
-        kMicrosPerMilli, std::min(next_wake_ - SteadyNow(), options_.tick));
+        kMicrosPerMilli, std::min(next_wake_ - Now(), options_.tick));
     mu_.AwaitWithTimeout(absl::Condition(this, &Controller::WakeDue),
                          absl::Microseconds(wait));
     dirty_ = false;
@@ -364,8 +339,8 @@ void Controller::Loop() {
     // health), outside the lock: a read takes milliseconds.
     std::optional<std::vector<inventory::DiscoveredGpu>> gpus;
     if (cluster_.source == "nvml" && options_.gpu_read_period > 0 &&
-        SteadyNow() >= next_gpu_read) {
-      next_gpu_read = SteadyNow() + options_.gpu_read_period;
+        Now() >= next_gpu_read) {
+      next_gpu_read = Now() + options_.gpu_read_period;
       auto read = inventory::DiscoverLocalGpus();
       if (read.ok() && read->size() == cluster_.gpus.size()) {
         gpus = *std::move(read);
@@ -406,30 +381,27 @@ void Controller::Reconcile(Micros now) {
   // Higher classes first: they take GPUs freed in this pass. Before them,
   // a deployment with a replica whose victims are gone: it takes the GPUs
   // it made room for (another pending replica must not).
-  std::vector<Deployment*> order;
-  for (auto& [name, d] : deployments_) order.push_back(&d);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const Deployment* a, const Deployment* b) {
-                     return ClassRank(a->spec.priority_class) <
-                            ClassRank(b->spec.priority_class);
-                   });
-  auto victims_gone =
-      [&](const Deployment* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        for (const auto& [rn, r] : d->procs) {
-          if (r.awaiting.empty() || r.placed) continue;
-          bool gone = true;
-          for (const std::string& victim : r.awaiting) {
-            for (const auto& [on, od] : deployments_) {
-              auto it = od.procs.find(victim);
-              gone = gone && !(it != od.procs.end() && it->second.placed);
-            }
-          }
-          if (gone) return true;
+  std::vector<Deployment*> all;
+  std::vector<control::PassEntry> entries;
+  for (auto& [name, d] : deployments_) {
+    bool gone = false;
+    for (const auto& [rn, r] : d.procs) {
+      if (r.awaiting.empty() || r.placed) continue;
+      bool all_gone = true;
+      for (const std::string& victim : r.awaiting) {
+        for (const auto& [on, od] : deployments_) {
+          auto it = od.procs.find(victim);
+          all_gone = all_gone && !(it != od.procs.end() && it->second.placed);
         }
-        return false;
-      };
-  std::stable_partition(order.begin(), order.end(), victims_gone);
-  for (Deployment* d : order) ReconcileDeployment(*d, now);
+      }
+      gone = gone || all_gone;
+    }
+    all.push_back(&d);
+    entries.push_back({ClassRank(d.spec.priority_class), gone});
+  }
+  for (int i : control::PassOrder(entries)) {
+    ReconcileDeployment(*all[i], now);
+  }
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;
     if (d.deleting && d.life.empty()) {
@@ -497,7 +469,7 @@ void Controller::ReconcileExternal(Deployment& d, Micros now) {
     r.name = absl::StrCat(d.spec.name, "-ext-", i);
     r.endpoint = ep;
     for (Replica& old : d.external) {
-      if (gateway::EndpointKey(old.endpoint) == gateway::EndpointKey(ep)) {
+      if (net::EndpointKey(old.endpoint) == net::EndpointKey(ep)) {
         r = std::move(old);
       }
     }
@@ -594,7 +566,7 @@ void Controller::PushReady(Deployment& d) {
   for (const Row& r : Rows(d)) {
     if (r.ready() && r.io != nullptr) {
       ready.push_back(r.io->endpoint);
-      keys.push_back(gateway::EndpointKey(r.io->endpoint));
+      keys.push_back(net::EndpointKey(r.io->endpoint));
     }
   }
   if (keys == d.pushed) return;
@@ -604,7 +576,7 @@ void Controller::PushReady(Deployment& d) {
   // done.
   if (d.cold && d.cold->ready > 0 && !ready.empty()) {
     const ColdStart& c = *d.cold;
-    const Micros released = SteadyNow();
+    const Micros released = Now();
     auto ms = [](Micros from, Micros to) {
       return from > 0 && to >= from ? (to - from) / 1e3 : -1.0;
     };
@@ -644,14 +616,14 @@ void Controller::Autoscale(Micros now) {
   if (scaling_.size() == 0) return;
   for (auto& [name, d] : deployments_) {
     if (!scaling_.has(name)) continue;
-    const gateway::DeploymentLoad load = gateway_->Load(name);
+    const runtime::ServingLoad load = gateway_->Load(name);
     control::ScalingLoad l;
     l.in_flight = load.in_flight;
     l.queued = load.queued;
     // The SLO policy's samples: TTFTs of requests finished since the last
     // observation (the gateway's clock is the same steady clock).
     if (scaling_.WantsTtft(name)) {
-      l.ttft_samples_s = gateway_->stats().TtftSince(name, d.ttft_seen);
+      l.ttft_samples_s = gateway_->TtftSince(name, d.ttft_seen);
       d.ttft_seen = now;
     }
     scaling_.Observe(name, now, std::move(l), d.life);
@@ -698,4 +670,4 @@ void Controller::AccrueGpuTime(Micros now) {
   }
 }
 
-}  // namespace gpusched::api
+}  // namespace gpusched::runtime

@@ -1,0 +1,80 @@
+// DataPlane: what the live driver (runtime::Controller) needs of the data
+// plane, and all it may call there. The driver pushes: which deployments
+// and tenants are served (from their specs), which replicas are ready and
+// how loaded their engines say they are; it reads: the load per
+// deployment and per endpoint, the TTFT samples for the slo autoscaling
+// policy; and it is told when a request is held at zero replicas (the
+// demand sink). The data plane never calls into the driver otherwise.
+// gateway::Gateway implements it; tests may fake it.
+//
+// Implementations are thread-safe: the driver calls from its loop and its
+// API threads.
+#ifndef GPUSCHED_RUNTIME_DATA_PLANE_H_
+#define GPUSCHED_RUNTIME_DATA_PLANE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "config/manifest.h"
+#include "net/upstream.h"
+#include "serving/dispatcher.h"
+
+namespace gpusched::runtime {
+
+// A deployment's requests now.
+struct ServingLoad {
+  int64_t queued = 0;     // waiting in the data plane (held or queued)
+  int64_t in_flight = 0;  // dispatched to replicas, not finished
+  int replicas = 0;       // ready replicas it routes to
+};
+
+class DataPlane {
+ public:
+  virtual ~DataPlane() = default;
+
+  // Serves `spec` under its name (creates or updates it); `classes` are
+  // the priority classes, most important first. InvalidArgument naming the
+  // field on a spec it cannot serve (nothing changes then).
+  virtual absl::Status ServeDeployment(
+      const config::DeploymentSpec& spec,
+      const std::vector<std::string>& classes) = 0;
+  // New requests for it are refused; queued ones are still served until
+  // SetReplicas(name, {}).
+  virtual void RemoveDeployment(const std::string& name) = 0;
+  virtual absl::Status ServeTenant(const config::TenantSpec& spec) = 0;
+  // The tenant's keys stop working at once.
+  virtual void RemoveTenant(const std::string& name) = 0;
+
+  // The ready replicas of `name`: the only way the data plane learns of
+  // them. One left out takes no new request; its in-flight ones finish.
+  virtual void SetReplicas(const std::string& name,
+                           const std::vector<net::Endpoint>& ready) = 0;
+  // Engine-reported load of the replica at `ep` (for the routers).
+  virtual void UpdateEngineLoad(const net::Endpoint& ep,
+                                const serving::EngineLoad& load) = 0;
+
+  virtual ServingLoad Load(const std::string& name) = 0;
+  // Requests proxied to `ep` and not finished.
+  virtual int64_t InFlightOn(const net::Endpoint& ep) = 0;
+  // TTFTs (seconds) of `deployment`'s requests that got their first token
+  // after `since` (steady clock).
+  virtual std::vector<double> TtftSince(const std::string& deployment,
+                                        Micros since) = 0;
+  // Expires queued requests past their timeout; called every pass.
+  virtual void Tick() = 0;
+
+  // Called with the deployment and the request's arrival (steady clock)
+  // when a request is held while the deployment has no ready replica, on
+  // the thread that received it and without the data plane's own lock.
+  using DemandSink =
+      std::function<void(const std::string& deployment, Micros arrival)>;
+  virtual void SetDemandSink(DemandSink sink) = 0;
+};
+
+}  // namespace gpusched::runtime
+
+#endif  // GPUSCHED_RUNTIME_DATA_PLANE_H_
