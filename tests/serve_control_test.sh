@@ -294,7 +294,12 @@ kill -TERM "$pid"
 wait "$pid"
 rc=$?
 [ "$rc" -eq 0 ] || fail "SIGTERM: exit status $rc"
-sleep 0.2
+# serve reaps its engines before it exits: none may be left (waited on
+# for up to 5 s, so a slow machine cannot make this flake).
+for _ in $(seq 1 100); do
+  [ -z "$(pgrep -f "engine --port .* --hidden 18" || true)" ] && break
+  sleep 0.05
+done
 for p in $(pgrep -f "engine --port .* --hidden 18" || true); do
   fail "engine $p still running after serve exited"
 done
