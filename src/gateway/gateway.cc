@@ -181,9 +181,9 @@ void Gateway::SetReplicas(const std::string& name,
   }
   for (Pending& p : failed) {
     GatewayMetrics::Rejected(p.cells, RejectReason::kNoReplica);
-    Reject(p.protocol, p.responder, http::status::service_unavailable,
-           "the deployment was deleted before the request could be served",
-           "overloaded_error");
+    FailPending(p, http::status::service_unavailable,
+                "the deployment was deleted before the request could be served",
+                "overloaded_error");
   }
   Pump();
 }
@@ -395,10 +395,10 @@ void Gateway::Tick() {
   for (Pending& p : failed) {
     GatewayMetrics::Rejected(p.cells, RejectReason::kQueueTimeout);
     NoteRejection(p.deployment, p.tenant, RejectReason::kQueueTimeout);
-    Reject(p.protocol, p.responder, http::status::service_unavailable,
-           "request rejected: queue_timeout (no replica could take it in "
-           "time; the deployment may be starting or overloaded)",
-           "overloaded_error", kMicrosPerSecond);
+    FailPending(p, http::status::service_unavailable,
+                "request rejected: queue_timeout (no replica could take it in "
+                "time; the deployment may be starting or overloaded)",
+                "overloaded_error", kMicrosPerSecond);
   }
   Pump();
 }
@@ -432,7 +432,7 @@ void Gateway::DispatchLocked(std::vector<Job>* jobs) {
     finish.deployment = queues_[a.request.model].name;
     finish.tenant = p.tenant;
     jobs->push_back({a, p.body, p.target, p.stream, p.protocol, p.responder,
-                     rep.ep, upstream, p.cells, std::move(finish)});
+                     rep.ep, upstream, p.cells, std::move(finish), p.resume});
   }
 }
 
@@ -454,21 +454,33 @@ void Gateway::Proxy(Job job) {
   const serving::Request req = job.a.request;
   const serving::ReplicaId replica = job.a.replica;
   std::shared_ptr<net::Responder> responder = std::move(job.responder);
+  std::shared_ptr<StreamResume> resume = std::move(job.resume);
+  // A continuation of a migrated stream: the client has its head already.
+  const bool continuing = resume != nullptr && resume->migrations() > 0;
+  if (continuing) relay->first_byte = resume->first_byte();
   GatewayMetrics::RequestCells* cells = job.cells;
-  cb.on_head = [relay, stream, responder](const http::response_header<>& h) {
+  cb.on_head = [relay, stream, responder,
+                continuing](const http::response_header<>& h) {
     relay->head = true;
     relay->status = h.result_int();
     if (!stream) relay->first_byte = NowMicros();
-    if (stream && relay->status == 200) {
+    if (stream && relay->status == 200 && !continuing) {
       net::HttpResponse head{http::status::ok, 11};
       head.set(http::field::content_type, "text/event-stream");
       head.set(http::field::cache_control, "no-cache");
       responder->StartStream(std::move(head));
     }
   };
-  cb.on_data = [relay, stream, responder](std::string data) {
+  cb.on_data = [relay, stream, responder, resume](std::string data) {
     if (stream && relay->status == 200) {
-      if (relay->first_byte == 0) relay->first_byte = NowMicros();
+      if (resume) {
+        data = resume->Relay(data);
+        if (data.empty()) return;
+      }
+      if (relay->first_byte == 0) {
+        relay->first_byte = NowMicros();
+        if (resume) resume->set_first_byte(relay->first_byte);
+      }
       relay->events +=
           static_cast<int32_t>(std::count(data.begin(), data.end(), '\n') / 2);
       // Keep the usage chunk (the engine sends it last), not every chunk.
@@ -479,32 +491,73 @@ void Gateway::Proxy(Job job) {
     }
   };
   cb.on_done = [this, relay, stream, protocol, responder, req, replica, cells,
+                resume, continuing,
                 finish = std::move(job.finish)](absl::Status st) mutable {
     std::vector<Job> jobs;
+    // The replica failed after the client's stream started (or while a
+    // continuation was being sent): migrate the stream, else end it with
+    // an error event.
+    const bool broken = resume != nullptr && !resume->saw_done() &&
+                        ((!st.ok() && relay->head && relay->status == 200) ||
+                         (continuing && (!st.ok() || relay->status != 200)));
+    if (broken) {
+      const std::string why =
+          st.ok() ? absl::StrCat("the continuation got HTTP ", relay->status)
+                  : std::string(st.message());
+      bool migrated = false;
+      std::string not_why;
+      std::string from, deployment, tenant;
+      {
+        absl::MutexLock lock(&mu_);
+        Pending& p = pending_.at(req.id);
+        from = p.endpoint;
+        deployment = p.deployment;
+        tenant = p.tenant;
+        LeftReplica(p, req, replica, /*suspect=*/true);
+        absl::StatusOr<std::string> body = resume->ContinuationBody(*p.body);
+        if (resume->migrations() >= config_.max_migrations) {
+          not_why = absl::StrCat("migration limit ", config_.max_migrations,
+                                 " reached");
+        } else if (!body.ok()) {
+          not_why = std::string(body.status().message());
+        } else {
+          const serving::Request again = Requeued(p, req);
+          p.body = std::make_shared<const std::string>(*std::move(body));
+          resume->BeginContinuation();
+          const serving::Verdict v = dispatcher_->Submit(again, NowMicros());
+          migrated = v.admitted();
+          if (!migrated) {
+            not_why = absl::StrCat("no replica took it: ",
+                                   serving::RejectReasonName(v.reason));
+          }
+        }
+        if (!migrated) pending_.erase(req.id);
+        DispatchLocked(&jobs);
+      }
+      NoteMigration(deployment, tenant, from, migrated,
+                    migrated ? why : absl::StrCat(why, "; ", not_why));
+      if (!migrated) {
+        GatewayMetrics::Finished(cells, false, stream, req.arrival,
+                                 relay->first_byte, NowMicros(), 0,
+                                 resume->tokens_sent());
+        EndWithError(
+            responder,
+            absl::StrCat("the replica failed mid-stream (", why,
+                         ") and the stream could not continue: ", not_why));
+      }
+      for (Job& j : jobs) Proxy(std::move(j));
+      return;
+    }
     if (!st.ok() && !relay->head) {
       // Nothing reached the client: retry on another replica.
       bool retried = false;
       {
         absl::MutexLock lock(&mu_);
         Pending& p = pending_.at(req.id);
-        --in_flight_[p.endpoint];
-        if (absl::IsUnavailable(st) && !suspect_until_.contains(p.endpoint)) {
-          // Refused or reset: route around it at once, before the
-          // controller notices.
-          suspect_until_[p.endpoint] = NowMicros() + kMicrosPerSecond;
-          for (auto& [name, m] : models_) SyncAll(m);
-        }
-        p.endpoint.clear();
-        dispatcher_->OnFinished(req, replica, -1, NowMicros());
+        LeftReplica(p, req, replica, absl::IsUnavailable(st));
         if (p.attempts < kMaxAttempts) {
-          serving::Request again = req;
-          again.dispatched = kNever;
-          auto it = models_.find(queues_[req.model].name);
-          if (it != models_.end() && !it->second.deleted) {
-            again.model = it->second.current;
-          }
-          p.request = again;
-          retried = dispatcher_->Submit(again, NowMicros()).admitted();
+          retried =
+              dispatcher_->Submit(Requeued(p, req), NowMicros()).admitted();
         }
         if (!retried) pending_.erase(req.id);
         DispatchLocked(&jobs);
@@ -568,6 +621,74 @@ void Gateway::Proxy(Job job) {
     for (Job& j : jobs) Proxy(std::move(j));
   };
   job.upstream->Send(job.ep, std::move(up), std::move(cb));
+}
+
+void Gateway::LeftReplica(Pending& p, const serving::Request& req,
+                          serving::ReplicaId replica, bool suspect) {
+  --in_flight_[p.endpoint];
+  if (suspect && !suspect_until_.contains(p.endpoint)) {
+    // Refused, reset or dead: route around it at once, before the
+    // controller notices.
+    suspect_until_[p.endpoint] = NowMicros() + kMicrosPerSecond;
+    for (auto& [name, m] : models_) SyncAll(m);
+  }
+  p.endpoint.clear();
+  dispatcher_->OnFinished(req, replica, -1, NowMicros());
+}
+
+serving::Request Gateway::Requeued(Pending& p, const serving::Request& req) {
+  serving::Request again = req;
+  again.dispatched = kNever;
+  auto it = models_.find(queues_[req.model].name);
+  if (it != models_.end() && !it->second.deleted) {
+    again.model = it->second.current;
+  }
+  p.request = again;
+  return again;
+}
+
+void Gateway::FailPending(const Pending& p, http::status status,
+                          const std::string& message, const std::string& type,
+                          Micros retry_after) {
+  if (p.resume != nullptr && p.resume->migrations() > 0) {
+    EndWithError(p.responder,
+                 absl::StrCat("the stream could not continue: ", message));
+    NoteMigration(p.deployment, p.tenant, "", false, message);
+    return;
+  }
+  Reject(p.protocol, p.responder, status, message, type, retry_after);
+}
+
+void Gateway::EndWithError(const std::shared_ptr<net::Responder>& r,
+                           const std::string& why) {
+  r->SendChunk(StreamResume::ErrorEvent(why));
+  r->EndStream();
+}
+
+void Gateway::NoteMigration(const std::string& deployment,
+                            const std::string& tenant, const std::string& from,
+                            bool migrated, const std::string& why) {
+  if (config_.metrics) config_.metrics->Migration(deployment, migrated);
+  std::function<void(runtime::Event)> sink;
+  {
+    absl::MutexLock lock(&rejections_mu_);
+    sink = event_sink_;
+  }
+  if (!sink) return;
+  runtime::Event e;
+  e.time = std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  e.kind = migrated ? "request.migrated" : "request.stream_failed";
+  e.deployment = deployment;
+  e.tenant = tenant;
+  e.message = migrated
+                  ? absl::StrCat("a stream of ", tenant, " to ", deployment,
+                                 " continues on another replica: ", why)
+                  : absl::StrCat("a stream of ", tenant, " to ", deployment,
+                                 " ended with an error event: ", why);
+  e.details = json{{"from", from}, {"why", why}};
+  sink(std::move(e));
 }
 
 // --- Metrics ----------------------------------------------------------------

@@ -48,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_stats.h"
+#include "gateway/stream_resume.h"
 #include "net/http_server.h"
 #include "net/upstream.h"
 #include "runtime/data_plane.h"
@@ -84,6 +85,10 @@ struct GatewayConfig {
   std::string version = "dev";
   // Request metrics (docs/metrics.md); optional, outlives the gateway.
   GatewayMetrics* metrics = nullptr;
+  // A streamed OpenAI response whose replica fails mid-stream continues on
+  // another replica up to this many times (0: never; the stream then ends
+  // with an error event).
+  int max_migrations = 2;
 };
 
 // What the gateway holds for one deployment now.
@@ -167,6 +172,8 @@ class Gateway : public runtime::DataPlane {
     std::string tenant;                             // its name, for stats
     std::string deployment;                         // the model it asked
     bool held = false;  // arrived while the deployment had no ready replica
+    // Streamed OpenAI requests: what was sent, to migrate the stream.
+    std::shared_ptr<StreamResume> resume;
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -200,6 +207,7 @@ class Gateway : public runtime::DataPlane {
     net::UpstreamClient* upstream = nullptr;
     GatewayMetrics::RequestCells* cells = nullptr;
     GatewayStats::Finish finish;  // deployment and tenant filled in
+    std::shared_ptr<StreamResume> resume;
   };
   struct Replica {
     net::Endpoint ep;
@@ -213,6 +221,27 @@ class Gateway : public runtime::DataPlane {
   void DispatchLocked(std::vector<Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Proxy(Job job);
+  // `p` (sent as `req` to `replica`) left it unfinished; `suspect`: route
+  // around the replica for a second.
+  void LeftReplica(Pending& p, const serving::Request& req,
+                   serving::ReplicaId replica, bool suspect)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `req` again, for the deployment's current queue, as `p`'s request.
+  serving::Request Requeued(Pending& p, const serving::Request& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a request that cannot be served: an error response, or, when
+  // its stream already started (a migration was under way), an error event
+  // that ends the stream.
+  void FailPending(const Pending& p, http::status status,
+                   const std::string& message, const std::string& type,
+                   Micros retry_after = 0);
+  // A stream that started cannot go on: the error event, then its end.
+  static void EndWithError(const std::shared_ptr<net::Responder>& r,
+                           const std::string& why);
+  // Events for a stream migrated (or not) when its replica failed.
+  void NoteMigration(const std::string& deployment, const std::string& tenant,
+                     const std::string& from, bool migrated,
+                     const std::string& why);
   void Reject(Protocol protocol, const std::shared_ptr<net::Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);

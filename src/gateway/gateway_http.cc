@@ -329,6 +329,10 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
   p.tenant = tenant.config->spec.name;
   p.deployment = model;
   p.responder = std::move(r);
+  if (stream && protocol == Protocol::kOpenAi && config_.max_migrations > 0) {
+    p.resume =
+        std::make_shared<StreamResume>(p.target.ends_with("/chat/completions"));
+  }
   serving::Verdict v;
   std::vector<std::string> allowed;
   std::vector<Job> jobs;

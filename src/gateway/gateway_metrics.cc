@@ -77,6 +77,12 @@ GatewayMetrics::GatewayMetrics(metrics::Registry* r) {
       "Held requests: from arrival to dispatch to the first ready replica "
       "(the cold start as a request sees it).",
       {"deployment"}, kLatencyBuckets);
+  migrations_ = r->AddCounter(
+      "gpusched_stream_migrations_total",
+      "Streamed requests whose replica failed mid-stream: continued on "
+      "another replica (outcome=migrated) or ended with an error event "
+      "(outcome=failed).",
+      {"deployment", "outcome"});
 }
 
 GatewayMetrics::DeploymentCells* GatewayMetrics::Deployment(
@@ -169,6 +175,10 @@ void GatewayMetrics::Finished(RequestCells* c, bool ok, bool stream,
 
 void GatewayMetrics::Invalid(const char* reason) {
   invalid_->With({reason})->Add();
+}
+
+void GatewayMetrics::Migration(const std::string& deployment, bool migrated) {
+  migrations_->With({deployment, migrated ? "migrated" : "failed"})->Add();
 }
 
 void GatewayMetrics::SetSlo(const std::string& deployment, double ttft_ms,

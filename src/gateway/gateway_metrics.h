@@ -71,6 +71,8 @@ class GatewayMetrics {
   // (unauthenticated, forbidden, unknown_model, unknown_priority,
   // bad_deadline).
   void Invalid(const char* reason);
+  // A stream's replica failed mid-stream: migrated, or ended with an error.
+  void Migration(const std::string& deployment, bool migrated);
 
   // The deployment's SLO (milliseconds, 0: none).
   void SetSlo(const std::string& deployment, double ttft_ms, double tpot_ms);
@@ -95,6 +97,7 @@ class GatewayMetrics {
   metrics::HistogramFamily* e2e_;
   metrics::CounterFamily* held_;
   metrics::HistogramFamily* hold_;
+  metrics::CounterFamily* migrations_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<DeploymentCells>> deployments_
