@@ -48,11 +48,12 @@ class Parser : public SpecReader {
       Error(root, absl::StrCat("expected a config map, got ", YamlType(root)));
       return;
     }
-    CheckKeys(root, "the config",
-              {"listen", "state", "admin_key", "key_dir", "log_dir",
-               "inventory", "gpu_discovery", "placement_policy", "tls",
-               "health_check_period_ms", "drain_grace_s", "swap_min_idle_s",
-               "gpu_prices", "deployments", "tenants"});
+    CheckKeys(
+        root, "the config",
+        {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
+         "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
+         "drain_grace_s", "swap_min_idle_s", "max_launches_per_pass",
+         "gpu_prices", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -100,6 +101,9 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["swap_min_idle_s"]) {
       Number(n, "swap_min_idle_s", 0, false, &cfg.swap_min_idle_s);
+    }
+    if (const YAML::Node n = root["max_launches_per_pass"]) {
+      Int(n, "max_launches_per_pass", 1, 100000, &cfg.max_launches_per_pass);
     }
     if (const YAML::Node n = root["drain_grace_s"]) {
       Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);

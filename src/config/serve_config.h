@@ -22,6 +22,9 @@
 //   swap_min_idle_s: 0            # an idle replica is swapped out for
 //                                 #   another model only after this long
 //                                 #   without a request (docs/autoscaling.md)
+//   max_launches_per_pass: 2      # placements and engine starts per
+//                                 #   controller pass, 1..100000: a backlog
+//                                 #   drains over passes (docs/reliability.md)
 //   gpu_prices: {}                # price per GPU-hour by GPU model (catalog
 //                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
 //                                 #   the cost metrics; a model not listed
@@ -90,6 +93,7 @@ struct ServeConfig {
   int64_t health_check_period_ms = 5000;
   double drain_grace_s = 30;
   double swap_min_idle_s = 0;
+  int64_t max_launches_per_pass = 2;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;

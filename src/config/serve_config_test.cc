@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "config/manifest.h"
 #include "gmock/gmock.h"
@@ -41,6 +42,7 @@ tenants:
   EXPECT_EQ(cfg->tls.cert, "");
   EXPECT_EQ(cfg->health_check_period_ms, 5000);
   EXPECT_EQ(cfg->drain_grace_s, 30);
+  EXPECT_EQ(cfg->max_launches_per_pass, 2);
   EXPECT_TRUE(cfg->gpu_prices.empty());
   ASSERT_EQ(cfg->deployments.size(), 2u);
   EXPECT_EQ(cfg->deployments[0].engine, "reference");
@@ -61,6 +63,7 @@ placement_policy: binpack
 tls: {cert: certs/server.pem, key: /etc/gpusched/key.pem}
 health_check_period_ms: 250
 drain_grace_s: 2.5
+max_launches_per_pass: 64
 gpu_prices: {H100-SXM-80GB: 4.0, L4-24GB: 0.8}
 deployments: [{name: chat}]
 tenants: [{name: demo}]
@@ -74,6 +77,15 @@ tenants: [{name: demo}]
   EXPECT_EQ(cfg->tls.key, "/etc/gpusched/key.pem");
   EXPECT_EQ(cfg->health_check_period_ms, 250);
   EXPECT_EQ(cfg->drain_grace_s, 2.5);
+  EXPECT_EQ(cfg->max_launches_per_pass, 64);
+  for (const char* n : {"0", "100001", "1.5"}) {
+    auto b = ParseServeYaml(absl::StrCat("max_launches_per_pass: ", n, "\n"),
+                            "s.yaml");
+    ASSERT_FALSE(b.ok()) << n;
+    EXPECT_NE(b.status().message().find("max_launches_per_pass"),
+              std::string::npos)
+        << b.status();
+  }
   EXPECT_EQ(cfg->gpu_prices, (std::map<std::string, double>{
                                  {"H100-SXM-80GB", 4.0}, {"L4-24GB", 0.8}}));
   auto bad = ParseServeYaml("gpu_prices: {H100-SXM-80GB: -1}\n", "s.yaml");

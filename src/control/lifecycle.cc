@@ -249,7 +249,8 @@ void ReplicaSet::Drain(std::string_view replica, const std::string& why,
   if (Replica* r = Get(replica)) DrainOne(*r, why, now, out);
 }
 
-void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out) {
+void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out,
+                           int* launch_budget) {
   if (desired_ >= 0) {
     std::vector<Replica*> current;
     std::set<int> used;
@@ -311,7 +312,9 @@ void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out) {
     switch (r.state) {
       case ReplicaState::kPending:
       case ReplicaState::kBackoff:
-        if (!r.launching && now >= r.next_start) {
+        if (!r.launching && now >= r.next_start &&
+            (launch_budget == nullptr || *launch_budget > 0)) {
+          if (launch_budget != nullptr) --*launch_budget;
           r.launching = true;
           if (out)
             out->actions.push_back({LifecycleAction::Kind::kLaunch, r.name});

@@ -167,8 +167,11 @@ class ReplicaSet {
 
   // --- The pass -----------------------------------------------------------
   // Creates and drains replicas towards the desired count and version, and
-  // emits every action that is due at `now`.
-  void Reconcile(Micros now, LifecycleOutput* out);
+  // emits every action that is due at `now`; with `launch_budget`, at most
+  // that many launches (decremented per launch emitted): the others stay
+  // due, for the next pass (the driver's bound on its work per pass).
+  void Reconcile(Micros now, LifecycleOutput* out,
+                 int* launch_budget = nullptr);
   // The earliest time a Reconcile has something to do (kNever: none);
   // without `pending`, launches of pending and backing-off replicas do not
   // count.

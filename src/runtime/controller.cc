@@ -373,6 +373,9 @@ void Controller::RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus) {
 
 void Controller::Reconcile(Micros now) {
   next_wake_ = now + options_.tick;
+  // A bounded pass: launches (each a placement) beyond the budget wait for
+  // the next pass, which comes at once, after the lock was let go.
+  launch_budget_ = options_.max_launches_per_pass;
   AccrueGpuTime(now);
   HandleExits(now);
   launcher_->Tick(now);
@@ -503,7 +506,7 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
     }
   }
   control::LifecycleOutput out;
-  d.life.Reconcile(now, &out);
+  d.life.Reconcile(now, &out, &launch_budget_);
   Carry(d, out, now);
   for (const control::Replica& c : d.life.replicas()) {
     auto it = d.procs.find(c.name);

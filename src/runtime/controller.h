@@ -83,6 +83,10 @@ struct ControllerOptions {
   // without a request in flight (0: at once).
   Micros swap_min_idle = 0;
   control::RestartBackoff::Options backoff;
+  // Launches (placement and engine start) per loop pass: a backlog drains
+  // over passes, and the control API and the gateway get the lock between
+  // them.
+  int max_launches_per_pass = 2;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
   // The steady clock (deadlines; the data plane's timeline too) and the
   // wall clock (event and object times); null: the real ones
@@ -361,6 +365,7 @@ class Controller {
   control::Scaling scaling_ ABSL_GUARDED_BY(mu_);
   std::vector<control::ScaleStep> steps_ ABSL_GUARDED_BY(mu_);
   Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
+  int launch_budget_ ABSL_GUARDED_BY(mu_) = 0;  // left in this pass
 };
 
 }  // namespace gpusched::runtime

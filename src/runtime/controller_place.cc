@@ -222,6 +222,16 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
           }
           unplaced(placed.why, now + kMicrosPerSecond,
                    json{{"reasons", placed.reasons}});
+          // The others of the deployment waiting to be placed ask for the
+          // same: they would not fit either. They wait for the same retry
+          // without a placement each (freed GPUs retry them at once), so a
+          // backlog costs one placement per deployment and second.
+          for (const control::Replica& c : d.life.replicas()) {
+            if (c.name != r.name &&
+                c.state == control::ReplicaState::kPending && !c.launching) {
+              (void)d.life.Unplaced(c.name, placed.why, now + kMicrosPerSecond);
+            }
+          }
           return;
       }
       r.placed = true;
