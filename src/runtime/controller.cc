@@ -130,9 +130,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   std::unique_ptr<Controller> c(new Controller());
   // No other thread sees it yet; the lock keeps the analysis whole.
   absl::MutexLock lock(&c->mu_);
-  c->launcher_ = launcher != nullptr
-                     ? std::move(launcher)
-                     : std::make_unique<runtime::LocalLauncher>();
+  {
+    absl::MutexLock l(&c->launcher_mu_);
+    c->launcher_ = launcher != nullptr
+                       ? std::move(launcher)
+                       : std::make_unique<runtime::LocalLauncher>();
+  }
   c->options_ = std::move(options);
   if (c->options_.clock == nullptr) {
     c->options_.clock = &runtime::SteadyClock::Get();
@@ -290,10 +293,14 @@ void Controller::Stop() {
   const Micros now = Now();
   for (auto& [name, d] : deployments_) {
     for (auto& [rn, r] : d.procs) {
-      if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
+      if (r.pid != 0) {
+        absl::MutexLock l(&launcher_mu_);
+        (void)launcher_->Stop(r.pid, options_.stop_grace, now);
+      }
     }
   }
   const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
+  absl::MutexLock l(&launcher_mu_);
   while (launcher_->size() > 0 && Now() < deadline) {
     launcher_->Poll();
     launcher_->Tick(Now());
@@ -327,6 +334,21 @@ void Controller::Loop() {
   Micros next_gpu_read = Now() + options_.gpu_read_period;
   while (!stopping_) {
     Reconcile(Now());
+    // Engines planned in the pass start now, without mu_: the control API
+    // and the gateway are not held up by fork and exec.
+    if (!starts_.empty()) {
+      std::vector<StartJob> starts = std::move(starts_);
+      starts_.clear();
+      mu_.Unlock();
+      {
+        absl::MutexLock l(&launcher_mu_);
+        for (StartJob& s : starts) s.pid = launcher_->Start(s.launch.process);
+      }
+      mu_.Lock();
+      const Micros now = Now();
+      for (StartJob& s : starts) FinishStart(s, now);
+      next_wake_ = std::min(next_wake_, now);  // its first probe is due
+    }
     // At least 1 ms: a deadline already due runs at the next pass.
     const Micros wait = std::max<Micros>(
         kMicrosPerMilli, std::min(next_wake_ - Now(), options_.tick));
@@ -378,7 +400,10 @@ void Controller::Reconcile(Micros now) {
   launch_budget_ = options_.max_launches_per_pass;
   AccrueGpuTime(now);
   HandleExits(now);
-  launcher_->Tick(now);
+  {
+    absl::MutexLock l(&launcher_mu_);
+    launcher_->Tick(now);
+  }
   Autoscale(now);
   next_wake_ = std::min(next_wake_, scaling_.NextDeadline());
   // Higher classes first: they take GPUs freed in this pass. Before them,
@@ -417,7 +442,12 @@ void Controller::Reconcile(Micros now) {
 }
 
 void Controller::HandleExits(Micros now) {
-  for (const runtime::ExitEvent& ev : launcher_->Poll()) {
+  std::vector<runtime::ExitEvent> exits;
+  {
+    absl::MutexLock l(&launcher_mu_);
+    exits = launcher_->Poll();
+  }
+  for (const runtime::ExitEvent& ev : exits) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
         if (r.pid != ev.id) continue;
@@ -543,10 +573,16 @@ void Controller::Carry(Deployment& d, control::LifecycleOutput& out,
         Probe(d, r, now);
         break;
       case control::LifecycleAction::Kind::kKill:
-        if (r.pid != 0) (void)launcher_->Kill(r.pid);
+        if (r.pid != 0) {
+          absl::MutexLock l(&launcher_mu_);
+          (void)launcher_->Kill(r.pid);
+        }
         break;
       case control::LifecycleAction::Kind::kStop:
-        if (r.pid != 0) (void)launcher_->Stop(r.pid, options_.stop_grace, now);
+        if (r.pid != 0) {
+          absl::MutexLock l(&launcher_mu_);
+          (void)launcher_->Stop(r.pid, options_.stop_grace, now);
+        }
         break;
       case control::LifecycleAction::Kind::kForget: {
         const bool held = r.placed;

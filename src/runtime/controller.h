@@ -54,6 +54,7 @@
 #include "placement/scheduler.h"
 #include "runtime/data_plane.h"
 #include "runtime/driver_metrics.h"
+#include "runtime/engine_launch.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
 #include "runtime/launcher.h"
@@ -202,6 +203,13 @@ class Controller {
     bool probing = false;
     Micros next_probe = 0;
   };
+  // An engine start planned in a pass (placed, argv and env ready), run by
+  // the loop once it has let go of mu_, reported back by FinishStart.
+  struct StartJob {
+    std::string deployment, replica;
+    runtime::EngineLaunch launch;
+    absl::StatusOr<runtime::ProcessId> pid = absl::UnknownError("not started");
+  };
   // One replica for the views: the core's record (null for an attached
   // endpoint) and the driver's (null until first launched).
   struct Row {
@@ -262,6 +270,9 @@ class Controller {
   // outcome to the core (into `out`).
   void Launch(Deployment& d, Replica& r, Micros now,
               control::LifecycleOutput* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a started engine (or its failure) for the core.
+  void FinishStart(StartJob& job, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Probe(Deployment& d, Replica& r, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Scrape(Deployment& d, Replica& r, Micros now)
@@ -355,7 +366,12 @@ class Controller {
   // The scheduler's filters, for preemption plans.
   std::vector<std::unique_ptr<placement::FilterPlugin>> preemption_filters_ =
       placement::DefaultFilters();
-  std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(mu_);
+  std::vector<StartJob> starts_ ABSL_GUARDED_BY(mu_);
+  // The launcher has its own lock so that engines start without mu_: only
+  // the loop thread uses it (and Stop, after the loop), so it is never
+  // contended. Lock order: mu_, then launcher_mu_.
+  absl::Mutex launcher_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ ABSL_GUARDED_BY(mu_) = 0;

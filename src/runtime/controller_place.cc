@@ -283,22 +283,52 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
     fail(std::string(launch.status().message()));
     return;
   }
-  const runtime::ProcessSpec& spec = launch->process;
-  const std::vector<std::string>& ids = launch->gpu_ids;
-  const int port = launch->port;
-  auto pid = launcher_->Start(spec);
-  if (!pid.ok()) {
-    fail(std::string(pid.status().message()));
+  // The engine starts after this pass, outside the lock (fork and exec
+  // take milliseconds, more on a busy machine): FinishStart reports back.
+  StartJob job;
+  job.deployment = d.spec.name;
+  job.replica = r.name;
+  job.launch = *std::move(launch);
+  starts_.push_back(std::move(job));
+}
+
+void Controller::FinishStart(StartJob& job, Micros now) {
+  auto dit = deployments_.find(job.deployment);
+  auto rit = dit == deployments_.end() ? decltype(dit->second.procs.end()){}
+                                       : dit->second.procs.find(job.replica);
+  if (dit == deployments_.end() || rit == dit->second.procs.end() ||
+      dit->second.life.Find(job.replica) == nullptr) {
+    // Gone while it started (cannot happen while the core waits for the
+    // report; kept safe): the engine must not outlive it.
+    if (job.pid.ok()) {
+      absl::MutexLock lock(&launcher_mu_);
+      (void)launcher_->Kill(*job.pid);
+    }
     return;
   }
-  {
-    std::ofstream out(PidFile(r.name), std::ios::trunc);
-    out << *pid << "\n" << spec.argv.front() << "\n";
+  Deployment& d = dit->second;
+  Replica& r = rit->second;
+  control::LifecycleOutput out;
+  if (!job.pid.ok()) {
+    d.life.LaunchFailed(r.name, std::string(job.pid.status().message()), now,
+                        &out);
+    Carry(d, out, now);
+    return;
   }
-  if (cold) cold->launched = Now();
-  r.pid = *pid;
-  r.endpoint = {"127.0.0.1", launch->port};
-  r.metrics_port = launch->metrics_port;
+  const runtime::ProcessSpec& spec = job.launch.process;
+  const std::vector<std::string>& ids = job.launch.gpu_ids;
+  const int port = job.launch.port;
+  const runtime::ProcessId pid = *job.pid;
+  {
+    std::ofstream pf(PidFile(r.name), std::ios::trunc);
+    pf << pid << "\n" << spec.argv.front() << "\n";
+  }
+  if (d.cold && d.cold->replica == r.name && d.cold->launched == 0) {
+    d.cold->launched = Now();
+  }
+  r.pid = pid;
+  r.endpoint = {"127.0.0.1", static_cast<uint16_t>(port)};
+  r.metrics_port = job.launch.metrics_port;
   d.life.Launched(r.name, now);
   // The engine loads its weights on this node: they are local there now.
   if (const std::string w = WeightsPath(d);
@@ -308,12 +338,12 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
   r.started_wall = Wall();
   if (options_.metrics) options_.metrics->ReplicaStarted(d.spec.name);
   Event("replica.started", d.spec.name,
-        absl::StrCat(r.name, " started: pid ", *pid, ", port ", port,
+        absl::StrCat(r.name, " started: pid ", pid, ", port ", port,
                      ids.empty() ? ""
                                  : absl::StrCat(", CUDA_VISIBLE_DEVICES=",
                                                 absl::StrJoin(ids, ","))),
         json{{"replica", r.name},
-             {"pid", *pid},
+             {"pid", pid},
              {"port", port},
              {"gpus", ids},
              {"argv", spec.argv}});
