@@ -1,7 +1,6 @@
 #include "gateway/gateway.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "common/status.h"
 #include "gateway/protocol.h"
 #include "nlohmann/json.hpp"
+#include "runtime/real_clock.h"
 
 namespace gpusched::gateway {
 
@@ -330,9 +330,7 @@ void Gateway::FlushRejections() {
     batch.swap(rejections_);
     sink = event_sink_;
   }
-  const Micros wall = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const Micros wall = runtime::WallClock::Get().Now();
   for (const auto& [key, n] : batch) {
     const auto& [deployment, tenant, reason] = key;
     runtime::Event e;
@@ -514,11 +512,12 @@ void Gateway::Proxy(Job job) {
         deployment = p.deployment;
         tenant = p.tenant;
         LeftReplica(p, req, replica, /*suspect=*/true);
-        absl::StatusOr<std::string> body = resume->ContinuationBody(*p.body);
-        if (resume->migrations() >= config_.max_migrations) {
-          not_why = absl::StrCat("migration limit ", config_.max_migrations,
-                                 " reached");
-        } else if (!body.ok()) {
+        absl::StatusOr<std::string> body =
+            resume->migrations() < config_.max_migrations
+                ? resume->ContinuationBody(*p.body)
+                : absl::FailedPreconditionError(absl::StrCat(
+                      "migration limit ", config_.max_migrations, " reached"));
+        if (!body.ok()) {
           not_why = std::string(body.status().message());
         } else {
           const serving::Request again = Requeued(p, req);
@@ -676,9 +675,7 @@ void Gateway::NoteMigration(const std::string& deployment,
   }
   if (!sink) return;
   runtime::Event e;
-  e.time = std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
+  e.time = runtime::WallClock::Get().Now();
   e.kind = migrated ? "request.migrated" : "request.stream_failed";
   e.deployment = deployment;
   e.tenant = tenant;

@@ -1,7 +1,8 @@
 #include "gateway/gateway_stats.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "runtime/real_clock.h"
 
 namespace gpusched::gateway {
 
@@ -131,9 +132,7 @@ json GatewayStats::Json(Micros now) const {
 }
 
 json GatewayStats::Json() const {
-  return Json(std::chrono::duration_cast<std::chrono::microseconds>(
-                  std::chrono::steady_clock::now().time_since_epoch())
-                  .count());
+  return Json(runtime::SteadyClock::Get().Now());
 }
 
 }  // namespace gpusched::gateway

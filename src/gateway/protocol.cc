@@ -1,9 +1,10 @@
 #include "gateway/protocol.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <utility>
+
+#include "runtime/real_clock.h"
 
 namespace gpusched::gateway {
 
@@ -95,11 +96,7 @@ class OpenAiScan : public json::json_sax_t {
 
 }  // namespace
 
-Micros NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+Micros NowMicros() { return runtime::SteadyClock::Get().Now(); }
 
 int32_t UsageTokens(std::string_view body, std::string_view key) {
   const size_t at = body.rfind(key);

@@ -294,10 +294,12 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
 
 void Controller::FinishStart(StartJob& job, Micros now) {
   auto dit = deployments_.find(job.deployment);
-  auto rit = dit == deployments_.end() ? decltype(dit->second.procs.end()){}
-                                       : dit->second.procs.find(job.replica);
-  if (dit == deployments_.end() || rit == dit->second.procs.end() ||
-      dit->second.life.Find(job.replica) == nullptr) {
+  Replica* found = nullptr;
+  if (dit != deployments_.end() && dit->second.life.Find(job.replica)) {
+    auto rit = dit->second.procs.find(job.replica);
+    if (rit != dit->second.procs.end()) found = &rit->second;
+  }
+  if (found == nullptr) {
     // Gone while it started (cannot happen while the core waits for the
     // report; kept safe): the engine must not outlive it.
     if (job.pid.ok()) {
@@ -307,7 +309,7 @@ void Controller::FinishStart(StartJob& job, Micros now) {
     return;
   }
   Deployment& d = dit->second;
-  Replica& r = rit->second;
+  Replica& r = *found;
   control::LifecycleOutput out;
   if (!job.pid.ok()) {
     d.life.LaunchFailed(r.name, std::string(job.pid.status().message()), now,

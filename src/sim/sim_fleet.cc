@@ -51,7 +51,6 @@ void SimFleet::SetDesired(int m, int n) {
 }
 
 int SimFleet::ready(int m) const { return deps_[m].life.ready(); }
-int SimFleet::starting(int m) const { return deps_[m].life.starting(); }
 
 int SimFleet::active(int m) const {
   int n = 0;

@@ -102,7 +102,6 @@ class SimFleet {
   }
   // The core's counts (current version).
   int ready(int deployment) const;
-  int starting(int deployment) const;
   // Engines of `deployment` starting or ready (not draining).
   int active(int deployment) const;
   // GPUs held by replicas (placed), in milli-GPUs.
