@@ -2,12 +2,17 @@
 # Debian 12 machine: both install missing packages first.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+# Seconds each fuzz target runs: `make fuzz` (FUZZ_SECONDS=3600 for an
+# hour each) and the smoke run of `make test`.
+FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 20
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 SOURCES = $(shell git ls-files -co --exclude-standard -- '*.h' '*.cc' 2>/dev/null)
 
-.PHONY: all deps configure build run demo test unit format format-check asan bench clean
+.PHONY: all deps configure build run demo test unit format format-check asan asan-build fuzz fuzz-smoke tsan bench clean
 
 all: build
 
@@ -43,17 +48,40 @@ format-check: deps
 	if [ -n "$$bad" ]; then echo "format-check: not clang-formatted (run 'make format'):"; echo "$$bad"; exit 1; fi; \
 	echo "format-check: ok"
 
-# ASan + UBSan build of the unit tests.
-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DGPUSCHED_SANITIZE=ON -DGPUSCHED_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests
+# The sanitizer builds use clang (libFuzzer; TSan), -O0 with line tables
+# (half the compile time of -O1; the suite must stay under 45 minutes).
+SAN_CMAKE = -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	-DGPUSCHED_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug \
+	-DCMAKE_CXX_FLAGS_DEBUG="-O0 -gline-tables-only" $(CMAKE_ARGS)
+
+# ASan + UBSan build of the unit tests and the fuzz targets (fuzz/).
+asan-build: deps
+	cmake -S . -B $(ASAN_BUILD) $(SAN_CMAKE) -DGPUSCHED_SANITIZE=ON -DGPUSCHED_FUZZ=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_tests fuzzers
+
+asan: asan-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
 
-test: format-check unit asan
-	@echo "make test: format check, unit and integration tests, ASan+UBSan unit tests all passed"
+# Every fuzz target for FUZZ_SECONDS; a crash fails and leaves the input in
+# $(ASAN_BUILD)/fuzz-artifacts/ (fuzz/README.md).
+fuzz: asan-build
+	cd $(ASAN_BUILD) && FUZZ_SECONDS=$(FUZZ_SECONDS) ctest --output-on-failure -j $(JOBS) -L fuzz
+
+fuzz-smoke: asan-build
+	cd $(ASAN_BUILD) && FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) ctest --output-on-failure -j $(JOBS) -L fuzz
+
+# ThreadSanitizer build of the tests of everything with threads (label
+# "threads"): zero reports, or the test fails.
+tsan: deps
+	cmake -S . -B $(TSAN_BUILD) $(SAN_CMAKE) -DGPUSCHED_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target thread_tests
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -j $(JOBS) -L threads
+
+test: format-check unit asan fuzz-smoke tsan
+	@echo "make test: format check, unit and integration tests, ASan+UBSan unit tests, fuzz smoke, TSan tests all passed"
 
 bench: build
 	@bash bench/run_placement_bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

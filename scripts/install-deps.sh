@@ -19,6 +19,7 @@ PACKAGES=(
   nodejs npm
   nginx  # bench/gateway_vs_nginx.sh: the peer proxy
   chromium  # tests/dashboard_test.sh: the headless browser playwright drives
+  stress-ng  # scripts/stress-test.sh: CPU hogs beside make test
 )
 
 # node and npm from elsewhere (NodeSource's nodejs bundles npm and conflicts

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/control_query.h"
 #include "config/manifest.h"
 #include "nlohmann/json.hpp"
 
@@ -19,8 +20,6 @@ namespace gpusched::api {
 using nlohmann::json;
 
 namespace {
-
-constexpr char kPrefix[] = "/api/v1";
 
 net::HttpResponse Json(http::status status, const json& body) {
   net::HttpResponse res{status, 11};
@@ -78,35 +77,6 @@ net::HttpResponse Error(const absl::Status& st) {
   return Error(StatusOf(st), std::string(st.message()));
 }
 
-std::string Query(const std::string& target, const std::string& key) {
-  const size_t q = target.find('?');
-  if (q == std::string::npos) return "";
-  for (absl::string_view kv :
-       absl::StrSplit(absl::string_view(target).substr(q + 1), '&')) {
-    const size_t eq = kv.find('=');
-    if (kv.substr(0, eq) == key) {
-      return eq == absl::string_view::npos ? ""
-                                           : std::string(kv.substr(eq + 1));
-    }
-  }
-  return "";
-}
-
-std::vector<std::string> QueryAll(const std::string& target,
-                                  const std::string& key) {
-  std::vector<std::string> out;
-  const size_t q = target.find('?');
-  if (q == std::string::npos) return out;
-  for (absl::string_view kv :
-       absl::StrSplit(absl::string_view(target).substr(q + 1), '&')) {
-    const size_t eq = kv.find('=');
-    if (eq != absl::string_view::npos && kv.substr(0, eq) == key) {
-      out.emplace_back(kv.substr(eq + 1));
-    }
-  }
-  return out;
-}
-
 json KeyJson(const runtime::KeyInfo& k) {
   json j = {{"id", k.key_id},   {"tenant", k.tenant},   {"name", k.name},
             {"admin", k.admin}, {"created", k.created}, {"revoked", nullptr}};
@@ -144,12 +114,10 @@ json ApplyJson(const ApplyResult& x) {
 struct ControlApi::Call {
   net::HttpRequest& req;
   std::shared_ptr<net::Responder>& r;
-  std::string target;              // path and query
-  std::string path;                // without the query
-  std::vector<std::string> parts;  // path segments under /api/v1
+  ControlTarget target;  // path segments and query, decoded
   runtime::KeyInfo key;
   // The {name} segment of the route (parts[1]).
-  const std::string& name() const { return parts.at(1); }
+  const std::string& name() const { return target.parts.at(1); }
   void Send(http::status s, const json& j) { r->Send(Json(s, j)); }
   void Fail(const absl::Status& st) { r->Send(Error(st)); }
   void Fail(http::status s, const std::string& message) {
@@ -187,26 +155,11 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
   return kRoutes;
 }
 
-namespace {
-
-bool Matches(absl::string_view pattern, const std::vector<std::string>& parts) {
-  std::vector<absl::string_view> want = absl::StrSplit(pattern, '/');
-  if (want.size() != parts.size()) return false;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] != "{}" && want[i] != parts[i]) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 bool ControlApi::Handle(net::HttpRequest& req,
                         std::shared_ptr<net::Responder>& r) {
-  const std::string full(req.target());
-  const std::string path = full.substr(0, full.find('?'));
-  if (path != kPrefix && !absl::StartsWith(path, absl::StrCat(kPrefix, "/"))) {
-    return false;
-  }
+  const absl::string_view full(req.target().data(), req.target().size());
+  const absl::string_view path = full.substr(0, full.find('?'));
+  if (!IsControlPath(path)) return false;
   const std::string_view auth(req[http::field::authorization].data(),
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
@@ -221,16 +174,17 @@ bool ControlApi::Handle(net::HttpRequest& req,
                   std::string(key.status().message()), "authentication_error"));
     return true;
   }
-  Call call{
-      req,
-      r,
-      full,
-      path,
-      absl::StrSplit(path.substr(sizeof(kPrefix) - 1), '/', absl::SkipEmpty()),
-      *key};
+  auto target = ParseControlTarget(full);
+  if (!target.ok()) {
+    r->Send(Error(http::status::bad_request,
+                  std::string(target.status().message()),
+                  "invalid_request_error"));
+    return true;
+  }
+  Call call{req, r, *std::move(target), *key};
   std::vector<std::string> allowed;  // methods of the routes of this path
   for (const Route& route : Routes()) {
-    if (!Matches(route.path, call.parts)) continue;
+    if (!MatchesRoute(route.path, call.target.parts)) continue;
     if (route.method != req.method()) {
       allowed.emplace_back(http::to_string(route.method));
       continue;
@@ -375,15 +329,11 @@ void ControlApi::ScaleDeployment(Call& c) {
 }
 
 void ControlApi::DeploymentLogs(Call& c) {
-  int tail = 100;
-  const std::string t = Query(c.target, "tail");
-  if (!t.empty() && (!absl::SimpleAtoi(t, &tail) || tail < 1)) {
-    return c.Fail(http::status::bad_request, "tail must be a positive integer");
+  auto q = ParseLogsQuery(c.target);
+  if (!q.ok()) {
+    return c.Fail(http::status::bad_request, std::string(q.status().message()));
   }
-  std::string stream = Query(c.target, "stream");
-  if (stream.empty()) stream = "stderr";
-  auto text =
-      controller_->Logs(c.name(), Query(c.target, "replica"), stream, tail);
+  auto text = controller_->Logs(c.name(), q->replica, q->stream, q->tail);
   if (!text.ok()) {
     return c.Fail(text.status().code() == absl::StatusCode::kInvalidArgument
                       ? http::status::bad_request
@@ -418,19 +368,11 @@ void ControlApi::GetStats(Call& c) {
 }
 
 void ControlApi::ListEvents(Call& c) {
-  runtime::EventFilter f;
-  f.deployment = Query(c.target, "deployment");
-  f.tenant = Query(c.target, "tenant");
-  f.kinds = QueryAll(c.target, "kind");
-  const std::string since = Query(c.target, "since");
-  const std::string limit = Query(c.target, "limit");
-  if ((!since.empty() && !absl::SimpleAtoi(since, &f.since)) ||
-      (!limit.empty() && !absl::SimpleAtoi(limit, &f.limit))) {
-    return c.Fail(http::status::bad_request,
-                  "since and limit must be integers (since: microseconds "
-                  "since the epoch)");
+  auto f = ParseEventQuery(c.target);
+  if (!f.ok()) {
+    return c.Fail(http::status::bad_request, std::string(f.status().message()));
   }
-  auto events = controller_->Events(f);
+  auto events = controller_->Events(*f);
   if (!events.ok()) return c.Fail(events.status());
   json items = json::array();
   for (const runtime::Event& e : *events) items.push_back(EventJson(e));

@@ -593,8 +593,9 @@ void AddCtlCommands(CLI::App& app) {
                     "Which replica (default: the first)");
     cmd->add_option("--stream", f->logs.stream, "stdout or stderr (default)")
         ->check(CLI::IsMember({"stdout", "stderr"}));
-    cmd->add_option("--tail", f->logs.tail, "The last N lines (default 100)")
-        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--tail", f->logs.tail,
+                    "The last N lines, at most 10000 (default 100)")
+        ->check(CLI::Range(0, 10000));
     cmd->callback([f = f] {
       Exit(RunLogs(Options(f->common), f->logs, std::cout, std::cerr));
     });
@@ -606,8 +607,8 @@ void AddCtlCommands(CLI::App& app) {
     cmd->add_option("--kind", f->events.kinds,
                     "Of this kind (e.g. replica.ready); may repeat");
     cmd->add_option("--limit", f->events.limit,
-                    "The newest N (default: the server's)")
-        ->check(CLI::NonNegativeNumber);
+                    "The newest N, at most 1000 (default: the server's, 100)")
+        ->check(CLI::Range(0, 1000));
     cmd->add_option("-o,--output", f->output, "table or json")
         ->check(CLI::IsMember({"table", "json"}));
     cmd->callback([f = f] {

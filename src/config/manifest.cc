@@ -123,7 +123,7 @@ class Parser : public SpecReader {
       return;
     }
     Manifest m;
-    m.line = doc.Mark().line + 1;
+    m.line = Line(doc);
     CheckKeys(doc, "the manifest", {"apiVersion", "kind", "metadata", "spec"});
     std::string s;
     if (const YAML::Node api = doc["apiVersion"]; !api) {

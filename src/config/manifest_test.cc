@@ -197,6 +197,11 @@ TEST(ManifestTest, RejectsBadManifests) {
   const std::vector<Case> cases = {
       {head + "  replicas: two\n",
        "m.yaml:5: spec.replicas: must be an integer in 0..1000, got 'two'"},
+      // Found by fuzz_manifest: invalid UTF-8 was stored, then replaced on
+      // the way out, so the stored manifest was not the one applied.
+      {tenant + "  models: [\"summ\xff\xfe"
+                "ary\"]\n",
+       "m.yaml:5: spec.models[0]: is not valid UTF-8 (byte 4)"},
       {head + "  replicas: -1\n",
        "m.yaml:5: spec.replicas: must be an integer in 0..1000, got '-1'"},
       {head + "  replicas: 1001\n",
@@ -354,6 +359,22 @@ TEST(ManifestTest, MultipleDocuments) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "m.yaml:15: spec.weight: must be a number > 0, got 'heavy'");
+}
+
+// Found by fuzz_manifest: yaml-cpp's LoadAll never returns on a document
+// that starts with ',' (the apply wedged and its memory grew). Documents
+// are now loaded one at a time.
+TEST(ManifestTest, AStrayCommaDocumentEnds) {
+  for (const char* text :
+       {",", "  , a", "# c\n,", "apiVersion: gpusched.io/v1\n---\n,\n"}) {
+    auto got = ParseManifests(text, "m.yaml");
+    EXPECT_FALSE(got.ok() && !got->empty()) << text;
+  }
+  // Directives stay with the document they introduce.
+  auto directive =
+      ParseManifests(std::string("%YAML 1.2\n---\n") + kFullTenant, "m.yaml");
+  ASSERT_TRUE(directive.ok()) << directive.status();
+  EXPECT_THAT(*directive, SizeIs(1));
 }
 
 TEST(ManifestTest, DuplicateKindAndName) {

@@ -127,8 +127,12 @@ class Parser : public YamlReader {
         ParseTenant(td, /*named=*/false, class_names, cfg.tenant_defaults);
       }
     } else {
+      // No classes: an error was reported already (found by
+      // fuzz_serve_config: classes[0] of none).
       cfg.tenant_defaults.priority =
-          class_names.count("standard") ? "standard" : cfg.classes[0].name;
+          class_names.count("standard") || cfg.classes.empty()
+              ? "standard"
+              : cfg.classes[0].name;
     }
     if (const YAML::Node ts = root["tenants"]) {
       if (IsList(ts, "tenants")) {

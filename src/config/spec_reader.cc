@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/utf8.h"
 #include "config/quantity.h"
 
 namespace gpusched::config {
@@ -54,6 +55,11 @@ bool SpecReader::String(const YAML::Node& n, const std::string& path,
     Fail(n, path,
          absl::StrCat("is ", n.Scalar().size(), " bytes long; at most ",
                       kMaxStringBytes));
+    return false;
+  }
+  if (const size_t bad = InvalidUtf8At(n.Scalar());
+      bad != absl::string_view::npos) {
+    Fail(n, path, absl::StrCat("is not valid UTF-8 (byte ", bad, ")"));
     return false;
   }
   *out = n.Scalar();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -61,21 +62,78 @@ absl::Status YamlReader::ParseDocument(
   return Result();
 }
 
+namespace {
+
+// Whether `line` is a document marker: "---" or "..." alone or followed by
+// a space or tab (YAML 1.2, c-forbidden: a marker at column 0 ends any
+// scalar, so splitting there needs no parse).
+bool IsMarker(absl::string_view line, absl::string_view marker) {
+  return absl::StartsWith(line, marker) &&
+         (line.size() == 3 || line[3] == ' ' || line[3] == '\t' ||
+          line[3] == '\r');
+}
+
+}  // namespace
+
 absl::Status YamlReader::ParseDocuments(
     absl::string_view text, absl::FunctionRef<void(const YAML::Node&)> parse) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return SyntaxError(e);
+  // Documents split at their markers and loaded one at a time (found by
+  // fuzz_manifest: YAML::LoadAll(",") loops for ever, growing its list of
+  // documents). A "---" line starts a document (it may carry its content);
+  // a "..." line ends one.
+  std::vector<std::pair<int, absl::string_view>> docs;  // (first line, text)
+  size_t start = 0;
+  int start_line = 0;
+  int line_no = 0;
+  bool content = false;  // the document so far has more than directives
+
+  for (size_t pos = 0; pos <= text.size(); ++line_no) {
+    size_t end = text.find('\n', pos);
+    if (end == absl::string_view::npos) end = text.size();
+    const absl::string_view line = text.substr(pos, end - pos);
+    const size_t next = end + 1;
+    if (IsMarker(line, "---") && content) {
+      docs.emplace_back(start_line, text.substr(start, pos - start));
+      start = pos;
+      start_line = line_no;
+    } else if (IsMarker(line, "...")) {
+      const size_t after = std::min(next, text.size());
+      docs.emplace_back(start_line, text.substr(start, after - start));
+      start = after;
+      start_line = line_no + 1;
+      content = false;
+      pos = next;
+      continue;
+    }
+    const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(line);
+    if (!stripped.empty() && stripped[0] != '#' && line[0] != '%') {
+      content = true;
+    }
+    pos = next;
   }
-  for (const YAML::Node& doc : docs) Guarded([&] { parse(doc); });
+  if (start < text.size()) {
+    docs.emplace_back(start_line, text.substr(start));
+  }
+  for (const auto& [first_line, doc_text] : docs) {
+    line_offset_ = first_line;
+    YAML::Node doc;
+    try {
+      doc = YAML::Load(std::string(doc_text));
+    } catch (const YAML::Exception& e) {
+      absl::Status st = SyntaxError(e);
+      line_offset_ = 0;
+      return st;
+    }
+    Guarded([&] { parse(doc); });
+  }
+  line_offset_ = 0;
   return Result();
 }
 
 absl::Status YamlReader::SyntaxError(const YAML::Exception& e) const {
-  return absl::InvalidArgumentError(absl::StrCat(
-      source_, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  return absl::InvalidArgumentError(
+      absl::StrCat(source_, ":", e.mark.line + 1 + line_offset_,
+                   ": YAML syntax error: ", e.msg));
 }
 
 void YamlReader::Guarded(absl::FunctionRef<void()> parse) {
@@ -102,8 +160,8 @@ void YamlReader::Error(const YAML::Mark& mark, absl::string_view what) {
   if (mark.is_null()) {
     errors_.emplace_back(0, absl::StrCat(source_, ": ", what));
   } else {
-    errors_.emplace_back(mark.line + 1,
-                         absl::StrCat(source_, ":", mark.line + 1, ": ", what));
+    const int line = mark.line + 1 + line_offset_;
+    errors_.emplace_back(line, absl::StrCat(source_, ":", line, ": ", what));
   }
 }
 

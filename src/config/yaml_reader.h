@@ -38,12 +38,19 @@ class YamlReader {
   absl::Status ParseDocument(absl::string_view text,
                              absl::FunctionRef<void(const YAML::Node&)> parse);
   // The same over a `---`-separated stream: `parse` runs on each document's
-  // root in order (marks count lines from the start of `text`).
+  // root in order (Line() and messages count lines from the start of
+  // `text`). Each document is loaded on its own: yaml-cpp's LoadAll never
+  // returns on some malformed streams (a document that starts with ',').
   absl::Status ParseDocuments(absl::string_view text,
                               absl::FunctionRef<void(const YAML::Node&)> parse);
   // OK, or every error collected, one per line, in file order.
   absl::Status Result() const;
   bool has_errors() const { return !errors_.empty(); }
+
+  // The 1-based line of `n` in the whole text.
+  int Line(const YAML::Node& n) const {
+    return n.Mark().line + 1 + line_offset_;
+  }
 
   void Error(const YAML::Mark& mark, absl::string_view what);
   void Error(const YAML::Node& at, absl::string_view what);
@@ -78,6 +85,7 @@ class YamlReader {
 
   std::string source_;
   std::vector<std::pair<int, std::string>> errors_;  // (line, message)
+  int line_offset_ = 0;  // lines before the document being read
 };
 
 }  // namespace gpusched::config

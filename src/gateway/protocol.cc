@@ -102,13 +102,17 @@ int32_t UsageTokens(std::string_view body, std::string_view key) {
   const size_t at = body.rfind(key);
   if (at == std::string::npos) return -1;
   size_t p = at + key.size();
-  int32_t n = 0;
+  while (p < body.size() && (body[p] == ' ' || body[p] == '\t')) ++p;
+  int64_t n = 0;
   bool any = false;
   while (p < body.size() && body[p] >= '0' && body[p] <= '9') {
     n = n * 10 + (body[p++] - '0');
+    // An engine's count beyond int32 is not a count (found by
+    // fuzz_openai_body: it overflowed).
+    if (n > std::numeric_limits<int32_t>::max()) return -1;
     any = true;
   }
-  return any ? n : -1;
+  return any ? static_cast<int32_t>(n) : -1;
 }
 
 net::HttpResponse JsonResponse(http::status status, const json& body) {

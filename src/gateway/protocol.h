@@ -27,7 +27,8 @@ inline constexpr int kMaxAttempts = 3;
 Micros NowMicros();
 
 // A count in an OpenAI response's usage (`key` is "\"completion_tokens\":"
-// or "\"prompt_tokens\":"), or -1.
+// or "\"prompt_tokens\":", spaces after it allowed), or -1 (also for a
+// count beyond int32).
 int32_t UsageTokens(std::string_view body, std::string_view key);
 
 // The top-level fields of an OpenAI request the gateway needs, read with

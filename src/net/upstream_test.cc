@@ -49,8 +49,17 @@ class UpstreamTest : public ::testing::Test {
     server_ = *std::move(s);
   }
   void TearDown() override {
-    for (std::thread& t : workers_) t.join();
-    held_.clear();
+    // The server's threads push under mu_ (found by TSan: held_ was
+    // cleared without it).
+    std::vector<std::thread> workers;
+    std::vector<std::shared_ptr<Responder>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      workers.swap(workers_);
+      held.swap(held_);
+    }
+    for (std::thread& t : workers) t.join();
+    held.clear();
     if (server_) server_->Shutdown(std::chrono::milliseconds(100));
   }
   Endpoint Here() const { return Endpoint{"127.0.0.1", server_->port()}; }

@@ -1,5 +1,6 @@
 #include "runtime/engine_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -50,6 +51,7 @@ bool Matches(absl::string_view name, absl::string_view wanted) {
 
 EngineSignals ParseEngineSignals(absl::string_view text,
                                  const EngineMetricNames& names) {
+  constexpr double kMaxSum = 1e300;  // sums stay finite
   double sums[5] = {0, 0, 0, 0, 0};
   bool seen[5] = {false, false, false, false, false};
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -75,14 +77,20 @@ EngineSignals ParseEngineSignals(absl::string_view text,
     const std::string value(rest.substr(0, rest.find(' ')));
     char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || !std::isfinite(v)) continue;
-    sums[which] += v;
+    // Counts, usage and counters are never negative: such a sample is
+    // malformed, like one that is not a number.
+    if (end == value.c_str() || !std::isfinite(v) || v < 0) continue;
+    sums[which] = std::min(sums[which] + v, kMaxSum);
     seen[which] = true;
   }
   EngineSignals s;
-  if (seen[0]) s.running = static_cast<int>(std::lround(sums[0]));
-  if (seen[1]) s.waiting = static_cast<int>(std::lround(sums[1]));
-  if (seen[2]) s.kv_used_fraction = sums[2];
+  // Bounded before the conversion (an engine's text is outside input).
+  constexpr double kMaxCount = 1e9;
+  if (seen[0])
+    s.running = static_cast<int>(std::lround(std::min(sums[0], kMaxCount)));
+  if (seen[1])
+    s.waiting = static_cast<int>(std::lround(std::min(sums[1], kMaxCount)));
+  if (seen[2]) s.kv_used_fraction = std::min(sums[2], 1.0);
   if (seen[3]) s.prefix_cache_queries = sums[3];
   if (seen[4]) s.prefix_cache_hits = sums[4];
   return s;

@@ -33,8 +33,9 @@ struct EngineMetricNames {
 };
 std::optional<EngineMetricNames> MetricNamesFor(absl::string_view prefix);
 
-// Reads the signals from a Prometheus text exposition. Malformed lines are
-// skipped; a metric that is absent stays -1.
+// Reads the signals from a Prometheus text exposition. Malformed lines and
+// negative samples are skipped; counts are bounded (1e9) and the KV usage
+// is at most 1; a metric that is absent stays -1.
 EngineSignals ParseEngineSignals(absl::string_view text,
                                  const EngineMetricNames& names);
 

@@ -27,6 +27,21 @@ TEST(EngineMetricsTest, ReadsVllmSignalsSummedOverLabels) {
   EXPECT_DOUBLE_EQ(s.kv_used_fraction, 0.25);
 }
 
+// Found by fuzz_engine_metrics: huge samples summed into an int came out
+// negative; negative samples were taken as they came.
+TEST(EngineMetricsTest, OutOfRangeSamplesAreBoundedOrSkipped) {
+  const auto names = *MetricNamesFor("vllm:");
+  const EngineSignals s = ParseEngineSignals(
+      "vllm:num_requests_running 8888888888888888888888\n"
+      "vllm:num_requests_running 1e308\n"
+      "vllm:num_requests_waiting -3\n"
+      "vllm:gpu_cache_usage_perc 7.5\n",
+      names);
+  EXPECT_EQ(s.running, 1000000000);
+  EXPECT_EQ(s.waiting, -1);  // the only sample was negative: unknown
+  EXPECT_EQ(s.kv_used_fraction, 1.0);
+}
+
 TEST(EngineMetricsTest, AbsentMetricsStayUnknown) {
   const EngineSignals s = ParseEngineSignals("sglang:num_queue_reqs 4\n",
                                              *MetricNamesFor("sglang:"));

@@ -717,7 +717,10 @@ absl::Status ReadVidur(const fs::path& root, Groups& groups,
         g->memory_bandwidth_gbps * 1e6 * kBandwidthEfficiency;
     const double hidden = shape->hidden;
     const double layers = shape->layers;
-    for (const auto& [tp, layer_ms] : vc.layer_ms) {
+    for (const auto& tp_curve : vc.layer_ms) {
+      // Named, not a structured binding: dense_ms captures them (clang 14).
+      const int tp = tp_curve.first;
+      const auto& layer_ms = tp_curve.second;
       const int64_t capacity = KvCapacityTokens(*shape, g->memory_mib, tp);
       if (capacity <= 0) {
         notes.push_back(absl::StrCat(file.string(), ": tp ", tp,

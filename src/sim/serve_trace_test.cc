@@ -149,6 +149,10 @@ TEST(AzureTraceTest, ErrorsNameFileAndLine) {
        ":2: column 'GeneratedTokens': expected an integer"},
       {"TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,10\n",
        ":1: missing column(s) GeneratedTokens"},
+      // Found by fuzz_trace_csv: nanoseconds since 1970 overflowed.
+      {"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+       "1450-11-16 18:17:03.9799600,10,1\n",
+       ":2: column 'TIMESTAMP': expected"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path =

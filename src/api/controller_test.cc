@@ -1,0 +1,366 @@
+// The live controller with all of its threads at once: the loop, the
+// gateway as its data plane, reference engines serving in this process (a
+// launcher that starts engine::EngineServer where the controller would
+// fork one) and control calls from several threads while replicas start,
+// crash, scale and drain. Waits on states with generous deadlines; never on how
+// fast the machine is. The TSan build runs it (label "threads").
+#include "runtime/controller.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "config/manifest.h"
+#include "engine/engine_server.h"
+#include "gateway/gateway.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "net/upstream.h"
+#include "runtime/store.h"
+
+namespace gpusched::api {
+namespace {
+
+using nlohmann::json;
+
+// Engines in this process: Start() serves the replica's model on the port
+// the controller chose; Crash() ends one as if its process died.
+class InProcessLauncher : public runtime::Launcher {
+ public:
+  ~InProcessLauncher() override {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, e] : engines_) e.server->Shutdown(std::chrono::seconds(1));
+  }
+
+  absl::StatusOr<runtime::ProcessId> Start(
+      const runtime::ProcessSpec& spec) override {
+    engine::EngineOptions o;
+    o.hidden = 16;
+    net::HttpServerOptions http;
+    for (size_t i = 0; i + 1 < spec.argv.size(); ++i) {
+      if (spec.argv[i] == "--port") http.port = std::stoi(spec.argv[i + 1]);
+      if (spec.argv[i] == "--model") o.model = spec.argv[i + 1];
+    }
+    auto server = engine::EngineServer::Start(o, http);
+    if (!server.ok()) return server.status();
+    absl::MutexLock lock(&mu_);
+    const runtime::ProcessId id = ++next_id_;
+    engines_[id] = {spec.name, *std::move(server)};
+    ++started_;
+    return id;
+  }
+  std::vector<runtime::ExitEvent> Poll() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(exits_, {});
+  }
+  absl::Status Stop(runtime::ProcessId id, Micros, Micros) override {
+    return End(id, /*asked=*/true);
+  }
+  absl::Status Kill(runtime::ProcessId id) override { return End(id, true); }
+  Micros Tick(Micros) override { return kNever; }
+  bool IsAlive(runtime::ProcessId id) const override {
+    absl::MutexLock lock(&mu_);
+    return engines_.contains(id);
+  }
+  int size() const override {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(engines_.size());
+  }
+
+  // Ends the engine of replica `name` without being asked (a crash).
+  bool Crash(const std::string& name) {
+    runtime::ProcessId id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [i, e] : engines_) {
+        if (e.name == name) id = i;
+      }
+    }
+    return id != 0 && End(id, /*asked=*/false).ok();
+  }
+  int started() const {
+    absl::MutexLock lock(&mu_);
+    return started_;
+  }
+
+ private:
+  struct Engine {
+    std::string name;
+    std::unique_ptr<engine::EngineServer> server;
+  };
+  absl::Status End(runtime::ProcessId id, bool asked) {
+    std::unique_ptr<engine::EngineServer> server;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = engines_.find(id);
+      if (it == engines_.end()) return absl::NotFoundError("no such engine");
+      server = std::move(it->second.server);
+      runtime::ExitEvent e;
+      e.id = id;
+      e.name = it->second.name;
+      e.signaled = !asked;
+      e.signal = asked ? 0 : 9;
+      e.stop_requested = asked;
+      engines_.erase(it);
+      exits_.push_back(e);
+    }
+    server->Shutdown(std::chrono::milliseconds(200));
+    return absl::OkStatus();
+  }
+
+  mutable absl::Mutex mu_;
+  std::map<runtime::ProcessId, Engine> engines_ ABSL_GUARDED_BY(mu_);
+  std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
+  runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+constexpr char kManifests[] = R"(apiVersion: gpusched.io/v1
+kind: Tenant
+metadata: {name: team}
+spec: {models: [chat]}
+---
+apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: chat}
+spec:
+  model: chat
+  engine: {template: reference}
+  resources: {fraction: {milli: 250, memory: 4Gi}}
+  replicas: {min: 1, max: 4}
+)";
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = runtime::Store::Open(":memory:");
+    ASSERT_TRUE(store.ok());
+    store_ = *std::move(store);
+    auto g = gateway::Gateway::Create(
+        gateway::GatewayConfig{},
+        [this](std::string_view k) { return store_->AuthenticateKey(k); });
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = *std::move(g);
+
+    runtime::ControllerOptions o;
+    o.log_dir = ::testing::TempDir() + "/controller_test_logs";
+    o.self_path = "/nonexistent/gpusched";  // never run: engines are in-process
+    o.tick = 10 * kMicrosPerMilli;
+    o.health_period = 200 * kMicrosPerMilli;
+    o.drain_grace = 2 * kMicrosPerSecond;
+    o.backoff.initial = 50 * kMicrosPerMilli;
+    runtime::ControllerCluster cluster;
+    inventory::NodeSpec node;
+    node.name = "node-0";
+    node.cpu_milli = 64000;
+    node.memory_mib = 256 * 1024;
+    node.gpu_model = "H100-SXM-80GB";
+    node.gpu_count = 2;
+    node.gpu_memory_mib = 80 * 1024;
+    cluster.nodes = {node};
+    cluster.source = "declared";
+    auto launcher = std::make_unique<InProcessLauncher>();
+    launcher_ = launcher.get();
+    auto c = runtime::Controller::Create(o, cluster, store_.get(),
+                                         gateway_.get(), std::move(launcher));
+    ASSERT_TRUE(c.ok()) << c.status();
+    controller_ = *std::move(c);
+    absl::Status st = controller_->Start();
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  void TearDown() override {
+    if (controller_) controller_->Stop();
+    controller_.reset();
+    gateway_.reset();
+  }
+
+  void Apply(const std::string& yaml) {
+    auto m = config::ParseManifests(yaml, "test.yaml");
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto r = controller_->Apply(*m);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  // The number of ready replicas of `name`, from the control view.
+  int Ready(const std::string& name) {
+    const json d = controller_->DeploymentsJson(name);
+    if (!d.is_array() || d.empty()) return -1;
+    return d[0]["status"].value("readyReplicas", -1);
+  }
+  // Waits (generously) until `pred` holds.
+  template <typename Pred>
+  bool WaitFor(Pred pred,
+               std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pred();
+  }
+
+  std::unique_ptr<runtime::Store> store_;
+  std::unique_ptr<gateway::Gateway> gateway_;
+  InProcessLauncher* launcher_ = nullptr;
+  std::unique_ptr<runtime::Controller> controller_;
+};
+
+TEST_F(ControllerTest, ReplicasStartCrashScaleAndDrainWhileCallsComeIn) {
+  Apply(kManifests);
+  ASSERT_TRUE(controller_->Scale("chat", 2).ok());
+  ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 2; }))
+      << controller_->DeploymentsJson("chat").dump();
+
+  // Readers on other threads for the whole test: the views, the metrics
+  // snapshot, events, and the data plane's load.
+  std::atomic<bool> done = false;
+  std::atomic<int> reads = 0;
+  std::vector<std::thread> readers;
+  struct Join {
+    std::atomic<bool>& done;
+    std::vector<std::thread>& threads;
+    ~Join() {
+      done = true;
+      for (auto& t : threads) t.join();
+    }
+  } join{done, readers};
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&, t] {
+      while (!done) {
+        switch (t) {
+          case 0:
+            (void)controller_->ReplicasJson();
+            (void)controller_->GpusJson();
+            break;
+          case 1:
+            (void)controller_->DeploymentsJson();
+            (void)controller_->MetricsSnapshot();
+            break;
+          default: {
+            runtime::EventFilter f;
+            f.limit = 20;
+            (void)controller_->Events(f);
+            (void)gateway_->Load("chat");
+          }
+        }
+        ++reads;
+      }
+    });
+  }
+
+  // A crash: the replica is restarted.
+  const int before = launcher_->started();
+  ASSERT_TRUE(launcher_->Crash("chat-0") || launcher_->Crash("chat-1"));
+  ASSERT_TRUE(WaitFor(
+      [&] { return launcher_->started() > before && Ready("chat") == 2; }));
+
+  // Up, then down: the extra replicas drain and stop.
+  absl::Status scaled = controller_->Scale("chat", 4);
+  ASSERT_TRUE(scaled.ok()) << scaled;
+  ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 4; }));
+  scaled = controller_->Scale("chat", 1);
+  ASSERT_TRUE(scaled.ok()) << scaled;
+  ASSERT_TRUE(WaitFor([&] {
+    return Ready("chat") == 1 && launcher_->size() == 1;
+  })) << controller_->ReplicasJson().dump();
+
+  // Deleting the deployment stops its last engine.
+  ASSERT_TRUE(
+      controller_->Delete(config::Manifest::Kind::kDeployment, "chat").ok());
+  ASSERT_TRUE(WaitFor([&] { return launcher_->size() == 0; }));
+  EXPECT_GT(reads.load(), 0);
+
+  runtime::EventFilter f;
+  f.deployment = "chat";
+  f.limit = 1000;
+  auto events = controller_->Events(f);
+  ASSERT_TRUE(events.ok());
+  int ready = 0, failed = 0;
+  for (const runtime::Event& e : *events) {
+    ready += e.kind == "replica.ready";
+    failed += e.kind == "replica.failed" || e.kind == "replica.exited";
+  }
+  EXPECT_GE(ready, 5);   // 2, the restart, 2 more
+  EXPECT_GE(failed, 1);  // the crash
+}
+
+TEST_F(ControllerTest, ApplyAndDeleteRaceTheLoop) {
+  // Applies, scales and deletes from several threads at once; the loop
+  // must end in the last state asked for with no engine left behind.
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        auto m = config::ParseManifests(kManifests, "test.yaml");
+        ASSERT_TRUE(m.ok());
+        (void)controller_->Apply(*m);
+        (void)controller_->Scale("chat", 1 + (i + t) % 3);
+        (void)controller_->ReplicasJson();
+        if (i % 2 == 1) {
+          (void)controller_->Delete(config::Manifest::Kind::kDeployment,
+                                    "chat");
+        }
+        // Let the loop start some of what was asked before it changes.
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  // Whatever the interleaving, the last word holds.
+  Apply(kManifests);
+  ASSERT_TRUE(controller_->Scale("chat", 3).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return Ready("chat") == 3 && launcher_->size() == 3;
+  })) << controller_->ReplicasJson().dump();
+  ASSERT_TRUE(
+      controller_->Delete(config::Manifest::Kind::kDeployment, "chat").ok());
+  EXPECT_TRUE(WaitFor([&] { return launcher_->size() == 0; }))
+      << launcher_->size() << " engines left";
+  EXPECT_GT(launcher_->started(), 3);
+}
+
+TEST_F(ControllerTest, AnswersWhileItWorksThroughTheLargestBacklog) {
+  // The largest backlog the bounds allow (replicas: 1000, the manifest
+  // bound) of 100-milli fractions on 2 GPUs: 20 fit and start engines, the
+  // other 980 are placed, fail and retry. The control views must keep
+  // answering meanwhile. The limit is generous (a wedge, not a speed, is
+  // what fails it); bench/control_backlog.sh measures the percentiles.
+  Apply(R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: big}
+spec:
+  model: big
+  engine: {template: reference}
+  resources: {fraction: {milli: 100, memory: 1Gi}}
+  replicas: 1000
+)");
+  using Clock = std::chrono::steady_clock;
+  Clock::duration worst{};
+  int calls = 0;
+  const auto end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end || launcher_->started() < 20) {
+    const auto t0 = Clock::now();
+    const json d = controller_->DeploymentsJson("big");
+    (void)controller_->ReplicasJson();
+    worst = std::max(worst, Clock::now() - t0);
+    ++calls;
+    ASSERT_EQ(d.size(), 1u);
+    ASSERT_LT(worst, std::chrono::seconds(10)) << "the control views stalled";
+    if (Clock::now() > end + std::chrono::seconds(120)) break;
+  }
+  EXPECT_EQ(launcher_->started(), 20);
+  EXPECT_GT(calls, 3);
+  std::printf("backlog: %d view calls, the slowest %.1f ms\n", calls,
+              std::chrono::duration<double, std::milli>(worst).count());
+  ASSERT_TRUE(
+      controller_->Delete(config::Manifest::Kind::kDeployment, "big").ok());
+  EXPECT_TRUE(WaitFor([&] { return launcher_->size() == 0; }));
+}
+
+}  // namespace
+}  // namespace gpusched::api
