@@ -15,8 +15,11 @@
 //                  --chunk-gap-us asks the stub to space its chunks.
 //
 // Latencies from requests scheduled in the first --warmup seconds are
-// dropped. Prints one JSON line: requests, errors, rps and latency
-// percentiles in microseconds (plus chunk figures in sse mode).
+// dropped. Prints one JSON line: requests (completed), errors (the sum of
+// http_errors: whole non-200 answers; stream_errors: streams ended by an
+// OpenAI error event; lost: answers cut short, streams without [DONE] or
+// an error event), rps and latency percentiles in microseconds (plus chunk
+// figures in sse mode).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -54,6 +57,8 @@ struct Conn {
   int64_t first_chunk_ns = 0;
   int64_t last_chunk_ns = 0;
   int chunks = 0;
+  bool saw_done = false;   // SSE: "data: [DONE]"
+  bool saw_error = false;  // SSE: an error event (data: {"error": ...})
 };
 
 struct Percentiles {
@@ -184,11 +189,12 @@ class LoadGen {
     c.busy = true;
     c.start_ns = start_ns;
     c.chunks = 0;
+    c.saw_done = c.saw_error = false;
     // Requests are small: one send() on an idle connection takes them.
     const ssize_t n =
         send(c.fd, request_.data(), request_.size(), MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(request_.size())) {
-      ++errors_;
+      ++lost_;
       Reconnect(c);
     }
   }
@@ -204,7 +210,7 @@ class LoadGen {
 
   void Read(Conn& c) {
     if (!ReadAvailable(c.fd, &c.in)) {
-      if (c.busy) ++errors_;
+      if (c.busy) ++lost_;  // closed without a whole answer
       c.busy = false;
       Reconnect(c);
       return;
@@ -261,8 +267,14 @@ class LoadGen {
   void Events(Conn& c, int64_t now) {
     size_t at;
     while ((at = c.events.find("\n\n")) != std::string::npos) {
-      const int64_t ts =
-          JsonInt(std::string_view(c.events.data(), at), "\"ts\"");
+      const std::string_view event(c.events.data(), at);
+      if (event.find("data: [DONE]") != std::string_view::npos) {
+        c.saw_done = true;
+      }
+      if (event.find("data: {\"error\"") != std::string_view::npos) {
+        c.saw_error = true;
+      }
+      const int64_t ts = JsonInt(event, "\"ts\"");
       if (ts > 0) {
         if (c.chunks == 0) c.first_chunk_ns = now;
         c.last_chunk_ns = now;
@@ -279,7 +291,11 @@ class LoadGen {
     c.in_body = false;
     c.busy = false;
     if (c.status != 200) {
-      ++errors_;
+      ++http_errors_;  // a whole answer: a clear error
+    } else if (mode_ == Mode::kSse && !c.saw_done) {
+      // A stream ends with [DONE], or with an error event (a clear error);
+      // without either it was cut short.
+      ++(c.saw_error ? stream_errors_ : lost_);
     } else if (c.start_ns >= t0_ + warmup_ns_) {
       ++completed_;
       lat_.push_back(static_cast<double>(now - c.start_ns) / 1e3);
@@ -310,13 +326,16 @@ class LoadGen {
     const double seconds = static_cast<double>(duration_ns_ - warmup_ns_) / 1e9;
     std::printf(
         "{\"mode\":\"%s\",\"connections\":%d,\"target_rps\":%.0f,"
-        "\"requests\":%lld,\"errors\":%lld,\"rps\":%.1f,\"p50_us\":%.1f,"
+        "\"requests\":%lld,\"errors\":%lld,\"http_errors\":%lld,"
+        "\"stream_errors\":%lld,\"lost\":%lld,\"rps\":%.1f,\"p50_us\":%.1f,"
         "\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f",
         mode_ == Mode::kOpen  ? "open"
         : mode_ == Mode::kSse ? "sse"
                               : "closed",
         connections_, rate_, static_cast<long long>(completed_),
-        static_cast<long long>(errors_),
+        static_cast<long long>(http_errors_ + stream_errors_ + lost_),
+        static_cast<long long>(http_errors_),
+        static_cast<long long>(stream_errors_), static_cast<long long>(lost_),
         static_cast<double>(completed_) / seconds, Percentiles::At(lat_, 0.5),
         Percentiles::At(lat_, 0.9), Percentiles::At(lat_, 0.99),
         Percentiles::At(lat_, 0.999),
@@ -345,7 +364,12 @@ class LoadGen {
   std::vector<Conn*> idle_;
   std::deque<int64_t> backlog_;  // scheduled start times not yet sent
   int64_t completed_ = 0;
-  int64_t errors_ = 0;
+  // Every request ends as one of: completed, an HTTP error answer, a
+  // stream ended by an error event, or lost (the connection closed before
+  // a whole answer, or a stream without [DONE] or an error event).
+  int64_t http_errors_ = 0;
+  int64_t stream_errors_ = 0;
+  int64_t lost_ = 0;
   std::vector<double> lat_;
   std::vector<double> chunk_lat_;
   std::vector<double> per_chunk_;

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format python3
-  clang  # tests/thread_safety_test.sh: -Wthread-safety
+  clang  # tests/thread_safety_test.sh: -Wthread-safety; the sanitizer builds
+  libclang-rt-14-dev  # ASan, UBSan, TSan and libFuzzer runtimes (only recommended by clang)
   libabsl-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
