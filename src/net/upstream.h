@@ -44,6 +44,11 @@ struct UpstreamOptions {
   // Between two pieces of a streamed body.
   std::chrono::milliseconds idle_timeout{60'000};
   int max_idle_per_endpoint = 64;
+  // Pooled keep-alive connections are swept at most this often: those idle
+  // longer than max_idle_age, and those whose peer has closed (an engine
+  // that exited, whose endpoint is never asked again), are closed.
+  std::chrono::milliseconds idle_sweep_period{1'000};
+  std::chrono::milliseconds max_idle_age{30'000};
 };
 
 struct UpstreamCallbacks {

@@ -109,6 +109,30 @@ TEST_F(UpstreamTest, StreamsPiecesAsTheyArrive) {
   EXPECT_EQ(all, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
 }
 
+// Found by bench/soak.sh: connections pooled for an engine that exited
+// stayed open (CLOSE_WAIT) for ever, since nothing asked that endpoint again.
+TEST_F(UpstreamTest, PooledConnectionsThePeerClosedAreSwept) {
+  net::HttpServerOptions o;
+  o.idle_timeout = std::chrono::milliseconds(30);
+  StartServer(o);
+  UpstreamOptions uo;
+  uo.idle_sweep_period = std::chrono::milliseconds(0);
+  UpstreamClient client(uo);
+  ASSERT_TRUE(client.Fetch(Here(), Get("/ping")).ok());
+  EXPECT_EQ(client.idle_connections(), 1);
+  while (server_->open_connections() > 0) std::this_thread::yield();
+  auto other = HttpServer::Start(HttpServerOptions{},
+                                 [](HttpRequest, std::shared_ptr<Responder> r) {
+                                   r->Send(HttpResponse{http::status::ok, 11});
+                                 });
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(
+      client.Fetch(Endpoint{"127.0.0.1", (*other)->port()}, Get("/")).ok());
+  // Only the other server's connection is left.
+  EXPECT_EQ(client.idle_connections(), 1);
+  (*other)->Shutdown(std::chrono::milliseconds(100));
+}
+
 TEST_F(UpstreamTest, StalePooledConnectionIsRetriedFresh) {
   net::HttpServerOptions o;
   o.idle_timeout = std::chrono::milliseconds(30);
