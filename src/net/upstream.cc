@@ -78,13 +78,13 @@ struct UpstreamClient::Impl {
   std::unique_ptr<beast::tcp_stream> TakeIdle(const Endpoint& ep) {
     absl::MutexLock lock(&mu);
     Sweep(std::chrono::steady_clock::now());
+    // A connection the peer closed since the last sweep fails at once and
+    // is retried fresh (Call::RetryOrFail): no check per request here.
     auto it = idle.find({ep.host, ep.port});
-    while (it != idle.end() && !it->second.empty()) {
-      auto s = std::move(it->second.back().stream);
-      it->second.pop_back();
-      if (Usable(*s)) return s;
-    }
-    return nullptr;
+    if (it == idle.end() || it->second.empty()) return nullptr;
+    auto s = std::move(it->second.back().stream);
+    it->second.pop_back();
+    return s;
   }
   void GiveBack(const Endpoint& ep, std::unique_ptr<beast::tcp_stream> s) {
     absl::MutexLock lock(&mu);
