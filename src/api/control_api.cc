@@ -158,28 +158,48 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
 bool ControlApi::Handle(net::HttpRequest& req,
                         std::shared_ptr<net::Responder>& r) {
   const absl::string_view full(req.target().data(), req.target().size());
+  if (!IsControlPath(full.substr(0, full.find('?')))) return false;
+  if (pool_ == nullptr) {
+    Answer(req, r);
+    return true;
+  }
+  if (!pool_->TrySubmit(
+          [this, req = std::move(req), r]() mutable { Answer(req, r); })) {
+    net::HttpResponse res =
+        Error(http::status::service_unavailable,
+              absl::StrCat("the control API is busy: ", pool_->max_queued(),
+                           " calls are waiting (the bound); retry shortly"),
+              "server_error");
+    res.set(http::field::retry_after, "1");
+    r->Send(std::move(res));
+  }
+  return true;
+}
+
+void ControlApi::Answer(net::HttpRequest& req,
+                        std::shared_ptr<net::Responder>& r) {
+  const absl::string_view full(req.target().data(), req.target().size());
   const absl::string_view path = full.substr(0, full.find('?'));
-  if (!IsControlPath(path)) return false;
   const std::string_view auth(req[http::field::authorization].data(),
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
     r->Send(Error(http::status::unauthorized,
                   "missing API key: send 'Authorization: Bearer <key>'",
                   "authentication_error"));
-    return true;
+    return;
   }
   auto key = keys_->Authenticate(auth.substr(7));
   if (!key.ok()) {
     r->Send(Error(http::status::unauthorized,
                   std::string(key.status().message()), "authentication_error"));
-    return true;
+    return;
   }
   auto target = ParseControlTarget(full);
   if (!target.ok()) {
     r->Send(Error(http::status::bad_request,
                   std::string(target.status().message()),
                   "invalid_request_error"));
-    return true;
+    return;
   }
   Call call{req, r, *std::move(target), *key};
   std::vector<std::string> allowed;  // methods of the routes of this path
@@ -191,11 +211,11 @@ bool ControlApi::Handle(net::HttpRequest& req,
     }
     if (route.access == kAdmin && !key->admin) break;
     (this->*route.handler)(call);
-    return true;
+    return;
   }
   if (!key->admin) {
     r->Send(Forbidden());
-    return true;
+    return;
   }
   if (!allowed.empty()) {
     net::HttpResponse res =
@@ -206,14 +226,13 @@ bool ControlApi::Handle(net::HttpRequest& req,
               "invalid_request_error");
     res.set(http::field::allow, absl::StrJoin(allowed, ", "));
     r->Send(std::move(res));
-    return true;
+    return;
   }
   r->Send(Error(http::status::not_found,
                 absl::StrCat("unknown control endpoint ",
                              std::string(http::to_string(req.method())), " ",
                              path, " (see docs/control-api.md)"),
                 "not_found_error"));
-  return true;
 }
 
 // --- apply and delete -------------------------------------------------------

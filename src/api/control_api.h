@@ -3,7 +3,11 @@
 // explicit table (Routes()). A path that exists answers 405 with Allow for
 // another method; an unknown one 404. Admin keys may call everything;
 // a tenant key may read the deployments it may use and its own tenant.
-// Thread-safe (the Controller serializes).
+// Thread-safe (the Controller serializes). With a WorkerPool, Handle only
+// recognises the path on the calling (I/O) thread and answers on the
+// pool's threads, so that a call waiting for the controller's lock never
+// holds up the gateway on the same I/O thread; a full pool answers 503
+// with Retry-After.
 #ifndef GPUSCHED_API_CONTROL_API_H_
 #define GPUSCHED_API_CONTROL_API_H_
 
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/worker_pool.h"
 #include "gateway/gateway_stats.h"
 #include "gateway/key_cache.h"
 #include "net/http_server.h"
@@ -29,12 +34,16 @@ class ControlApi {
  public:
   // `keys` checks the callers' API keys; `stats` (the gateway's, may be
   // null) answers GET /api/v1/stats.
+  // `pool` (may be null: calls are answered on the caller's thread) must
+  // outlive the ControlApi's calls.
   ControlApi(Controller* controller, gateway::KeyCache* keys,
-             const gateway::GatewayStats* stats = nullptr)
-      : controller_(controller), keys_(keys), stats_(stats) {}
+             const gateway::GatewayStats* stats = nullptr,
+             WorkerPool* pool = nullptr)
+      : controller_(controller), keys_(keys), stats_(stats), pool_(pool) {}
 
   // True when `request` is a control request (its path starts with
-  // /api/v1) and was answered.
+  // /api/v1): then it has been taken (moved from) and is answered, at once
+  // or on the pool.
   bool Handle(net::HttpRequest& request,
               std::shared_ptr<net::Responder>& responder);
 
@@ -77,9 +86,12 @@ class ControlApi {
   void DeleteOne(Call& c, config::Manifest::Kind kind);
   void SendKeys(Call& c, const std::string& tenant);
 
+  void Answer(net::HttpRequest& req, std::shared_ptr<net::Responder>& r);
+
   Controller* controller_;
   gateway::KeyCache* keys_;
   const gateway::GatewayStats* stats_;
+  WorkerPool* pool_;
 };
 
 }  // namespace gpusched::api

@@ -15,75 +15,118 @@ namespace gpusched::runtime {
 
 using nlohmann::json;
 
-json Controller::ReplicaJson(const Deployment& d, const Row& row) const {
+// What a view shows of one replica, copied under the lock.
+struct Controller::ReplicaView {
+  std::string name, deployment, state, endpoint, message, node;
+  int pid = 0;
+  int restarts = 0;
+  Micros started_wall = 0;
+  std::vector<inventory::GpuShare> shares;
+};
+
+// ... and of one deployment.
+struct Controller::DeploymentView {
+  std::string name;
+  json manifest;
+  int64_t generation = 0;
+  Micros created = 0, updated = 0;
+  int desired = 0;
+  bool autoscaled = false, deleting = false;
+  std::vector<ReplicaView> replicas;
+  int ready = 0;
+};
+
+Controller::ReplicaView Controller::ViewOf(const Deployment& d,
+                                           const Row& row) const {
   static const Replica kNone;
   const Replica& r = row.io ? *row.io : kNone;
-  json j = {{"name", row.name()},
-            {"deployment", d.spec.name},
-            {"state", row.state()},
-            {"endpoint", r.endpoint.port ? net::EndpointKey(r.endpoint) : ""},
-            {"pid", r.pid},
-            {"restarts", row.core ? row.core->restarts : 0},
-            {"message", row.core ? row.core->message : ""}};
-  if (r.started_wall) j["startedAt"] = IsoTime(r.started_wall);
-  if (r.placed && r.allocation.node >= 0) {
-    j["node"] = cluster_state_.spec(r.allocation.node).name;
-    json gpus = json::array(), shares = json::array();
-    for (const inventory::GpuShare& g : r.allocation.gpus) {
-      gpus.push_back(g.gpu);
-      shares.push_back({{"gpu", g.gpu},
-                        {"milli", g.milli},
-                        {"memoryMiB", g.memory_mib},
-                        {"mig", g.mig_profile}});
-    }
-    j["gpus"] = gpus;
-    j["gpuShare"] = shares;
-  } else {
-    j["node"] = "";
-    j["gpus"] = json::array();
-    j["gpuShare"] = json::array();
+  ReplicaView v;
+  v.name = row.name();
+  v.deployment = d.spec.name;
+  v.state = row.state();
+  if (r.endpoint.port) v.endpoint = net::EndpointKey(r.endpoint);
+  v.pid = r.pid;
+  if (row.core) {
+    v.restarts = row.core->restarts;
+    v.message = row.core->message;
   }
+  v.started_wall = r.started_wall;
+  if (r.placed && r.allocation.node >= 0) {
+    v.node = cluster_state_.spec(r.allocation.node).name;
+    v.shares = r.allocation.gpus;
+  }
+  return v;
+}
+
+Controller::DeploymentView Controller::ViewOf(const Deployment& d) const {
+  DeploymentView v;
+  v.name = d.spec.name;
+  v.manifest = d.manifest;
+  v.generation = d.generation;
+  v.created = d.created;
+  v.updated = d.updated;
+  v.desired = d.spec.endpoints.empty()
+                  ? ReplicaTarget(d)
+                  : static_cast<int>(d.spec.endpoints.size());
+  v.autoscaled = scaling_.has(d.spec.name);
+  v.deleting = d.deleting;
+  for (const Row& r : Rows(d)) {
+    v.replicas.push_back(ViewOf(d, r));
+    v.ready += r.ready();
+  }
+  return v;
+}
+
+json Controller::ReplicaJson(const ReplicaView& v) {
+  json j = {{"name", v.name},       {"deployment", v.deployment},
+            {"state", v.state},     {"endpoint", v.endpoint},
+            {"pid", v.pid},         {"restarts", v.restarts},
+            {"message", v.message}, {"node", v.node}};
+  if (v.started_wall) j["startedAt"] = IsoTime(v.started_wall);
+  json gpus = json::array(), shares = json::array();
+  for (const inventory::GpuShare& g : v.shares) {
+    gpus.push_back(g.gpu);
+    shares.push_back({{"gpu", g.gpu},
+                      {"milli", g.milli},
+                      {"memoryMiB", g.memory_mib},
+                      {"mig", g.mig_profile}});
+  }
+  j["gpus"] = std::move(gpus);
+  j["gpuShare"] = std::move(shares);
   return j;
 }
 
-json Controller::DeploymentJson(const Deployment& d) {
-  json j = d.manifest;
-  j["metadata"]["generation"] = d.generation;
-  j["metadata"]["created"] = IsoTime(d.created);
-  j["metadata"]["updated"] = IsoTime(d.updated);
-  const runtime::ServingLoad load = gateway_->Load(d.spec.name);
+json Controller::DeploymentJson(DeploymentView v) const {
+  json j = std::move(v.manifest);
+  j["metadata"]["generation"] = v.generation;
+  j["metadata"]["created"] = IsoTime(v.created);
+  j["metadata"]["updated"] = IsoTime(v.updated);
+  const runtime::ServingLoad load = gateway_->Load(v.name);
   json reps = json::array();
-  int ready = 0;
   std::string message;
-  const std::vector<Row> rows = Rows(d);
-  for (const Row& r : rows) {
-    reps.push_back(ReplicaJson(d, r));
-    ready += r.ready();
-    if (message.empty() && r.core && !r.core->message.empty()) {
-      message = r.core->message;
-    }
+  for (const ReplicaView& r : v.replicas) {
+    reps.push_back(ReplicaJson(r));
+    if (message.empty()) message = r.message;
   }
   j["status"] = {
-      {"replicas", rows.size()},
-      {"desiredReplicas", d.spec.endpoints.empty()
-                              ? ReplicaTarget(d)
-                              : static_cast<int>(d.spec.endpoints.size())},
-      {"autoscaled", scaling_.has(d.spec.name)},
-      {"readyReplicas", ready},
-      {"queued", load.queued},
-      {"inFlight", load.in_flight},
-      {"deleting", d.deleting},
-      {"message", message},
-      {"replicaStatus", reps}};
+      {"replicas", v.replicas.size()},   {"desiredReplicas", v.desired},
+      {"autoscaled", v.autoscaled},      {"readyReplicas", v.ready},
+      {"queued", load.queued},           {"inFlight", load.in_flight},
+      {"deleting", v.deleting},          {"message", message},
+      {"replicaStatus", std::move(reps)}};
   return j;
 }
 
 json Controller::DeploymentsJson(const std::string& only) {
-  absl::MutexLock lock(&mu_);
-  json items = json::array();
-  for (const auto& [name, d] : deployments_) {
-    if (only.empty() || only == name) items.push_back(DeploymentJson(d));
+  std::vector<DeploymentView> views;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, d] : deployments_) {
+      if (only.empty() || only == name) views.push_back(ViewOf(d));
+    }
   }
+  json items = json::array();
+  for (DeploymentView& v : views) items.push_back(DeploymentJson(std::move(v)));
   return items;
 }
 
@@ -106,11 +149,15 @@ json Controller::TenantsJson(const std::string& only) {
 }
 
 json Controller::ReplicasJson() {
-  absl::MutexLock lock(&mu_);
-  json items = json::array();
-  for (const auto& [name, d] : deployments_) {
-    for (const Row& r : Rows(d)) items.push_back(ReplicaJson(d, r));
+  std::vector<ReplicaView> views;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, d] : deployments_) {
+      for (const Row& r : Rows(d)) views.push_back(ViewOf(d, r));
+    }
   }
+  json items = json::array();
+  for (const ReplicaView& v : views) items.push_back(ReplicaJson(v));
   return items;
 }
 

@@ -17,6 +17,7 @@
 #include "api/control_api.h"
 #include "api/controller_metrics.h"
 #include "api/static_assets.h"
+#include "common/worker_pool.h"
 #include "config/serve_config.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_metrics.h"
@@ -29,6 +30,11 @@
 
 namespace gpusched {
 namespace {
+
+// Threads that answer the control API and /metrics, and the calls that may
+// wait for them (beyond: 503 with Retry-After).
+constexpr int kControlThreads = 2;
+constexpr size_t kControlQueued = 256;
 
 struct ServeFlags {
   std::string config;
@@ -207,7 +213,11 @@ int RunServe(const ServeFlags& flags) {
     printed.emplace_back(t.name, key->secret);
   }
 
-  api::ControlApi control(controller.get(), &keys, &(*gateway)->stats());
+  // The control API and /metrics wait for the controller's lock: they are
+  // answered on these threads, never on the gateway's I/O thread.
+  WorkerPool control_pool(kControlThreads, kControlQueued);
+  api::ControlApi control(controller.get(), &keys, &(*gateway)->stats(),
+                          &control_pool);
   net::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
@@ -215,15 +225,25 @@ int RunServe(const ServeFlags& flags) {
   http.tls_key_file = cfg->tls.key;
   gateway::Gateway* g = gateway->get();
   auto server = net::HttpServer::Start(
-      http, [g, &control, &registry](net::HttpRequest req,
-                                     std::shared_ptr<net::Responder> r) {
+      http, [g, &control, &registry, &control_pool](
+                net::HttpRequest req, std::shared_ptr<net::Responder> r) {
         if (req.method() == net::http::verb::get &&
             req.target().substr(0, req.target().find('?')) == "/metrics") {
-          net::HttpResponse res{net::http::status::ok, 11};
-          res.set(net::http::field::content_type,
-                  "text/plain; version=0.0.4; charset=utf-8");
-          res.body() = registry.Expose();
-          r->Send(std::move(res));
+          const bool queued = control_pool.TrySubmit([&registry, r] {
+            net::HttpResponse res{net::http::status::ok, 11};
+            res.set(net::http::field::content_type,
+                    "text/plain; version=0.0.4; charset=utf-8");
+            res.body() = registry.Expose();
+            r->Send(std::move(res));
+          });
+          if (!queued) {
+            net::HttpResponse busy = net::JsonError(
+                net::http::status::service_unavailable,
+                "busy: the control API's queue is full; retry shortly",
+                "server_error");
+            busy.set(net::http::field::retry_after, "1");
+            r->Send(std::move(busy));
+          }
           return;
         }
         // The dashboard's files (/ and /ui/*), unauthenticated.
@@ -276,6 +296,7 @@ int RunServe(const ServeFlags& flags) {
   const double drain = flags.drain_s >= 0 ? flags.drain_s : cfg->drain_grace_s;
   (*server)->Shutdown(
       std::chrono::milliseconds(static_cast<int64_t>(drain * 1000)));
+  control_pool.Stop();  // its calls use the controller
   controller->Stop();
   controller.reset();
   gateway->reset();

@@ -333,10 +333,18 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillOrphans();
   std::string PidFile(const std::string& replica) const;
-  nlohmann::json ReplicaJson(const Deployment& d, const Row& r) const
+  // The views copy what they show under the lock (ViewOf, cheap: no JSON
+  // built) and build their JSON after letting it go, so that a list of
+  // 1000 replicas does not hold up the controller's loop or other calls.
+  struct ReplicaView;
+  struct DeploymentView;
+  ReplicaView ViewOf(const Deployment& d, const Row& r) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  nlohmann::json DeploymentJson(const Deployment& d)
+  DeploymentView ViewOf(const Deployment& d) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static nlohmann::json ReplicaJson(const ReplicaView& v);
+  nlohmann::json DeploymentJson(DeploymentView v) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // GPU `g` of node `n`: allocation, and NVML readings where there are.
   runtime::DriverMetrics::Snapshot::Gpu GpuView(int n, int g) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
