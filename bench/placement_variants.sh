@@ -4,7 +4,8 @@
 # gpushare*) and on the variants scripts/make-placement-variants.py builds
 # (gpuspec10/20/25/33: GPU-model constraints; multigpu20/30/40/50: pods of
 # 2-8 whole GPUs). Prints unallocated GPU % at 100% and 130% arrival, the
-# ratio to fgd, the offline packing floor (bench/packing_floor.py), and the
+# ratio to fgd, the offline packing floor (bench/packing_floor.py: shares
+# only; on the multigpu variants the node-aware one, --nodes), and the
 # target's verdict: fillfrag >= 10% below fgd at 100% and not worse at
 # 100% or 130%; where the floor is within 10% of fgd, fillfrag must close
 # 80% of the gap instead (fillfrag <= floor + 0.2 (fgd - floor)).
@@ -35,7 +36,11 @@ for t in "${traces[@]}"; do
   "$build/gpusched" sim placement --nodes "$data/openb_node_list_gpu_node.csv" \
     --pods "$pods" --policy fgd,best-fit,fillfrag --seeds 42-51 \
     --out "$out/$t.json" 2>/dev/null
-  python3 bench/packing_floor.py "$pods" >"$out/$t.floor"
+  case $t in
+    multigpu*) python3 bench/packing_floor.py --nodes \
+      "$data/openb_node_list_gpu_node.csv" "$pods" >"$out/$t.floor" ;;
+    *) python3 bench/packing_floor.py "$pods" >"$out/$t.floor" ;;
+  esac
 done
 echo "${#traces[@]} traces x 3 policies x 10 seeds: $(($(date +%s) - start)) s wall"
 python3 - "$out" "${traces[@]}" <<'PY'
@@ -49,6 +54,7 @@ for t in traces:
     a = {p: s[p]["unallocated_pct_100"]["mean"] for p in s}
     b = {p: s[p]["unallocated_pct_130"]["mean"] for p in s}
     floor = float(re.search(r"waste ([0-9.]+)%", open(f"{out}/{t}.floor").read()).group(1))
+    node_floor = "node-aware" in open(f"{out}/{t}.floor").read()
     fgd, own = a["fgd"], a["fillfrag"]
     if b["fillfrag"] > b["fgd"] or own > fgd:
         verdict = "worse than fgd"
@@ -60,7 +66,7 @@ for t in traces:
         need = 0.9 * fgd if floor <= 0.9 * fgd else floor + 0.2 * (fgd - floor)
         verdict = f"not met (needs <= {need:.2f})"
     met += verdict.startswith("met")
-    print(f"{t:12s} {fgd:8.2f} {a['best-fit']:7.2f} {own:8.2f} {own / fgd:8.3f} {floor:6.2f} "
+    print(f"{t:12s} {fgd:8.2f} {a['best-fit']:7.2f} {own:8.2f} {own / fgd:8.3f} {floor:5.2f}{'n' if node_floor else ' '} "
           f"{b['fgd']:8.2f} {b['best-fit']:7.2f} {b['fillfrag']:8.2f}  {verdict}")
-print(f"target met on {met} of {len(traces)} traces")
+print(f"target met on {met} of {len(traces)} traces (floor n: node-aware)")
 PY

@@ -287,6 +287,7 @@ void ClusterState::Apply(const Allocation& alloc, int sign) {
 
 void ClusterState::Recompute(int node) {
   NodeState& st = states_[node];
+  const int64_t was_free = st.gpu_milli_free;
   st.idle_gpus = 0;
   st.max_milli_free = 0;
   st.gpu_milli_free = 0;
@@ -297,6 +298,12 @@ void ClusterState::Recompute(int node) {
     if (g.mig_used == 0)
       st.max_milli_free = std::max(st.max_milli_free, g.milli_free);
   }
+  free_gpu_milli_ += st.gpu_milli_free - was_free;
+  const int spec = node_spec_[node];
+  if (spec >= static_cast<int>(free_by_spec_.size())) {
+    free_by_spec_.resize(spec + 1, 0);
+  }
+  free_by_spec_[spec] += st.gpu_milli_free - was_free;
 }
 
 void ClusterState::DetachFromClass(int node) {

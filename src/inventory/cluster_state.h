@@ -166,6 +166,17 @@ class ClusterState {
   // they are forgotten).
   int64_t total_gpu_milli() const { return total_gpu_milli_; }
   int64_t allocated_gpu_milli() const { return allocated_gpu_milli_; }
+  // Node types: nodes with the same spec (all but the name) share a small
+  // dense id. Free GPU milli on healthy GPUs of the nodes of one type, and
+  // of the whole cluster, kept up to date on every change.
+  int node_spec_id(int node) const { return node_spec_[node]; }
+  int num_node_specs() const { return static_cast<int>(spec_ids_.size()); }
+  int64_t free_gpu_milli_of_spec(int spec) const {
+    return spec >= 0 && spec < static_cast<int>(free_by_spec_.size())
+               ? free_by_spec_[spec]
+               : 0;
+  }
+  int64_t free_gpu_milli() const { return free_gpu_milli_; }
 
   std::shared_ptr<const ClusterSnapshot> Snapshot() const;
 
@@ -202,6 +213,8 @@ class ClusterState {
   int max_gpus_ = 0;
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;
+  std::vector<int64_t> free_by_spec_;  // by node spec id
+  int64_t free_gpu_milli_ = 0;
   uint64_t version_ = 0;
   uint64_t cluster_epoch_ = 0;
   mutable std::shared_ptr<const ClusterSnapshot> snapshot_;

@@ -54,6 +54,31 @@ TEST(ClusterStateTest, AssumeForgetBind) {
   EXPECT_EQ(cs.allocated_gpu_milli(), 0);
 }
 
+TEST(ClusterStateTest, KeepsFreeGpuMilliPerNodeType) {
+  ClusterState cs;
+  ASSERT_EQ(*cs.AddNode(EightGpuNode("a")), 0);
+  ASSERT_EQ(*cs.AddNode(EightGpuNode("b")), 1);
+  NodeSpec other = EightGpuNode("c");
+  other.cpu_milli = 128000;
+  ASSERT_EQ(*cs.AddNode(other), 2);
+  EXPECT_EQ(cs.node_spec_id(0), cs.node_spec_id(1));  // same spec
+  EXPECT_NE(cs.node_spec_id(0), cs.node_spec_id(2));
+  EXPECT_EQ(cs.num_node_specs(), 2);
+  const int ab = cs.node_spec_id(0), c = cs.node_spec_id(2);
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(ab), 16000);
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(c), 8000);
+  ASSERT_TRUE(cs.Assume("p", Fraction(1, 0, 300)).ok());
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(ab), 15700);
+  EXPECT_EQ(cs.free_gpu_milli(), 23700);
+  ASSERT_TRUE(cs.SetGpuHealth(2, 5, false).ok());  // an unhealthy GPU is
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(c), 7000);   // not free
+  EXPECT_TRUE(cs.Forget("p"));
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(ab), 16000);
+  EXPECT_EQ(cs.free_gpu_milli(), 23000);
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(-1), 0);
+  EXPECT_EQ(cs.free_gpu_milli_of_spec(99), 0);
+}
+
 TEST(ClusterStateTest, RejectsNodesPlacementCannotModel) {
   ClusterState cs;
   NodeSpec big = EightGpuNode("big");

@@ -65,6 +65,7 @@ FragNode FragNodeOf(const ClusterState& cs, int node) {
   const inventory::NodeState& st = cs.state(node);
   FragNode n;
   n.model_id = cs.node_model_id(node);
+  n.spec_id = cs.node_spec_id(node);
   n.cpu_free = st.cpu_free;
   n.memory_free_mib = st.memory_free_mib;
   for (const inventory::GpuState& g : st.gpus) {

@@ -62,6 +62,7 @@ TargetWorkload TypicalShapes(const std::vector<PodRequest>& pods,
 // A node's free resources as the measure sees them.
 struct FragNode {
   int model_id = -1;
+  int spec_id = -1;  // ClusterState::node_spec_id
   int64_t cpu_free = 0;
   int64_t memory_free_mib = 0;
   int num_gpus = 0;

@@ -216,6 +216,46 @@ TEST(FillFragTest, KeepsCpuForTheGpusThatNeedIt) {
   EXPECT_EQ(d.allocation.node, 1);
 }
 
+TEST(FillFragTest, KeepsAScarceGpuModelForThePodsThatNeedIt) {
+  // 32 G2 GPUs and 4 T4 GPUs; half the demand must run on G2, a tenth on
+  // T4. FGD's measure counts a T4 node's free milli as fragmentation for
+  // the G2-only half, so it sends a pod that may run anywhere to T4, the
+  // scarce pool the T4-only pods need. fillfrag's reserve term weighs the
+  // T4 pool's pressure (a tenth of the demand for a ninth of the GPUs)
+  // against G2's and keeps T4 free.
+  ClusterState cs;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(cs.AddNode(Node("g2-" + std::to_string(i), 8)).ok());
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(
+        cs.AddNode(Node("t4-" + std::to_string(i), 2, 96000, "T4")).ok());
+  }
+  auto on = [&](const std::string& model) {
+    inventory::ResourceRequest r = Whole(1);
+    if (!model.empty()) r.gpu_models = {model};
+    return Compile(r, cs);
+  };
+  std::vector<PodRequest> pods;
+  for (int i = 0; i < 4; ++i) pods.push_back(on(""));
+  for (int i = 0; i < 5; ++i) pods.push_back(on("G2"));
+  pods.push_back(on("T4"));
+  const TargetWorkload workload = TypicalShapes(pods, 1.0);
+  for (const std::string policy : {"fgd", "fillfrag"}) {
+    SCOPED_TRACE(policy);
+    ClusterState copy;
+    for (int n = 0; n < cs.num_nodes(); ++n) {
+      ASSERT_TRUE(copy.AddNode(cs.spec(n)).ok());
+    }
+    Scheduler s(&copy, Policy(policy, workload), 1);
+    ASSERT_TRUE(s.Place("first", on("G2")).placed);  // pressures derived
+    const Decision d = s.Schedule(on(""));
+    ASSERT_TRUE(d.placed);
+    EXPECT_EQ(copy.spec(d.allocation.node).gpu_model,
+              policy == "fgd" ? "T4" : "G2");
+  }
+}
+
 TEST(FillFragTest, LearnsTheWorkloadOnline) {
   ClusterState cs;
   for (int i = 0; i < 8; ++i) {

@@ -140,6 +140,7 @@ TEST(SchedulerTest, RandomizedAgreesWithBruteForce) {
       if (want < 0) continue;
       ASSERT_EQ(d.allocation.node, want) << "step " << step;
       ASSERT_EQ(d.score, want_score) << "step " << step;
+      oracle->Observe(pod, d.allocation, cs);  // as the Scheduler tells its own
       // Free something now and then so classes split and merge.
       if (rng.Uniform(4) == 0)
         cs.Forget("p" + std::to_string(rng.Uniform(step + 1)));
