@@ -6,8 +6,9 @@
 # (the manifest bound) on a declared node of 8 GPUs, fractions of 100
 # milli: 78 replicas fit (next to chat's 200 milli) and start engines, the
 # other 922 are placed, fail and retry every second.
-# The same run twice in one invocation:
+# The same run three times in one invocation:
 #   capped     max_launches_per_pass: 2 (the default; CAP=N to change)
+#   paced      the same, with launch_interval_ms: 100 (INTERVAL=N to change)
 #   uncapped   max_launches_per_pass: 100000 (every launch in one pass)
 # In each: the gateway's p99 (a small completion to a ready deployment,
 # sequential) before the apply (baseline) and during the backlog, and the
@@ -46,7 +47,7 @@ spec:
   resources: {fraction: {milli: 100, memory: 1Gi}}
 YAML
 
-run() {  # name max_launches_per_pass
+run() {  # name max_launches_per_pass [launch_interval_ms]
   local dir="$tmp/$1"
   mkdir -p "$dir"
   cat >"$dir/serve.yaml" <<YAML
@@ -57,6 +58,7 @@ key_dir: $dir/keys
 inventory: $tmp/inventory.yaml
 health_check_period_ms: 500
 max_launches_per_pass: $2
+launch_interval_ms: ${3:-0}
 deployments:
   - name: chat
     engine: {template: reference, args: ["--hidden", "8", "--layers", "1"]}
@@ -135,10 +137,11 @@ PY
 }
 
 run capped ${CAP:-2} >"$tmp/capped.json"
+run paced ${CAP:-2} ${INTERVAL:-100} >"$tmp/paced.json"
 run uncapped 100000 >"$tmp/uncapped.json"
-python3 - "$tmp/capped.json" "$tmp/uncapped.json" <<'PY'
+python3 - "$tmp/capped.json" "$tmp/uncapped.json" "$tmp/paced.json" <<'PY'
 import json, sys
-c, u = (json.load(open(p)) for p in sys.argv[1:3])
+c, u, pc = (json.load(open(p)) for p in sys.argv[1:4])
 rows = [("gateway p99 before the apply (ms)", "gateway_p99_base"),
         ("gateway p50 during the backlog (ms)", "gateway_p50"),
         ("gateway p99 during the backlog (ms)", "gateway_p99"),
@@ -146,11 +149,11 @@ rows = [("gateway p99 before the apply (ms)", "gateway_p99_base"),
         ("GET /api/v1/deployments/chat p99 (ms)", "api_one_p99"),
         ("GET /api/v1/deployments p50 (ms)", "api_list_p50"),
         ("GET /api/v1/deployments p99 (ms)", "api_list_p99")]
-print(f"{'':42s} {'capped (' + str(c['cap']) + ')':>12s} {'uncapped':>12s} {'capped/uncapped':>16s}")
+print(f"{'':42s} {'capped (' + str(c['cap']) + ')':>12s} {'paced':>8s} {'uncapped':>12s} {'capped/uncapped':>16s} {'paced/capped':>13s}")
 for label, k in rows:
-    print(f"{label:42s} {c[k]:12.1f} {u[k]:12.1f} {c[k] / u[k] if u[k] else float('nan'):15.2f}x")
-print(f"calls: control API {c['api_calls']} / {u['api_calls']}, gateway {c['gateway_calls']} / {u['gateway_calls']}; "
-      f"big ready replicas at the end {c['ready_big']} / {u['ready_big']}")
+    print(f"{label:42s} {c[k]:12.1f} {pc[k]:8.1f} {u[k]:12.1f} {c[k] / u[k] if u[k] else float('nan'):15.2f}x {pc[k] / c[k] if c[k] else float('nan'):12.2f}x")
+print(f"calls: control API {c['api_calls']} / {pc['api_calls']} / {u['api_calls']}, gateway {c['gateway_calls']} / {pc['gateway_calls']} / {u['gateway_calls']}; "
+      f"big ready replicas at the end {c['ready_big']} / {pc['ready_big']} / {u['ready_big']}")
 print("target: control API p99 < 100 ms (capped: %s); gateway p99 during <= 1.5 x before (capped: %.2fx)" %
       ("met" if max(c["api_one_p99"], c["api_list_p99"]) < 100 else "not met",
        c["gateway_p99"] / c["gateway_p99_base"]))

@@ -53,6 +53,7 @@ class InProcessLauncher : public runtime::Launcher {
     const runtime::ProcessId id = ++next_id_;
     engines_[id] = {spec.name, *std::move(server)};
     ++started_;
+    start_times_.push_back(std::chrono::steady_clock::now());
     return id;
   }
   std::vector<runtime::ExitEvent> Poll() override {
@@ -88,6 +89,10 @@ class InProcessLauncher : public runtime::Launcher {
     absl::MutexLock lock(&mu_);
     return started_;
   }
+  std::vector<std::chrono::steady_clock::time_point> start_times() const {
+    absl::MutexLock lock(&mu_);
+    return start_times_;
+  }
 
  private:
   struct Engine {
@@ -119,6 +124,8 @@ class InProcessLauncher : public runtime::Launcher {
   std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
   runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::chrono::steady_clock::time_point> start_times_
+      ABSL_GUARDED_BY(mu_);
 };
 
 constexpr char kManifests[] = R"(apiVersion: gpusched.io/v1
@@ -155,6 +162,7 @@ class ControllerTest : public ::testing::Test {
     o.health_period = 200 * kMicrosPerMilli;
     o.drain_grace = 2 * kMicrosPerSecond;
     o.backoff.initial = 50 * kMicrosPerMilli;
+    Configure(&o);
     runtime::ControllerCluster cluster;
     inventory::NodeSpec node;
     node.name = "node-0";
@@ -174,6 +182,8 @@ class ControllerTest : public ::testing::Test {
     absl::Status st = controller_->Start();
     ASSERT_TRUE(st.ok()) << st;
   }
+  // Lets a test fixture change the options.
+  virtual void Configure(runtime::ControllerOptions* o) {}
   void TearDown() override {
     if (controller_) controller_->Stop();
     controller_.reset();
@@ -360,6 +370,38 @@ spec:
   ASSERT_TRUE(
       controller_->Delete(config::Manifest::Kind::kDeployment, "big").ok());
   EXPECT_TRUE(WaitFor([&] { return launcher_->size() == 0; }));
+}
+
+class PacedControllerTest : public ControllerTest {
+ protected:
+  static constexpr Micros kInterval = 300 * kMicrosPerMilli;
+  void Configure(runtime::ControllerOptions* o) override {
+    o->launch_interval = kInterval;
+  }
+};
+
+TEST_F(PacedControllerTest, LaunchBatchesWaitTheLaunchInterval) {
+  // 6 replicas, 2 launches per pass: three batches, each at least
+  // launch_interval after the one before (a lower bound, which a slow
+  // machine only makes longer).
+  Apply(R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: paced}
+spec:
+  model: paced
+  engine: {template: reference}
+  resources: {fraction: {milli: 100, memory: 1Gi}}
+  replicas: 6
+)");
+  ASSERT_TRUE(WaitFor([&] { return Ready("paced") == 6; }))
+      << launcher_->started() << " started, " << Ready("paced") << " ready";
+  const auto times = launcher_->start_times();
+  ASSERT_EQ(times.size(), 6u);
+  for (size_t i = 2; i < times.size(); i += 2) {
+    const auto gap = times[i] - times[i - 2];
+    EXPECT_GE(gap, std::chrono::microseconds(kInterval) * 9 / 10)
+        << "batch " << i / 2 << " started too soon after the one before";
+  }
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ class Parser : public SpecReader {
         {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
          "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
          "drain_grace_s", "swap_min_idle_s", "max_launches_per_pass",
-         "gpu_prices", "deployments", "tenants"});
+         "launch_interval_ms", "gpu_prices", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -104,6 +104,9 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["max_launches_per_pass"]) {
       Int(n, "max_launches_per_pass", 1, 100000, &cfg.max_launches_per_pass);
+    }
+    if (const YAML::Node n = root["launch_interval_ms"]) {
+      Int(n, "launch_interval_ms", 0, 60000, &cfg.launch_interval_ms);
     }
     if (const YAML::Node n = root["drain_grace_s"]) {
       Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);

@@ -25,6 +25,10 @@
 //   max_launches_per_pass: 2      # placements and engine starts per
 //                                 #   controller pass, 1..100000: a backlog
 //                                 #   drains over passes (docs/reliability.md)
+//   launch_interval_ms: 0         # after a pass that started engines, the
+//                                 #   next starts wait this long, 0..60000:
+//                                 #   a burst of starts cannot take every
+//                                 #   core at once (0: no wait)
 //   gpu_prices: {}                # price per GPU-hour by GPU model (catalog
 //                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
 //                                 #   the cost metrics; a model not listed
@@ -94,6 +98,7 @@ struct ServeConfig {
   double drain_grace_s = 30;
   double swap_min_idle_s = 0;
   int64_t max_launches_per_pass = 2;
+  int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;

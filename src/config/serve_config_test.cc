@@ -43,6 +43,7 @@ tenants:
   EXPECT_EQ(cfg->health_check_period_ms, 5000);
   EXPECT_EQ(cfg->drain_grace_s, 30);
   EXPECT_EQ(cfg->max_launches_per_pass, 2);
+  EXPECT_EQ(cfg->launch_interval_ms, 0);
   EXPECT_TRUE(cfg->gpu_prices.empty());
   ASSERT_EQ(cfg->deployments.size(), 2u);
   EXPECT_EQ(cfg->deployments[0].engine, "reference");
@@ -64,6 +65,7 @@ tls: {cert: certs/server.pem, key: /etc/gpusched/key.pem}
 health_check_period_ms: 250
 drain_grace_s: 2.5
 max_launches_per_pass: 64
+launch_interval_ms: 50
 gpu_prices: {H100-SXM-80GB: 4.0, L4-24GB: 0.8}
 deployments: [{name: chat}]
 tenants: [{name: demo}]
@@ -78,6 +80,15 @@ tenants: [{name: demo}]
   EXPECT_EQ(cfg->health_check_period_ms, 250);
   EXPECT_EQ(cfg->drain_grace_s, 2.5);
   EXPECT_EQ(cfg->max_launches_per_pass, 64);
+  EXPECT_EQ(cfg->launch_interval_ms, 50);
+  for (const char* n : {"-1", "60001", "0.5"}) {
+    auto b =
+        ParseServeYaml(absl::StrCat("launch_interval_ms: ", n, "\n"), "s.yaml");
+    ASSERT_FALSE(b.ok()) << n;
+    EXPECT_NE(b.status().message().find("launch_interval_ms"),
+              std::string::npos)
+        << b.status();
+  }
   for (const char* n : {"0", "100001", "1.5"}) {
     auto b = ParseServeYaml(absl::StrCat("max_launches_per_pass: ", n, "\n"),
                             "s.yaml");

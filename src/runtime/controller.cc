@@ -397,7 +397,8 @@ void Controller::Reconcile(Micros now) {
   next_wake_ = now + options_.tick;
   // A bounded pass: launches (each a placement) beyond the budget wait for
   // the next pass, which comes at once, after the lock was let go.
-  launch_budget_ = options_.max_launches_per_pass;
+  launch_budget_ = now >= next_launch_at_ ? options_.max_launches_per_pass : 0;
+  const int budget = launch_budget_;
   AccrueGpuTime(now);
   HandleExits(now);
   {
@@ -429,6 +430,9 @@ void Controller::Reconcile(Micros now) {
   }
   for (int i : control::PassOrder(entries)) {
     ReconcileDeployment(*all[i], now);
+  }
+  if (launch_budget_ < budget && options_.launch_interval > 0) {
+    next_launch_at_ = now + options_.launch_interval;
   }
   for (auto it = deployments_.begin(); it != deployments_.end();) {
     Deployment& d = it->second;
@@ -548,7 +552,14 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
       Scrape(d, r, now);
     }
   }
-  next_wake_ = std::min(next_wake_, d.life.NextDeadline());
+  // Launches held by launch_interval are due at next_launch_at_, not now.
+  if (now < next_launch_at_) {
+    next_wake_ = std::min(
+        next_wake_, std::min(d.life.NextDeadline(false),
+                             std::max(d.life.NextDeadline(), next_launch_at_)));
+  } else {
+    next_wake_ = std::min(next_wake_, d.life.NextDeadline());
+  }
   PushReady(d);
 }
 

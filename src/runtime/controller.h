@@ -88,6 +88,9 @@ struct ControllerOptions {
   // over passes, and the control API and the gateway get the lock between
   // them.
   int max_launches_per_pass = 2;
+  // After a pass that launched, the next launches wait this long (0: none),
+  // so that a burst of engine starts cannot take every core at once.
+  Micros launch_interval = 0;
   bool mps = false;  // an MPS control daemon runs: set MPS limits
   // The steady clock (deadlines; the data plane's timeline too) and the
   // wall clock (event and object times); null: the real ones
@@ -390,6 +393,9 @@ class Controller {
   std::vector<control::ScaleStep> steps_ ABSL_GUARDED_BY(mu_);
   Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
   int launch_budget_ ABSL_GUARDED_BY(mu_) = 0;  // left in this pass
+  // Launches wait until then (options_.launch_interval after the last pass
+  // that launched).
+  Micros next_launch_at_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpusched::runtime
