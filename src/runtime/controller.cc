@@ -552,14 +552,12 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
       Scrape(d, r, now);
     }
   }
+  Micros due = d.life.NextDeadline();
   // Launches held by launch_interval are due at next_launch_at_, not now.
   if (now < next_launch_at_) {
-    next_wake_ = std::min(
-        next_wake_, std::min(d.life.NextDeadline(false),
-                             std::max(d.life.NextDeadline(), next_launch_at_)));
-  } else {
-    next_wake_ = std::min(next_wake_, d.life.NextDeadline());
+    due = std::min(d.life.NextDeadline(false), std::max(due, next_launch_at_));
   }
+  next_wake_ = std::min(next_wake_, due);
   PushReady(d);
 }
 

@@ -228,7 +228,8 @@ class FillFragPolicy : public FragGradientPolicy {
   void UpdatePressure(const ClusterState& cs) {
     if (shares_for_ != cs.cluster_epoch()) DeriveShares(cs);
     const double free = static_cast<double>(cs.free_gpu_milli());
-    std::vector<double> p(share_.size(), 0);
+    std::vector<double>& p = next_pressure_;  // reused: called per placement
+    p.assign(share_.size(), 0);
     bool moved = false;
     for (size_t t = 0; t < p.size(); ++t) {
       const double own =
@@ -238,7 +239,7 @@ class FillFragPolicy : public FragGradientPolicy {
       moved = moved || std::abs(p[t] - was) >= kPressureStep;
     }
     if (!moved) return;
-    pressure_ = std::move(p);
+    pressure_.swap(p);
     ++epoch_;
   }
   // Quantised decrease of the combined fragmentation.
@@ -255,9 +256,10 @@ class FillFragPolicy : public FragGradientPolicy {
   double next_relearn_ = kFirstRelearn;
   uint64_t epoch_ = 0;
   double fill_weight_ = kFillWeight;
-  std::vector<double> share_;         // by node type (DeriveShares)
-  std::vector<double> pressure_;      // by node type (UpdatePressure)
-  uint64_t shares_for_ = UINT64_MAX;  // cluster epoch share_ was derived for
+  std::vector<double> share_;          // by node type (DeriveShares)
+  std::vector<double> pressure_;       // by node type (UpdatePressure)
+  std::vector<double> next_pressure_;  // UpdatePressure's scratch
+  uint64_t shares_for_ = UINT64_MAX;   // cluster epoch share_ was derived for
   // (epoch_, cluster epoch) fill_weight_ was derived for.
   std::pair<uint64_t, uint64_t> weighted_for_{UINT64_MAX, UINT64_MAX};
 };
