@@ -112,9 +112,20 @@ try {
   });
 
   await step('segments are drawn to scale (a 300m share is 30% of its bar)', async () => {
-    const ratio = await page.$eval('[data-gpu] .bar [data-deployment="chat"]', (s) =>
-      s.getBoundingClientRect().width / s.parentElement.getBoundingClientRect().width);
-    assert(Math.abs(ratio - 0.3) < 0.02, `ratio ${ratio}`);
+    // Looked up and measured in one task: the map is redrawn every refresh, and a
+    // segment found in one task may be detached (0 wide) by the next.
+    const measure = () => page.evaluate(() => {
+      const s = document.querySelector('[data-gpu] .bar [data-deployment="chat"]');
+      if (!s) return null;
+      const bar = s.parentElement.getBoundingClientRect().width;
+      return bar > 0 ? s.getBoundingClientRect().width / bar : null;
+    });
+    let ratio = null;
+    for (let i = 0; i < 50 && ratio === null; i++) {
+      ratio = await measure();
+      if (ratio === null) await page.waitForTimeout(100);
+    }
+    assert(ratio !== null && Math.abs(ratio - 0.3) < 0.02, `ratio ${ratio}`);
   });
 
   await step('deployments and tenants are listed', async () => {
