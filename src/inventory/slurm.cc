@@ -1,0 +1,368 @@
+#include "inventory/slurm.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+
+namespace gpusched::inventory {
+namespace {
+
+// A token that starts a field: a letter, then letters, digits or "_/:.",
+// then "=".
+bool StartsField(absl::string_view token) {
+  size_t eq = token.find('=');
+  if (eq == absl::string_view::npos || eq == 0) return false;
+  if (!absl::ascii_isalpha(static_cast<unsigned char>(token[0]))) return false;
+  for (size_t i = 1; i < eq; ++i) {
+    const char c = token[i];
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '/' && c != ':' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<int64_t> Int(const SlurmRecord& r, absl::string_view key,
+                            absl::string_view what) {
+  absl::string_view v = SlurmField(r, key);
+  int64_t out = 0;
+  if (!absl::SimpleAtoi(v, &out) || out < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", key, " is '", v, "', not a non-negative integer"));
+  }
+  return out;
+}
+
+// Records of `text` whose first field is `first_key`; other lines
+// ("No jobs in the system", blank ones) are skipped.
+absl::StatusOr<std::vector<SlurmRecord>> Records(
+    absl::string_view text, absl::string_view first_key,
+    absl::string_view rest_key = "") {
+  std::vector<SlurmRecord> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::StartsWith(line, absl::StrCat(first_key, "="))) continue;
+    if (line.size() > kMaxSlurmLine) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a ", first_key, " record of ", line.size(),
+                       " bytes is longer than the bound of ", kMaxSlurmLine));
+    }
+    if (out.size() >= static_cast<size_t>(kMaxSlurmRecords)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", kMaxSlurmRecords, " ", first_key,
+                       " records (the bound)"));
+    }
+    out.push_back(ParseSlurmRecord(line, rest_key));
+  }
+  return out;
+}
+
+// Placeable base states; any of the flags makes a node unusable.
+bool UsableState(absl::string_view state) {
+  if (state.empty() || absl::EndsWith(state, "*")) return false;
+  std::vector<absl::string_view> parts = absl::StrSplit(state, '+');
+  const absl::string_view base = parts[0];
+  if (base != "IDLE" && base != "MIXED" && base != "ALLOCATED" &&
+      base != "ALLOC" && base != "MIX") {
+    return false;
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const absl::string_view f = parts[i];
+    if (f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "FAIL" ||
+        f == "MAINT" || f == "NOT_RESPONDING" || f == "REBOOT_REQUESTED" ||
+        f == "REBOOT_ISSUED" || f == "RESERVED" || f == "INVALID_REG" ||
+        absl::StartsWith(f, "POWER")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+SlurmRecord ParseSlurmRecord(absl::string_view line,
+                             absl::string_view rest_key) {
+  SlurmRecord out;
+  std::vector<absl::string_view> tokens =
+      absl::StrSplit(line, ' ', absl::SkipEmpty());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const absl::string_view t = tokens[i];
+    if (!StartsField(t)) {
+      // Part of the previous value ("OS=Linux 6.1 #1 SMP").
+      if (!out.empty()) absl::StrAppend(&out.back().second, " ", t);
+      continue;
+    }
+    const size_t eq = t.find('=');
+    out.emplace_back(std::string(t.substr(0, eq)),
+                     std::string(t.substr(eq + 1)));
+    if (!rest_key.empty() && out.back().first == rest_key) {
+      // Free text to the end of the line, whatever it holds.
+      const size_t at = static_cast<size_t>(t.data() - line.data()) + eq + 1;
+      out.back().second = std::string(line.substr(at));
+      break;
+    }
+  }
+  return out;
+}
+
+absl::string_view SlurmField(const SlurmRecord& record, absl::string_view key) {
+  for (const auto& [k, v] : record) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
+absl::StatusOr<std::vector<int>> ParseSlurmIndexList(absl::string_view text) {
+  std::set<int> out;
+  if (text.empty() || text == "N/A") return std::vector<int>{};
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::pair<absl::string_view, absl::string_view> range =
+        absl::StrSplit(part, absl::MaxSplits('-', 1));
+    int lo = 0, hi = 0;
+    if (!absl::SimpleAtoi(range.first, &lo) ||
+        !absl::SimpleAtoi(range.second.empty() ? range.first : range.second,
+                          &hi) ||
+        lo < 0 || hi < lo || hi > kMaxSlurmGresIndex) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPU index list '", text, "': '", part,
+          "' is not an index or range within 0..", kMaxSlurmGresIndex));
+    }
+    for (int i = lo; i <= hi; ++i) out.insert(i);
+  }
+  return std::vector<int>(out.begin(), out.end());
+}
+
+absl::StatusOr<std::vector<SlurmGres>> ParseSlurmGres(absl::string_view text) {
+  std::vector<SlurmGres> out;
+  if (text.empty() || text == "(null)" || text == "N/A") return out;
+  // Split on commas outside parentheses ("gpu:2(S:0,2),shard:4").
+  std::vector<absl::string_view> entries;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || (text[i] == ',' && depth == 0)) {
+      entries.push_back(text.substr(start, i - start));
+      start = i + 1;
+    } else if (text[i] == '(') {
+      ++depth;
+    } else if (text[i] == ')') {
+      --depth;
+    }
+  }
+  if (entries.size() > static_cast<size_t>(kMaxSlurmGresEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GRES '", text.substr(0, 200), "': more than ",
+                     kMaxSlurmGresEntries, " entries (the bound)"));
+  }
+  for (absl::string_view e : entries) {
+    absl::string_view head = e, extra;
+    if (size_t p = e.find('('); p != absl::string_view::npos) {
+      head = e.substr(0, p);
+      extra = e.substr(p + 1);
+      if (!absl::ConsumeSuffix(&extra, ")")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("GRES entry '", e, "': unbalanced parentheses"));
+      }
+    }
+    std::vector<absl::string_view> parts = absl::StrSplit(head, ':');
+    SlurmGres g;
+    g.name = std::string(parts[0]);
+    // name[:type][:count]; a missing count is 1.
+    absl::string_view count = "1";
+    if (parts.size() == 2) {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(parts[1], &n)) {
+        count = parts[1];
+      } else {
+        g.type = std::string(parts[1]);
+      }
+    } else if (parts.size() == 3) {
+      g.type = std::string(parts[1]);
+      count = parts[2];
+    } else if (parts.size() > 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GRES entry '", e, "': expected name[:type][:count]"));
+    }
+    if (g.name.empty() || !absl::SimpleAtoi(count, &g.count) || g.count < 0 ||
+        g.count > kMaxSlurmGresCount) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GRES entry '", e, "': the count is not within 0..",
+                       kMaxSlurmGresCount));
+    }
+    // "(IDX:0-1)", "(S:0-1)", "(IDX:0,2-3)"; only IDX matters here.
+    if (absl::ConsumePrefix(&extra, "IDX:")) {
+      ASSIGN_OR_RETURN(g.indexes, ParseSlurmIndexList(extra));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
+  ASSIGN_OR_RETURN(std::vector<SlurmRecord> records,
+                   Records(text, "NodeName", "Reason"));
+  std::vector<SlurmNode> out;
+  for (const SlurmRecord& r : records) {
+    SlurmNode n;
+    n.name = std::string(SlurmField(r, "NodeName"));
+    const std::string what = absl::StrCat("Slurm node '", n.name, "'");
+    n.address = std::string(SlurmField(r, "NodeAddr"));
+    if (n.address.empty()) n.address = n.name;
+    n.state = std::string(SlurmField(r, "State"));
+    n.usable = UsableState(n.state);
+    ASSIGN_OR_RETURN(n.cpus, Int(r, "CPUTot", what));
+    ASSIGN_OR_RETURN(n.cpus_allocated, Int(r, "CPUAlloc", what));
+    ASSIGN_OR_RETURN(n.memory_mib, Int(r, "RealMemory", what));
+    ASSIGN_OR_RETURN(n.memory_allocated_mib, Int(r, "AllocMem", what));
+    absl::StatusOr<std::vector<SlurmGres>> gres =
+        ParseSlurmGres(SlurmField(r, "Gres"));
+    if (!gres.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": Gres: ", gres.status().message()));
+    }
+    bool typed = false;
+    for (const SlurmGres& g : *gres) {
+      if (g.name != "gpu") continue;
+      if (typed && g.type != n.gpu_type) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": GPUs of two GRES types (", n.gpu_type, ", ", g.type,
+            "); gpusched places onto one GPU model per node"));
+      }
+      typed = true;
+      n.gpu_type = g.type;
+      n.gpus += static_cast<int>(g.count);
+    }
+    if (n.gpus > kMaxSlurmGresIndex + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", n.gpus, " GPUs, more than the bound of ",
+                       kMaxSlurmGresIndex + 1));
+    }
+    absl::StatusOr<std::vector<SlurmGres>> used =
+        ParseSlurmGres(SlurmField(r, "GresUsed"));
+    if (!used.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": GresUsed: ", used.status().message()));
+    }
+    std::set<int> taken;
+    for (const SlurmGres& g : *used) {
+      if (g.name != "gpu") continue;
+      for (int i : g.indexes) {
+        if (i < n.gpus) taken.insert(i);
+      }
+    }
+    n.gpus_used.assign(taken.begin(), taken.end());
+    for (absl::string_view p :
+         absl::StrSplit(SlurmField(r, "Partitions"), ',', absl::SkipEmpty())) {
+      n.partitions.emplace_back(p);
+    }
+    n.reason = std::string(SlurmField(r, "Reason"));
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SlurmJob>> ParseSlurmJobs(absl::string_view text) {
+  ASSIGN_OR_RETURN(std::vector<SlurmRecord> records, Records(text, "JobId"));
+  std::vector<SlurmJob> out;
+  for (const SlurmRecord& r : records) {
+    SlurmJob j;
+    const absl::string_view id = SlurmField(r, "JobId");
+    if (!absl::SimpleAtoi(id, &j.id) || j.id <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Slurm job: JobId '", id, "' is not a job number"));
+    }
+    j.name = std::string(SlurmField(r, "JobName"));
+    absl::string_view user = SlurmField(r, "UserId");
+    j.user = std::string(user.substr(0, user.find('(')));
+    j.state = std::string(SlurmField(r, "JobState"));
+    j.reason = std::string(SlurmField(r, "Reason"));
+    j.comment = std::string(SlurmField(r, "Comment"));
+    if (j.comment == "(null)") j.comment.clear();
+    j.partition = std::string(SlurmField(r, "Partition"));
+    absl::string_view node = SlurmField(r, "BatchHost");
+    if (node.empty() || node == "(null)") node = SlurmField(r, "NodeList");
+    if (node != "(null)") j.node = std::string(node);
+    // ExitCode=<code>:<signal>
+    std::pair<absl::string_view, absl::string_view> exit =
+        absl::StrSplit(SlurmField(r, "ExitCode"), absl::MaxSplits(':', 1));
+    (void)absl::SimpleAtoi(exit.first, &j.exit_code);
+    (void)absl::SimpleAtoi(exit.second, &j.exit_signal);
+    absl::StatusOr<std::vector<SlurmGres>> gres =
+        ParseSlurmGres(SlurmField(r, "GRES"));
+    if (!gres.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Slurm job ", j.id, ": GRES: ", gres.status().message()));
+    }
+    for (const SlurmGres& g : *gres) {
+      if (g.name == "gpu") {
+        j.gpus.insert(j.gpus.end(), g.indexes.begin(), g.indexes.end());
+      }
+    }
+    std::sort(j.gpus.begin(), j.gpus.end());
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+bool SlurmJobFinished(absl::string_view state) {
+  return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" ||
+         state == "NODE_FAIL" || state == "PREEMPTED" || state == "TIMEOUT" ||
+         state == "OUT_OF_MEMORY" || state == "BOOT_FAIL" ||
+         state == "DEADLINE" || state == "SPECIAL_EXIT";
+}
+
+absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
+    const std::vector<SlurmNode>& nodes,
+    const absl::flat_hash_map<std::string, std::string>& gres_map,
+    const GpuCatalog& catalog) {
+  std::vector<NodeSpec> out;
+  std::vector<std::string> problems;
+  for (const SlurmNode& n : nodes) {
+    NodeSpec spec;
+    spec.name = n.name;
+    spec.cpu_milli = n.cpus * 1000;
+    spec.memory_mib = n.memory_mib;
+    spec.simulated = false;
+    if (!n.partitions.empty()) {
+      spec.labels.emplace_back("slurm.partitions",
+                               absl::StrJoin(n.partitions, ","));
+    }
+    if (n.gpus > 0) {
+      const std::string type = absl::AsciiStrToLower(n.gpu_type);
+      std::string model_name = n.gpu_type;
+      for (const auto& [k, v] : gres_map) {
+        if (absl::AsciiStrToLower(k) == type) model_name = v;
+      }
+      const GpuModelSpec* model =
+          model_name.empty() ? nullptr : catalog.Find(model_name);
+      if (model == nullptr) {
+        problems.push_back(absl::StrCat(
+            "Slurm node '", n.name, "': GRES GPU type '", n.gpu_type,
+            "' is not a known GPU model; map it in slurm.gresMap (",
+            n.gpu_type.empty() ? "untyped GRES need a type" : n.gpu_type,
+            ": <model>) to one of: ", absl::StrJoin(catalog.Names(), ", ")));
+        continue;
+      }
+      spec.gpu_model = model->name;
+      spec.gpu_count = n.gpus;
+      spec.gpu_memory_mib = model->memory_mib;
+      // MIG through Slurm needs its MIG GRES; whole GPUs until then.
+      spec.mig_slots = 0;
+    }
+    out.push_back(std::move(spec));
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+  }
+  return out;
+}
+
+}  // namespace gpusched::inventory

@@ -1,0 +1,216 @@
+#include "inventory/slurm.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpusched::inventory {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Printed by `scontrol show node -d --oneliner` (Slurm 22.05.8) on the test
+// cluster of tests/slurm/cluster.sh: node2 runs a job on GPUs 0-1, node1 was
+// refused at registration (its Reason holds free text and "<").
+constexpr char kNodes[] =
+    "NodeName=node1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=16 "
+    "CPUTot=16 CPULoad=0.11 AvailableFeatures=(null) ActiveFeatures=(null) "
+    "Gres=gpu:h100:4 GresDrain=N/A GresUsed=gpu:h100:0(IDX:N/A) "
+    "NodeAddr=10.213.40.11 NodeHostName=node1 Version=22.05.8 OS=Linux "
+    "6.18.44-fc-v1045 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=64000 AllocMem=0 "
+    "FreeMem=23235 Sockets=16 Boards=1 State=UNKNOWN+DRAIN+INVALID_REG "
+    "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+    "Partitions=gpu  BootTime=2026-12-02T13:23:45 "
+    "SlurmdStartTime=2026-12-02T16:45:45 LastBusyTime=Unknown "
+    "CfgTRES=cpu=16,mem=62.50G,billing=16 AllocTRES= CapWatts=n/a "
+    "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+    "ExtSensorsTemp=n/s Reason=Low socket*core*thread count, Low CPUs, Low "
+    "RealMemory (reported:24105 < 100.00% of configured:64000) "
+    "[root@2026-12-02T16:45:45]\n"
+    "NodeName=node2 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=16 "
+    "CPUTot=16 CPULoad=0.16 AvailableFeatures=(null) ActiveFeatures=(null) "
+    "Gres=gpu:h100:4 GresDrain=N/A GresUsed=gpu:h100:2(IDX:0-1) "
+    "NodeAddr=10.213.198.12 NodeHostName=node2 Version=22.05.8 OS=Linux "
+    "6.18.44-fc-v1045 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=64000 "
+    "AllocMem=1000 FreeMem=23290 Sockets=16 Boards=1 State=MIXED "
+    "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+    "Partitions=gpu  BootTime=2026-12-02T13:23:45 "
+    "SlurmdStartTime=2026-12-02T16:47:06 LastBusyTime=2026-12-02T16:47:06 "
+    "CfgTRES=cpu=16,mem=62.50G,billing=16 AllocTRES=cpu=1,mem=1000M "
+    "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+    "ExtSensorsWatts=0 ExtSensorsTemp=n/s\n";
+
+// `scontrol show job -d --oneliner`: one of gpusched's jobs, then another
+// user's whose comment tries to pass for a state.
+constexpr char kJobs[] =
+    "JobId=1 JobName=gs.chat.r1 UserId=root(0) GroupId=root(0) "
+    "MCS_label=N/A Priority=4294901759 Nice=0 Account=(null) QOS=(null) "
+    "JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0\n";
+
+TEST(SlurmRecordTest, ValuesKeepTheirSpacesAndReasonTakesTheRest) {
+  SlurmRecord r = ParseSlurmRecord(
+      "NodeName=n1 OS=Linux 6.1 #1 SMP State=IDLE Reason=x=y z [root@t]",
+      "Reason");
+  EXPECT_EQ(SlurmField(r, "OS"), "Linux 6.1 #1 SMP");
+  EXPECT_EQ(SlurmField(r, "State"), "IDLE");
+  EXPECT_EQ(SlurmField(r, "Reason"), "x=y z [root@t]");
+  EXPECT_EQ(SlurmField(r, "Missing"), "");
+}
+
+TEST(SlurmRecordTest, TheFirstOccurrenceWins) {
+  SlurmRecord r =
+      ParseSlurmRecord("JobId=7 JobState=RUNNING Comment=a JobState=COMPLETED");
+  EXPECT_EQ(SlurmField(r, "JobState"), "RUNNING");
+}
+
+TEST(SlurmIndexListTest, RangesAndLists) {
+  EXPECT_THAT(*ParseSlurmIndexList("0-1,3"), ElementsAre(0, 1, 3));
+  EXPECT_THAT(*ParseSlurmIndexList("2"), ElementsAre(2));
+  EXPECT_THAT(*ParseSlurmIndexList("N/A"), IsEmpty());
+  EXPECT_FALSE(ParseSlurmIndexList("3-1").ok());
+  EXPECT_FALSE(ParseSlurmIndexList("0-99999999").ok());
+  EXPECT_FALSE(ParseSlurmIndexList("a").ok());
+}
+
+TEST(SlurmGresTest, EntriesWithTypesCountsAndIndexes) {
+  auto g = ParseSlurmGres("gpu:h100:2(IDX:0-1),gpu:4(S:0,2),shard:40,mps");
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->size(), 4u);
+  EXPECT_EQ((*g)[0].name, "gpu");
+  EXPECT_EQ((*g)[0].type, "h100");
+  EXPECT_EQ((*g)[0].count, 2);
+  EXPECT_THAT((*g)[0].indexes, ElementsAre(0, 1));
+  EXPECT_EQ((*g)[1].type, "");
+  EXPECT_EQ((*g)[1].count, 4);
+  EXPECT_THAT((*g)[1].indexes, IsEmpty());
+  EXPECT_EQ((*g)[2].name, "shard");
+  EXPECT_EQ((*g)[2].count, 40);
+  EXPECT_EQ((*g)[3].count, 1);
+  EXPECT_THAT(*ParseSlurmGres("(null)"), IsEmpty());
+  EXPECT_FALSE(ParseSlurmGres("gpu:h100:2(IDX:0").ok());
+  EXPECT_FALSE(ParseSlurmGres("gpu:a:b:c").ok());
+  EXPECT_FALSE(ParseSlurmGres("gpu:h100:-1").ok());
+}
+
+TEST(SlurmNodesTest, ParsesWhatScontrolPrints) {
+  auto nodes = ParseSlurmNodes(kNodes);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ(nodes->size(), 2u);
+  const SlurmNode& n1 = (*nodes)[0];
+  EXPECT_EQ(n1.name, "node1");
+  EXPECT_EQ(n1.address, "10.213.40.11");
+  EXPECT_FALSE(n1.usable);  // UNKNOWN+DRAIN+INVALID_REG
+  EXPECT_THAT(n1.reason, HasSubstr("configured:64000) [root@"));
+  EXPECT_THAT(n1.gpus_used, IsEmpty());
+  const SlurmNode& n2 = (*nodes)[1];
+  EXPECT_TRUE(n2.usable);
+  EXPECT_EQ(n2.state, "MIXED");
+  EXPECT_EQ(n2.cpus, 16);
+  EXPECT_EQ(n2.cpus_allocated, 1);
+  EXPECT_EQ(n2.memory_mib, 64000);
+  EXPECT_EQ(n2.memory_allocated_mib, 1000);
+  EXPECT_EQ(n2.gpu_type, "h100");
+  EXPECT_EQ(n2.gpus, 4);
+  EXPECT_THAT(n2.gpus_used, ElementsAre(0, 1));
+  EXPECT_THAT(n2.partitions, ElementsAre("gpu"));
+}
+
+TEST(SlurmNodesTest, States) {
+  struct Case {
+    const char* state;
+    bool usable;
+  };
+  for (const Case& c :
+       {Case{"IDLE", true}, Case{"MIXED", true}, Case{"ALLOCATED", true},
+        Case{"IDLE+DRAIN", false}, Case{"MIXED+DRAIN", false},
+        Case{"DOWN", false}, Case{"DOWN+NOT_RESPONDING", false},
+        Case{"IDLE*", false}, Case{"IDLE+POWERED_DOWN", false},
+        Case{"IDLE+COMPLETING", true}, Case{"FUTURE", false}}) {
+    auto nodes = ParseSlurmNodes(
+        absl::StrCat("NodeName=n CPUTot=1 CPUAlloc=0 RealMemory=1 AllocMem=0 "
+                     "State=",
+                     c.state));
+    ASSERT_TRUE(nodes.ok()) << nodes.status();
+    EXPECT_EQ((*nodes)[0].usable, c.usable) << c.state;
+  }
+}
+
+TEST(SlurmNodesTest, MalformedFieldsNameTheNode) {
+  auto bad = ParseSlurmNodes(
+      "NodeName=n7 CPUTot=x CPUAlloc=0 RealMemory=1 AllocMem=0 State=IDLE");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("'n7'"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("CPUTot"));
+  auto two = ParseSlurmNodes(
+      "NodeName=n8 CPUTot=8 CPUAlloc=0 RealMemory=1 AllocMem=0 State=IDLE "
+      "Gres=gpu:h100:2,gpu:l40s:2");
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("two GRES types"));
+}
+
+TEST(SlurmJobsTest, ParsesJobsAndIgnoresOtherLines) {
+  const std::string text = absl::StrCat(
+      "JobId=1 JobName=gs.chat.r1 UserId=root(0) GroupId=root(0) "
+      "JobState=RUNNING Reason=None ExitCode=0:0 Partition=gpu NodeList=node2 "
+      "BatchHost=node2 NumNodes=1 JOB_GRES=gpu:h100:2   Nodes=node2 "
+      "CPU_IDs=0 Mem=1000 GRES=gpu:h100:2(IDX:0-1) Comment=gpusched:chat/r1 "
+      "StdOut=/tmp/j-1.out\n",
+      "JobId=9 JobName=wrap UserId=nobody(65534) JobState=CANCELLED "
+      "Reason=None ExitCode=0:15 NodeList=(null) BatchHost=(null) "
+      "Comment=(null)\n",
+      "No jobs in the system\n");
+  auto jobs = ParseSlurmJobs(text);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  const SlurmJob& a = (*jobs)[0];
+  EXPECT_EQ(a.id, 1);
+  EXPECT_EQ(a.name, "gs.chat.r1");
+  EXPECT_EQ(a.user, "root");
+  EXPECT_EQ(a.state, "RUNNING");
+  EXPECT_EQ(a.node, "node2");
+  EXPECT_EQ(a.comment, "gpusched:chat/r1");
+  EXPECT_THAT(a.gpus, ElementsAre(0, 1));
+  const SlurmJob& b = (*jobs)[1];
+  EXPECT_EQ(b.user, "nobody");
+  EXPECT_EQ(b.node, "");
+  EXPECT_EQ(b.comment, "");
+  EXPECT_EQ(b.exit_signal, 15);
+  EXPECT_TRUE(SlurmJobFinished(b.state));
+  EXPECT_FALSE(SlurmJobFinished(a.state));
+  EXPECT_FALSE(SlurmJobFinished("PENDING"));
+  EXPECT_THAT(*ParseSlurmJobs("No jobs in the system\n"), IsEmpty());
+  EXPECT_THAT(*ParseSlurmJobs(kJobs), testing::SizeIs(1));
+  EXPECT_FALSE(ParseSlurmJobs("JobId=x JobName=a").ok());
+}
+
+TEST(SlurmNodeSpecsTest, MapsGresTypesOntoTheCatalog) {
+  auto nodes = ParseSlurmNodes(absl::StrCat(
+      kNodes,
+      "NodeName=node3 CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 "
+      "State=IDLE Gres=gpu:a100:2 GresUsed=gpu:a100:1(IDX:0)\n"
+      "NodeName=cpu1 CPUTot=4 CPUAlloc=0 RealMemory=8000 AllocMem=0 "
+      "State=IDLE Gres=(null)\n"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  auto unknown = SlurmNodeSpecs(*nodes, {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("'node3'"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("'a100'"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("slurm.gresMap"));
+  auto specs = SlurmNodeSpecs(*nodes, {{"A100", "A100-SXM4-80GB"}});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 4u);
+  EXPECT_EQ((*specs)[1].name, "node2");
+  EXPECT_EQ((*specs)[1].gpu_model, GpuCatalog::Builtin().Find("h100")->name);
+  EXPECT_EQ((*specs)[1].gpu_count, 4);
+  EXPECT_EQ((*specs)[1].cpu_milli, 16000);
+  EXPECT_EQ((*specs)[1].memory_mib, 64000);
+  EXPECT_FALSE((*specs)[1].simulated);
+  EXPECT_EQ((*specs)[2].gpu_model,
+            GpuCatalog::Builtin().Find("A100-SXM4-80GB")->name);
+  EXPECT_EQ((*specs)[3].gpu_count, 0);
+}
+
+}  // namespace
+}  // namespace gpusched::inventory

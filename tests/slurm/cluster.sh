@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on this machine, for tests: one slurmctld and N slurmd
+# hosts, each in a network namespace of its own (veth pairs on a bridge,
+# addresses in a private /24 of the test's own) with its own hostname, and
+# fake GPUs declared in gres.conf (File= device nodes made with mknod).
+# Root only. Source it, then:
+#   slurm_cluster_up DIR SPEC...   SPEC = name:gpu_type:gpus:cpus:memory_mib
+#   slurm_cluster_down DIR         stops every daemon it started, removes the
+#                                  namespaces, the bridge and the veths
+# After up: SLURM_CONF is exported (every Slurm command uses the test's own
+# config), SLURM_BRIDGE_ADDR is the root namespace's address on the bridge,
+# and `slurm_node_addr NAME` prints a node's address.
+#
+# Facts this relies on (Debian 12, Slurm 22.05): `ip netns exec` remounts
+# /sys, so the host's cgroup tree is bound back inside; the host's cgroups are
+# hybrid, which Slurm refuses to autodetect, so cgroup.conf names cgroup/v1
+# with every constraint off; proctrack/linuxproc and task/none need no cgroup
+# setup; `slurmd -N NAME` with %n in its paths keeps the daemons apart.
+
+slurm_cluster_available() {  # prints why not and fails when it cannot run here
+  if [ "$(id -u)" != 0 ]; then echo "not root: network namespaces cannot be created"; return 1; fi
+  for c in slurmctld slurmd munged scontrol sbatch squeue scancel ip unshare mknod; do
+    command -v "$c" >/dev/null 2>&1 || { echo "$c not installed (scripts/install-deps.sh installs slurm-wlm and munge)"; return 1; }
+  done
+  local probe="gsprobe$$"
+  if ! ip netns add "$probe" 2>/dev/null; then echo "ip netns add failed: network namespaces cannot be created"; return 1; fi
+  ip netns del "$probe"
+}
+
+# A /24 unlikely to be in use: 10.213.(pid % 200 + 20).0/24, moved on while
+# the root namespace already has a route into it.
+_slurm_pick_net() {
+  local i n
+  for i in $(seq 0 199); do
+    n=$(( ($$ + i) % 200 + 20 ))
+    ip route show | grep -q "^10\.213\.$n\." || { echo "10.213.$n"; return 0; }
+  done
+  return 1
+}
+
+_slurm_ns_exec() {  # ns, hostname, command... (in the namespace, with its own hostname and the host's cgroups)
+  local ns=$1 host=$2; shift 2
+  ip netns exec "$ns" unshare --uts --mount -- sh -c '
+    mount --rbind /proc/1/root/sys/fs/cgroup /sys/fs/cgroup 2>/dev/null
+    hostname "$0"; exec "$@"' "$host" "$@"
+}
+
+slurm_cluster_up() {
+  local dir=$1; shift
+  local tag="gs$$" net
+  net=$(_slurm_pick_net) || { echo "cluster: no free 10.213.x.0/24" >&2; return 1; }
+  mkdir -p "$dir"/{etc,state,dev,log}
+  echo "$tag" >"$dir/tag"
+  echo "$net" >"$dir/net"
+  export SLURM_CONF=$dir/etc/slurm.conf
+  export SLURM_BRIDGE_ADDR=$net.1
+
+  # The bridge, in the root namespace (gpusched and the tests live here).
+  ip link add "${tag}br" type bridge
+  ip addr add "$net.1/24" dev "${tag}br"
+  ip link set "${tag}br" up
+
+  _slurm_host() {  # ns suffix, address
+    local ns="${tag}-$1"
+    ip netns add "$ns"
+    ip link add "${tag}v$1" type veth peer name "${tag}p$1"
+    ip link set "${tag}p$1" netns "$ns"
+    ip link set "${tag}v$1" master "${tag}br" up
+    ip netns exec "$ns" ip addr add "$2/24" dev "${tag}p$1"
+    ip netns exec "$ns" ip link set "${tag}p$1" up
+    ip netns exec "$ns" ip link set lo up
+    echo "$ns" >>"$dir/namespaces"
+  }
+
+  # munge: its own key and socket.
+  dd if=/dev/urandom of="$dir/etc/munge.key" bs=1024 count=1 status=none
+  chmod 400 "$dir/etc/munge.key"
+  munged --force --key-file="$dir/etc/munge.key" --socket="$dir/munge.sock" \
+    --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" \
+    --seed-file="$dir/munge.seed" || { echo "cluster: munged did not start" >&2; return 1; }
+
+  local nodes="" gresconf="" i=0 spec name type gpus cpus mem addr g
+  for spec in "$@"; do
+    i=$((i + 1))
+    IFS=: read -r name type gpus cpus mem <<<"$spec"
+    addr="$net.$((10 + i))"
+    echo "$name $addr" >>"$dir/nodes"
+    mkdir -p "$dir/dev/$name"
+    for g in $(seq 0 $((gpus - 1))); do
+      mknod "$dir/dev/$name/nvidia$g" c 195 "$g"
+    done
+    nodes+="NodeName=$name NodeAddr=$addr NodeHostname=$name CPUs=$cpus RealMemory=$mem Gres=gpu:$type:$gpus State=UNKNOWN"$'\n'
+    gresconf+="NodeName=$name Name=gpu Type=$type File=$dir/dev/$name/nvidia[0-$((gpus - 1))]"$'\n'
+  done
+  local all
+  all=$(awk '{print $1}' "$dir/nodes" | paste -sd, -)
+
+  cat >"$SLURM_CONF" <<CONF
+ClusterName=gstest
+SlurmctldHost=ctl($net.2)
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge.sock
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+GresTypes=gpu
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=20
+InactiveLimit=0
+MinJobAge=60
+KillWait=5
+Waittime=0
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+MailProg=/bin/true
+SlurmdParameters=config_overrides
+$nodes
+PartitionName=gpu Nodes=$all Default=YES MaxTime=INFINITE State=UP
+CONF
+  printf '%s' "$gresconf" >"$dir/etc/gres.conf"
+  cat >"$dir/etc/cgroup.conf" <<CONF
+CgroupPlugin=cgroup/v1
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=no
+CONF
+
+  _slurm_host ctl "$net.2"
+  _slurm_ns_exec "${tag}-ctl" ctl slurmctld -i -f "$SLURM_CONF" ||
+    { echo "cluster: slurmctld did not start (see $dir/log/slurmctld.log)" >&2; return 1; }
+  i=0
+  while read -r name addr; do
+    i=$((i + 1))
+    _slurm_host "n$i" "$addr"
+    mkdir -p "$dir/spool/$name"
+    _slurm_ns_exec "${tag}-n$i" "$name" slurmd -N "$name" -f "$SLURM_CONF" ||
+      { echo "cluster: slurmd $name did not start (see $dir/log/slurmd-$name.log)" >&2; return 1; }
+  done <"$dir/nodes"
+
+  # Up when every node answers idle.
+  local want deadline=$((SECONDS + 60)) idle
+  want=$(wc -l <"$dir/nodes")
+  while [ $SECONDS -lt $deadline ]; do
+    idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l)
+    [ "$idle" -ge "$want" ] && return 0
+    sleep 0.5
+  done
+  echo "cluster: $idle of $want nodes idle after 60 s:" >&2
+  sinfo -N >&2 || true
+  return 1
+}
+
+slurm_node_addr() { awk -v n="$1" '$1 == n {print $2}' "$SLURM_DIR_FOR_ADDR/nodes"; }
+
+_slurm_kill_pidfile() {
+  local f=$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f" 2>/dev/null) || return 0
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+slurm_cluster_down() {
+  local dir=$1 tag f ns
+  [ -f "$dir/tag" ] || return 0
+  tag=$(cat "$dir/tag")
+  # Jobs first (their engines), then the daemons, then munge.
+  scancel --quiet --full --signal=KILL -u root 2>/dev/null || true
+  for f in "$dir"/slurmd-*.pid; do _slurm_kill_pidfile "$f"; done
+  _slurm_kill_pidfile "$dir/slurmctld.pid"
+  _slurm_kill_pidfile "$dir/munged.pid"
+  # Anything still running in a namespace the test made (an engine a slurmd
+  # left behind) is the test's own: end it.
+  if [ -f "$dir/namespaces" ]; then
+    while read -r ns; do
+      for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+      ip netns del "$ns" 2>/dev/null || true
+    done <"$dir/namespaces"
+  fi
+  ip link del "${tag}br" 2>/dev/null || true
+  rm -f "$dir/tag"
+}
