@@ -26,6 +26,17 @@ namespace gpusched::runtime {
 // also its process group id.
 using ProcessId = int64_t;
 
+// Where placement put a process, for launchers that run it on another
+// machine (a cluster manager's job or Pod); LocalLauncher ignores it.
+struct ProcessPlacement {
+  std::string node;  // the node's name; empty: this machine, no GPU
+  std::string deployment;
+  std::vector<int> gpus;  // GPU indexes placement chose on `node`
+  bool fraction = false;  // a share of one GPU rather than whole GPUs
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+};
+
 struct ProcessSpec {
   // Replica name; names the log files. Letters, digits and "._-" only.
   std::string name;
@@ -42,6 +53,7 @@ struct ProcessSpec {
   // stdout and stderr are appended to <log_dir>/<name>.out and .err (the
   // directory is created when missing); empty sends them to /dev/null.
   std::string log_dir;
+  ProcessPlacement placement;
 };
 
 struct ExitEvent {
@@ -53,6 +65,27 @@ struct ExitEvent {
   int signal = 0;
   // Stop() or Kill() was called: an exit the runtime asked for, not a crash.
   bool stop_requested = false;
+  // What a cluster manager said about the end ("Slurm job 12 NODE_FAIL on
+  // node2"); empty for local processes.
+  std::string reason;
+};
+
+// The GPUs a cluster manager gave a process once it runs: placement's choice
+// is a request there, and this is what the process holds.
+struct GpuAssignment {
+  ProcessId id = 0;
+  std::string node;
+  std::vector<int> gpus;  // indexes on `node`
+};
+
+// A node as a cluster manager sees it, reported when it changes.
+struct NodeReport {
+  std::string node;
+  bool usable = true;  // new processes may be placed there and old ones stay
+  std::string state;   // the manager's words ("MIXED+DRAIN")
+  std::string reason;
+  // GPU indexes held by work the launcher did not start (other users' jobs).
+  std::vector<int> foreign_gpus;
 };
 
 class Launcher {
@@ -75,6 +108,16 @@ class Launcher {
   virtual bool IsAlive(ProcessId id) const = 0;
   // Processes started and not yet reported by Poll.
   virtual int size() const = 0;
+
+  // Launchers in front of a cluster manager (Slurm, Kubernetes) say more;
+  // a local launcher has nothing to add.
+  // GPUs assigned since the last call, each process once.
+  virtual std::vector<GpuAssignment> Assignments() { return {}; }
+  // Nodes whose report changed since the last call (every node at first).
+  virtual std::vector<NodeReport> NodeReports() { return {}; }
+  // Ends what a previous run of gpusched left running through this launcher
+  // and returns one line per thing ended (for the event log).
+  virtual std::vector<std::string> ReclaimLeftovers() { return {}; }
 };
 
 // Local processes (fork + execve, never a shell): own process group,

@@ -1,0 +1,403 @@
+#include "runtime/slurm_launcher.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "runtime/command.h"
+
+namespace gpusched::runtime {
+namespace {
+
+class SystemClient : public SlurmClient {
+ public:
+  SystemClient(std::string bin_dir, Micros timeout)
+      : bin_dir_(std::move(bin_dir)), timeout_(timeout) {}
+  absl::StatusOr<std::string> Run(const std::vector<std::string>& argv,
+                                  const std::string& input) override {
+    std::vector<std::string> full = argv;
+    if (!bin_dir_.empty()) full[0] = absl::StrCat(bin_dir_, "/", argv[0]);
+    return RunCommandOk(full, input, timeout_);
+  }
+
+ private:
+  std::string bin_dir_;
+  Micros timeout_;
+};
+
+// One word for /bin/sh: single-quoted, a quote written as '\''.
+std::string Quote(absl::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+bool EnvName(absl::string_view k) {
+  if (k.empty() || absl::ascii_isdigit(static_cast<unsigned char>(k[0]))) {
+    return false;
+  }
+  for (char c : k) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Set by Slurm for the GPUs it gave the job; gpusched's own would be wrong
+// whenever Slurm picked other indexes.
+bool SlurmOwned(absl::string_view k) {
+  return k == "CUDA_VISIBLE_DEVICES" || k == "NVIDIA_VISIBLE_DEVICES" ||
+         k == "ROCR_VISIBLE_DEVICES" || k == "GPU_DEVICE_ORDINAL";
+}
+
+std::string JobText(const inventory::SlurmJob& j) {
+  return absl::StrCat("Slurm job ", j.id, " (", j.name, ") ", j.state,
+                      j.node.empty() ? "" : absl::StrCat(" on ", j.node),
+                      j.reason.empty() || j.reason == "None"
+                          ? ""
+                          : absl::StrCat(": ", j.reason));
+}
+
+}  // namespace
+
+std::unique_ptr<SlurmClient> SystemSlurmClient(std::string bin_dir,
+                                               Micros timeout) {
+  return std::make_unique<SystemClient>(std::move(bin_dir), timeout);
+}
+
+SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options,
+                             std::unique_ptr<SlurmClient> client,
+                             std::vector<inventory::SlurmNode> nodes,
+                             const Clock* clock)
+    : options_(std::move(options)), client_(std::move(client)), clock_(clock) {
+  for (const inventory::SlurmNode& n : nodes) gres_type_[n.name] = n.gpu_type;
+}
+
+std::string SlurmLauncher::Script(const ProcessSpec& spec) {
+  std::string s = absl::StrCat("#!/bin/sh\n# gpusched replica ", spec.name,
+                               " (", spec.placement.deployment, ")\n");
+  std::vector<std::pair<std::string, std::string>> env(spec.env.begin(),
+                                                       spec.env.end());
+  std::sort(env.begin(), env.end());
+  for (const auto& [k, v] : env) {
+    if (SlurmOwned(k)) continue;
+    absl::StrAppend(&s, "export ", k, "=", Quote(v), "\n");
+  }
+  if (!spec.cwd.empty())
+    absl::StrAppend(&s, "cd ", Quote(spec.cwd), " || exit 1\n");
+  s += "exec";
+  for (const std::string& a : spec.argv) absl::StrAppend(&s, " ", Quote(a));
+  s += "\n";
+  return s;
+}
+
+absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
+  const ProcessPlacement& p = spec.placement;
+  if (spec.argv.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica ", spec.name, ": no command"));
+  }
+  if (p.node.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica ", spec.name,
+        " has no node: on Slurm every replica runs on a node placement "
+        "chose (give its deployment resources)"));
+  }
+  if (p.fraction) {
+    return absl::UnimplementedError(absl::StrCat(
+        "replica ", spec.name,
+        ": GPU fractions are not run through Slurm yet (docs/slurm.md); use "
+        "whole GPUs"));
+  }
+  auto type = gres_type_.find(p.node);
+  if (type == gres_type_.end()) {
+    return absl::NotFoundError(absl::StrCat("replica ", spec.name, ": node ",
+                                            p.node, " is not a Slurm node"));
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (!EnvName(k)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replica ", spec.name, ": environment variable name '",
+                       k, "' is not a shell name"));
+    }
+  }
+  std::vector<std::string> argv = {
+      "sbatch",
+      "--parsable",
+      absl::StrCat("--job-name=", options_.job_prefix, ".", spec.name),
+      absl::StrCat("--comment=", options_.job_prefix, ":", p.deployment, "/",
+                   spec.name),
+      "--nodes=1",
+      "--ntasks=1",
+      absl::StrCat("--nodelist=", p.node),
+      absl::StrCat("--cpus-per-task=",
+                   std::max<int64_t>(1, (p.cpu_milli + 999) / 1000)),
+      absl::StrCat(
+          "--mem=",
+          p.memory_mib > 0 ? p.memory_mib : options_.default_memory_mib, "M"),
+      "--no-requeue",
+      "--open-mode=append"};
+  if (!p.gpus.empty()) {
+    argv.push_back(absl::StrCat(
+        "--gres=gpu:",
+        type->second.empty() ? "" : absl::StrCat(type->second, ":"),
+        p.gpus.size()));
+  }
+  if (!spec.inherit_env) argv.push_back("--export=NONE");
+  if (!options_.partition.empty()) {
+    argv.push_back(absl::StrCat("--partition=", options_.partition));
+  }
+  if (!options_.account.empty()) {
+    argv.push_back(absl::StrCat("--account=", options_.account));
+  }
+  if (!options_.qos.empty())
+    argv.push_back(absl::StrCat("--qos=", options_.qos));
+  std::string out = "/dev/null", err = "/dev/null";
+  if (!spec.log_dir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path dir =
+        std::filesystem::absolute(spec.log_dir, ec);
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create log directory ", spec.log_dir, ": ", ec.message()));
+    }
+    out = (dir / absl::StrCat(spec.name, ".out")).string();
+    err = (dir / absl::StrCat(spec.name, ".err")).string();
+  }
+  argv.push_back(absl::StrCat("--output=", out));
+  argv.push_back(absl::StrCat("--error=", err));
+  absl::StatusOr<std::string> submitted = client_->Run(argv, Script(spec));
+  if (!submitted.ok()) {
+    return absl::Status(submitted.status().code(),
+                        absl::StrCat("sbatch for replica ", spec.name, ": ",
+                                     submitted.status().message()));
+  }
+  // "<id>" or "<id>;<cluster>".
+  absl::string_view text = absl::StripAsciiWhitespace(*submitted);
+  text = text.substr(0, text.find(';'));
+  ProcessId id = 0;
+  if (!absl::SimpleAtoi(text, &id) || id <= 0) {
+    return absl::InternalError(
+        absl::StrCat("sbatch for replica ", spec.name, " printed '",
+                     absl::StripAsciiWhitespace(*submitted).substr(0, 200),
+                     "', not a job id"));
+  }
+  jobs_[id] = Job{.name = spec.name, .node = p.node};
+  return id;
+}
+
+bool SlurmLauncher::Ours(const inventory::SlurmJob& j) const {
+  return absl::StartsWith(j.name, absl::StrCat(options_.job_prefix, "."));
+}
+
+void SlurmLauncher::Refresh(bool force) {
+  const Micros now = clock_->Now();
+  if (!force && queried_ && now - last_refresh_ < options_.poll_interval) {
+    return;
+  }
+  queried_ = true;
+  last_refresh_ = now;
+  absl::StatusOr<std::string> text =
+      client_->Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
+  absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
+      text.ok()
+          ? inventory::ParseSlurmJobs(*text)
+          : absl::StatusOr<std::vector<inventory::SlurmJob>>(text.status());
+  if (!jobs.ok()) {
+    // Slurm unreachable or confused: nothing is concluded from silence.
+    last_error_ = std::string(jobs.status().message());
+    return;
+  }
+  absl::flat_hash_map<ProcessId, const inventory::SlurmJob*> by_id;
+  // GPUs held by this gpusched's jobs, per node.
+  absl::flat_hash_map<std::string, std::set<int>> ours;
+  for (const inventory::SlurmJob& j : *jobs) {
+    if (!Ours(j)) continue;
+    by_id[j.id] = &j;
+    if (!inventory::SlurmJobFinished(j.state) && !j.node.empty()) {
+      ours[j.node].insert(j.gpus.begin(), j.gpus.end());
+    }
+  }
+  std::vector<ProcessId> ended;
+  for (auto& [id, job] : jobs_) {
+    auto it = by_id.find(id);
+    ExitEvent e;
+    e.id = id;
+    e.name = job.name;
+    e.stop_requested = job.stop_requested;
+    if (it == by_id.end()) {
+      e.signaled = true;
+      e.signal = 9;
+      e.reason = absl::StrCat("Slurm job ", id, " is no longer known to Slurm");
+      exits_.push_back(std::move(e));
+      ended.push_back(id);
+      continue;
+    }
+    const inventory::SlurmJob& j = *it->second;
+    if (!j.node.empty()) job.node = j.node;
+    if (inventory::SlurmJobFinished(j.state)) {
+      if (j.state == "COMPLETED" ||
+          (j.state == "FAILED" && j.exit_signal == 0)) {
+        e.exit_code = j.exit_code;
+      } else {
+        e.signaled = true;
+        e.signal = j.exit_signal > 0 ? j.exit_signal : 9;
+      }
+      e.reason = JobText(j);
+      exits_.push_back(std::move(e));
+      ended.push_back(id);
+    } else if (j.state == "RUNNING" && !job.running_reported) {
+      job.running_reported = true;
+      assignments_.push_back({id, j.node, j.gpus});
+    }
+  }
+  for (ProcessId id : ended) jobs_.erase(id);
+  std::sort(exits_.begin(), exits_.end(),
+            [](const ExitEvent& a, const ExitEvent& b) { return a.id < b.id; });
+
+  absl::StatusOr<std::string> node_text =
+      client_->Run({"scontrol", "show", "node", "-d", "--oneliner"}, "");
+  absl::StatusOr<std::vector<inventory::SlurmNode>> nodes =
+      node_text.ok() ? inventory::ParseSlurmNodes(*node_text)
+                     : absl::StatusOr<std::vector<inventory::SlurmNode>>(
+                           node_text.status());
+  if (!nodes.ok()) {
+    last_error_ = std::string(nodes.status().message());
+    return;
+  }
+  last_error_.clear();
+  for (const inventory::SlurmNode& n : *nodes) {
+    if (!gres_type_.contains(n.name)) continue;  // joined after the start
+    NodeReport r;
+    r.node = n.name;
+    r.usable = n.usable;
+    r.state = n.state;
+    r.reason = n.reason;
+    const std::set<int>& mine = ours[n.name];
+    for (int g : n.gpus_used) {
+      if (!mine.contains(g)) r.foreign_gpus.push_back(g);
+    }
+    auto last = node_reports_.find(n.name);
+    if (last == node_reports_.end() || last->second.usable != r.usable ||
+        last->second.state != r.state ||
+        last->second.foreign_gpus != r.foreign_gpus) {
+      changed_nodes_.push_back(r);
+      node_reports_[n.name] = std::move(r);
+    }
+  }
+}
+
+std::vector<ExitEvent> SlurmLauncher::Poll() {
+  Refresh(/*force=*/false);
+  return std::exchange(exits_, {});
+}
+
+std::vector<GpuAssignment> SlurmLauncher::Assignments() {
+  return std::exchange(assignments_, {});
+}
+
+std::vector<NodeReport> SlurmLauncher::NodeReports() {
+  return std::exchange(changed_nodes_, {});
+}
+
+absl::Status SlurmLauncher::Cancel(ProcessId id, const char* signal) {
+  std::vector<std::string> argv = {"scancel", "--quiet"};
+  if (signal != nullptr) {
+    argv.push_back("--full");
+    argv.push_back(absl::StrCat("--signal=", signal));
+  }
+  argv.push_back(absl::StrCat(id));
+  absl::StatusOr<std::string> r = client_->Run(argv, "");
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::Status SlurmLauncher::Stop(ProcessId id, Micros grace, Micros now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no Slurm job ", id));
+  }
+  Job& job = it->second;
+  if (job.stop_requested) return absl::OkStatus();
+  job.stop_requested = true;
+  job.kill_deadline = now + grace;
+  // SIGTERM to the engine (the batch step execs it); a job that does not
+  // run yet is simply cancelled.
+  if (!Cancel(id, "TERM").ok()) return Cancel(id, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status SlurmLauncher::Kill(ProcessId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no Slurm job ", id));
+  }
+  it->second.stop_requested = true;
+  it->second.killed = true;
+  (void)Cancel(id, "KILL");
+  return Cancel(id, nullptr);
+}
+
+Micros SlurmLauncher::Tick(Micros now) {
+  Micros next = queried_ ? last_refresh_ + options_.poll_interval : now;
+  for (auto& [id, job] : jobs_) {
+    if (!job.stop_requested || job.killed) continue;
+    if (job.kill_deadline <= now) {
+      job.killed = true;
+      (void)Cancel(id, "KILL");
+      (void)Cancel(id, nullptr);
+    } else {
+      next = std::min(next, job.kill_deadline);
+    }
+  }
+  return next;
+}
+
+bool SlurmLauncher::IsAlive(ProcessId id) const { return jobs_.contains(id); }
+
+std::vector<std::string> SlurmLauncher::ReclaimLeftovers() {
+  std::vector<std::string> out;
+  absl::StatusOr<std::string> text =
+      client_->Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
+  if (!text.ok()) {
+    out.push_back(absl::StrCat("could not list Slurm jobs to reclaim: ",
+                               text.status().message()));
+    return out;
+  }
+  absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
+      inventory::ParseSlurmJobs(*text);
+  if (!jobs.ok()) {
+    out.push_back(absl::StrCat("could not read Slurm jobs to reclaim: ",
+                               jobs.status().message()));
+    return out;
+  }
+  for (const inventory::SlurmJob& j : *jobs) {
+    if (!Ours(j) || inventory::SlurmJobFinished(j.state) ||
+        jobs_.contains(j.id)) {
+      continue;
+    }
+    absl::Status st = Cancel(j.id, nullptr);
+    out.push_back(
+        absl::StrCat(st.ok() ? "cancelled " : "could not cancel ", JobText(j),
+                     ", left by a previous gpusched",
+                     st.ok() ? "" : absl::StrCat(": ", st.message())));
+  }
+  return out;
+}
+
+}  // namespace gpusched::runtime

@@ -1,0 +1,125 @@
+// SlurmLauncher: runs every replica as a Slurm batch job on the node
+// placement chose (docs/slurm.md). Slurm stays the arbiter of the cluster:
+// it assigns the GPU indexes (read back and reported through Assignments()),
+// counts the job for accounting, and kills it when its node fails. gpusched
+// talks to it only through its commands (sbatch, scontrol, scancel), run
+// through the SlurmClient seam, never a protocol or agent of its own.
+//
+// A job is `sbatch --parsable` with the node (--nodelist), --gres=gpu:T:N,
+// CPUs, memory, --no-requeue, output files under the replica's log
+// directory (on a filesystem the nodes share) and a script on stdin that
+// exports the engine's environment and execs its argv (each word quoted).
+// Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it gave, so the launcher
+// drops gpusched's own. Jobs are named "<prefix>.<replica>" and commented
+// "<prefix>:<deployment>/<replica>", so `squeue` says what serves what and a
+// restarted gpusched finds its own.
+//
+// Like every launcher it never sleeps and owns no thread; Poll() queries
+// Slurm (jobs and nodes) at most once per poll interval, so each Slurm
+// command runs on the controller's loop, bounded by the command timeout.
+// Thread-compatible.
+#ifndef GPUSCHED_RUNTIME_SLURM_LAUNCHER_H_
+#define GPUSCHED_RUNTIME_SLURM_LAUNCHER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "inventory/slurm.h"
+#include "runtime/launcher.h"
+
+namespace gpusched::runtime {
+
+// Runs one Slurm command (argv[0] is "sbatch", "scontrol", "scancel", ...)
+// with `input` on stdin; its stdout, or an error when it cannot run, times
+// out or exits non-zero.
+class SlurmClient {
+ public:
+  virtual ~SlurmClient() = default;
+  virtual absl::StatusOr<std::string> Run(const std::vector<std::string>& argv,
+                                          const std::string& input) = 0;
+};
+
+// Slurm's own commands from `bin_dir` (empty: PATH), each within `timeout`.
+std::unique_ptr<SlurmClient> SystemSlurmClient(std::string bin_dir,
+                                               Micros timeout);
+
+struct SlurmLauncherOptions {
+  std::string partition;  // empty: the cluster's default
+  std::string account;
+  std::string qos;
+  // Names this gpusched's jobs: one prefix per gpusched on a cluster.
+  std::string job_prefix = "gpusched";
+  // How often Slurm is asked about jobs and nodes.
+  Micros poll_interval = 1 * kMicrosPerSecond;
+  // Memory asked for a replica that declares none (Slurm's default may be
+  // the whole node).
+  int64_t default_memory_mib = 1024;
+};
+
+class SlurmLauncher : public Launcher {
+ public:
+  // `nodes` is the inventory read at start (names, GRES types); `clock`
+  // paces the queries and outlives the launcher.
+  SlurmLauncher(SlurmLauncherOptions options,
+                std::unique_ptr<SlurmClient> client,
+                std::vector<inventory::SlurmNode> nodes, const Clock* clock);
+  SlurmLauncher(const SlurmLauncher&) = delete;
+  SlurmLauncher& operator=(const SlurmLauncher&) = delete;
+  // Leaves the jobs running: a gpusched that stops cleanly has stopped its
+  // replicas first, and one that is killed finds them again.
+  ~SlurmLauncher() override = default;
+
+  absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) override;
+  std::vector<ExitEvent> Poll() override;
+  absl::Status Stop(ProcessId id, Micros grace, Micros now) override;
+  absl::Status Kill(ProcessId id) override;
+  Micros Tick(Micros now) override;
+  bool IsAlive(ProcessId id) const override;
+  int size() const override { return static_cast<int>(jobs_.size()); }
+
+  std::vector<GpuAssignment> Assignments() override;
+  std::vector<NodeReport> NodeReports() override;
+  std::vector<std::string> ReclaimLeftovers() override;
+
+  // The batch script for `spec` (public for tests).
+  static std::string Script(const ProcessSpec& spec);
+  // The last Slurm error seen by a query (empty when the last one worked).
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  struct Job {
+    std::string name;
+    std::string node;
+    bool running_reported = false;
+    bool stop_requested = false;
+    bool killed = false;
+    Micros kill_deadline = kNever;
+  };
+
+  // Reads jobs and nodes from Slurm when the poll interval has passed.
+  void Refresh(bool force);
+  absl::Status Cancel(ProcessId id, const char* signal);
+  bool Ours(const inventory::SlurmJob& j) const;
+
+  SlurmLauncherOptions options_;
+  std::unique_ptr<SlurmClient> client_;
+  const Clock* clock_;
+  absl::flat_hash_map<std::string, std::string> gres_type_;  // node -> type
+  absl::flat_hash_map<ProcessId, Job> jobs_;
+  std::vector<ExitEvent> exits_;
+  std::vector<GpuAssignment> assignments_;
+  // The last report per node, and the nodes whose report changed.
+  absl::flat_hash_map<std::string, NodeReport> node_reports_;
+  std::vector<NodeReport> changed_nodes_;
+  bool queried_ = false;
+  Micros last_refresh_ = 0;
+  std::string last_error_;
+};
+
+}  // namespace gpusched::runtime
+
+#endif  // GPUSCHED_RUNTIME_SLURM_LAUNCHER_H_

@@ -1,0 +1,243 @@
+#include "runtime/slurm_launcher.h"
+
+#include <deque>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/command.h"
+
+namespace gpusched::runtime {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Slurm as a table: sbatch answers the next job id, scontrol prints what
+// the test set, every call is recorded.
+class FakeSlurm : public SlurmClient {
+ public:
+  absl::StatusOr<std::string> Run(const std::vector<std::string>& argv,
+                                  const std::string& input) override {
+    calls.push_back(absl::StrJoin(argv, " "));
+    if (argv[0] == "sbatch") {
+      scripts.push_back(input);
+      return absl::StrCat(next_id++, "\n");
+    }
+    if (argv[0] == "scontrol" && argv[2] == "job") {
+      if (!up) return absl::UnavailableError("slurmctld unreachable");
+      return jobs;
+    }
+    if (argv[0] == "scontrol" && argv[2] == "node") return nodes;
+    if (argv[0] == "scancel") return std::string();
+    return absl::UnimplementedError(argv[0]);
+  }
+  std::vector<std::string> calls;
+  std::vector<std::string> scripts;
+  std::string jobs = "No jobs in the system\n";
+  std::string nodes;
+  int next_id = 100;
+  bool up = true;
+};
+
+std::vector<inventory::SlurmNode> Nodes() {
+  inventory::SlurmNode a;
+  a.name = "node1";
+  a.gpu_type = "h100";
+  a.gpus = 4;
+  inventory::SlurmNode b = a;
+  b.name = "node2";
+  return {a, b};
+}
+
+constexpr char kNodeLines[] =
+    "NodeName=node1 CPUTot=16 CPUAlloc=2 RealMemory=64000 AllocMem=2000 "
+    "State=MIXED Gres=gpu:h100:4 GresUsed=gpu:h100:3(IDX:0-2)\n"
+    "NodeName=node2 CPUTot=16 CPUAlloc=0 RealMemory=64000 AllocMem=0 "
+    "State=IDLE+DRAIN Gres=gpu:h100:4 GresUsed=gpu:h100:0(IDX:N/A) "
+    "Reason=maintenance [root@t]\n";
+
+class SlurmLauncherTest : public ::testing::Test {
+ protected:
+  SlurmLauncherTest() {
+    auto fake = std::make_unique<FakeSlurm>();
+    slurm_ = fake.get();
+    slurm_->nodes = kNodeLines;
+    SlurmLauncherOptions o;
+    o.partition = "gpu";
+    o.account = "ml";
+    launcher_ =
+        std::make_unique<SlurmLauncher>(o, std::move(fake), Nodes(), &clock_);
+  }
+  ProcessSpec Spec(std::string name, std::vector<int> gpus) {
+    ProcessSpec s;
+    s.name = std::move(name);
+    s.argv = {"/opt/gpusched", "engine", "--model", "it's"};
+    s.env = {{"A", "1"}, {"CUDA_VISIBLE_DEVICES", "3"}};
+    s.placement.node = "node1";
+    s.placement.deployment = "chat";
+    s.placement.gpus = std::move(gpus);
+    s.placement.cpu_milli = 1500;
+    s.placement.memory_mib = 2048;
+    return s;
+  }
+  void Advance() { clock_.Advance(2 * kMicrosPerSecond); }
+
+  ManualClock clock_{1'000'000};
+  FakeSlurm* slurm_;
+  std::unique_ptr<SlurmLauncher> launcher_;
+};
+
+TEST_F(SlurmLauncherTest, SubmitsABatchJobOnTheChosenNodeWithItsGpus) {
+  auto id = launcher_->Start(Spec("chat-1", {1, 2}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, 100);
+  ASSERT_EQ(slurm_->calls.size(), 1u);
+  const std::string& c = slurm_->calls[0];
+  for (const char* want :
+       {"sbatch --parsable", "--job-name=gpusched.chat-1",
+        "--comment=gpusched:chat/chat-1", "--nodelist=node1",
+        "--cpus-per-task=2", "--mem=2048M", "--gres=gpu:h100:2", "--no-requeue",
+        "--partition=gpu", "--account=ml"}) {
+    EXPECT_THAT(c, HasSubstr(want));
+  }
+  // The script: the environment but Slurm's CUDA_VISIBLE_DEVICES, then the
+  // argv, each word quoted.
+  EXPECT_EQ(slurm_->scripts[0],
+            "#!/bin/sh\n# gpusched replica chat-1 (chat)\nexport A='1'\n"
+            "exec '/opt/gpusched' 'engine' '--model' 'it'\\''s'\n");
+  EXPECT_TRUE(launcher_->IsAlive(*id));
+  EXPECT_EQ(launcher_->size(), 1);
+}
+
+TEST_F(SlurmLauncherTest, RefusesWhatItCannotRun) {
+  ProcessSpec s = Spec("x", {0});
+  s.placement.node = "";
+  EXPECT_EQ(launcher_->Start(s).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  s.placement.node = "node9";
+  EXPECT_EQ(launcher_->Start(s).status().code(), absl::StatusCode::kNotFound);
+  s.placement.node = "node1";
+  s.env["BAD-NAME"] = "1";
+  EXPECT_EQ(launcher_->Start(s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(slurm_->calls, IsEmpty());
+}
+
+TEST_F(SlurmLauncherTest, ReportsAssignmentExitsAndNodes) {
+  ASSERT_TRUE(launcher_->Start(Spec("chat-1", {1, 2})).ok());
+  slurm_->jobs =
+      "JobId=100 JobName=gpusched.chat-1 UserId=root(0) JobState=RUNNING "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1 "
+      "GRES=gpu:h100:2(IDX:0-1)\n"
+      "JobId=7 JobName=wrap UserId=alice(1000) JobState=RUNNING Reason=None "
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1 GRES=gpu:h100:1(IDX:2)\n";
+  Advance();
+  EXPECT_THAT(launcher_->Poll(), IsEmpty());
+  std::vector<GpuAssignment> a = launcher_->Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].id, 100);
+  EXPECT_EQ(a[0].node, "node1");
+  EXPECT_THAT(a[0].gpus, ElementsAre(0, 1));         // Slurm's choice, not 1-2
+  EXPECT_THAT(launcher_->Assignments(), IsEmpty());  // once
+  std::vector<NodeReport> nodes = launcher_->NodeReports();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_TRUE(nodes[0].usable);
+  EXPECT_THAT(nodes[0].foreign_gpus, ElementsAre(2));  // alice's job
+  EXPECT_FALSE(nodes[1].usable);
+  EXPECT_EQ(nodes[1].reason, "maintenance [root@t]");
+  Advance();
+  launcher_->Poll();
+  EXPECT_THAT(launcher_->NodeReports(), IsEmpty());  // nothing changed
+
+  // Cancelled outside gpusched.
+  slurm_->jobs =
+      "JobId=100 JobName=gpusched.chat-1 UserId=root(0) JobState=CANCELLED "
+      "Reason=None ExitCode=0:15 NodeList=node1 BatchHost=node1\n";
+  Advance();
+  std::vector<ExitEvent> exits = launcher_->Poll();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].id, 100);
+  EXPECT_EQ(exits[0].name, "chat-1");
+  EXPECT_TRUE(exits[0].signaled);
+  EXPECT_EQ(exits[0].signal, 15);
+  EXPECT_FALSE(exits[0].stop_requested);
+  EXPECT_THAT(exits[0].reason,
+              HasSubstr("Slurm job 100 (gpusched.chat-1) CANCELLED on node1"));
+  EXPECT_FALSE(launcher_->IsAlive(100));
+  EXPECT_EQ(launcher_->size(), 0);
+}
+
+TEST_F(SlurmLauncherTest, QueriesAtMostOncePerIntervalAndTrustsNoSilence) {
+  ASSERT_TRUE(launcher_->Start(Spec("chat-1", {0})).ok());
+  slurm_->up = false;
+  Advance();
+  EXPECT_THAT(launcher_->Poll(), IsEmpty());  // unreachable: still alive
+  EXPECT_TRUE(launcher_->IsAlive(100));
+  EXPECT_THAT(launcher_->last_error(), HasSubstr("unreachable"));
+  slurm_->up = true;
+  const size_t calls = slurm_->calls.size();
+  launcher_->Poll();  // within the interval: no query
+  EXPECT_EQ(slurm_->calls.size(), calls);
+  // Gone from Slurm altogether (purged): an exit.
+  Advance();
+  std::vector<ExitEvent> exits = launcher_->Poll();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_THAT(exits[0].reason, HasSubstr("no longer known"));
+}
+
+TEST_F(SlurmLauncherTest, StopSignalsThenCancelsAfterTheGrace) {
+  ASSERT_TRUE(launcher_->Start(Spec("chat-1", {0})).ok());
+  const Micros now = clock_.Now();
+  ASSERT_TRUE(launcher_->Stop(100, 5 * kMicrosPerSecond, now).ok());
+  EXPECT_EQ(slurm_->calls.back(), "scancel --quiet --full --signal=TERM 100");
+  launcher_->Tick(now + kMicrosPerSecond);
+  EXPECT_EQ(slurm_->calls.back(), "scancel --quiet --full --signal=TERM 100");
+  launcher_->Tick(now + 5 * kMicrosPerSecond);
+  EXPECT_EQ(slurm_->calls.back(), "scancel --quiet 100");
+  EXPECT_EQ(launcher_->Stop(42, 0, now).code(), absl::StatusCode::kNotFound);
+  slurm_->jobs =
+      "JobId=100 JobName=gpusched.chat-1 UserId=root(0) JobState=COMPLETED "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1\n";
+  Advance();
+  std::vector<ExitEvent> exits = launcher_->Poll();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_TRUE(exits[0].stop_requested);
+  EXPECT_FALSE(exits[0].signaled);
+}
+
+TEST_F(SlurmLauncherTest, ReclaimsOnlyItsOwnLeftovers) {
+  slurm_->jobs =
+      "JobId=5 JobName=gpusched.old-1 UserId=root(0) JobState=RUNNING "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1\n"
+      "JobId=6 JobName=gpusched.old-2 UserId=root(0) JobState=COMPLETED "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1\n"
+      "JobId=7 JobName=train UserId=alice(1000) JobState=RUNNING Reason=None "
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1\n";
+  std::vector<std::string> lines = launcher_->ReclaimLeftovers();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("cancelled Slurm job 5 (gpusched.old-1)"));
+  EXPECT_THAT(slurm_->calls, Contains("scancel --quiet 5"));
+  EXPECT_THAT(slurm_->calls, testing::Not(Contains("scancel --quiet 7")));
+}
+
+TEST(RunCommandTest, FeedsStdinCollectsOutputAndTimesOut) {
+  auto r = RunCommand({"sh", "-c", "cat; echo err >&2; exit 3"}, "hello\n",
+                      10 * kMicrosPerSecond);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->out, "hello\n");
+  EXPECT_EQ(r->err, "err\n");
+  auto ok = RunCommandOk({"sh", "-c", "echo no >&2; exit 1"}, "",
+                         10 * kMicrosPerSecond);
+  EXPECT_THAT(ok.status().message(), HasSubstr("exit 1: no"));
+  auto slow = RunCommand({"sleep", "30"}, "", 200 * kMicrosPerMilli);
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
+  auto missing = RunCommand({"/nonexistent/x"}, "", kMicrosPerSecond);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace gpusched::runtime
