@@ -21,6 +21,7 @@ PACKAGES=(
   nginx  # bench/gateway_vs_nginx.sh: the peer proxy
   chromium  # tests/dashboard_test.sh: the headless browser playwright drives
   stress-ng  # scripts/stress-test.sh: CPU hogs beside make test
+  slurm-wlm munge iproute2 util-linux  # tests/slurm_live_test.sh: a real Slurm cluster in network namespaces
 )
 
 # node and npm from elsewhere (NodeSource's nodejs bundles npm and conflicts

@@ -317,6 +317,7 @@ runtime::DriverMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
   v.index = g;
   v.simulated = spec.simulated;
   v.memory_mib = spec.gpu_memory_mib;
+  v.healthy = st.healthy;  // false too for GPUs held by others' work
   v.allocated_milli = inventory::kMilliPerGpu - st.milli_free;
   v.allocated_memory_mib = spec.gpu_memory_mib - st.memory_free_mib;
   // NVML GPUs are node 0's (ControllerCluster::gpus).

@@ -48,12 +48,12 @@ class Parser : public SpecReader {
       Error(root, absl::StrCat("expected a config map, got ", YamlType(root)));
       return;
     }
-    CheckKeys(
-        root, "the config",
-        {"listen", "state", "admin_key", "key_dir", "log_dir", "inventory",
-         "gpu_discovery", "placement_policy", "tls", "health_check_period_ms",
-         "drain_grace_s", "swap_min_idle_s", "max_launches_per_pass",
-         "launch_interval_ms", "gpu_prices", "deployments", "tenants"});
+    CheckKeys(root, "the config",
+              {"listen", "state", "admin_key", "key_dir", "log_dir",
+               "inventory", "gpu_discovery", "placement_policy", "tls",
+               "health_check_period_ms", "drain_grace_s", "swap_min_idle_s",
+               "max_launches_per_pass", "launch_interval_ms", "gpu_prices",
+               "slurm", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -121,6 +121,13 @@ class Parser : public SpecReader {
         }
       }
     }
+    if (const YAML::Node n = root["slurm"]; n && Map(n, "slurm")) {
+      ParseSlurm(n, cfg);
+      if (root["inventory"]) {
+        Fail(root["inventory"], "inventory",
+             "cannot be used with slurm: the nodes come from Slurm");
+      }
+    }
     ParseList(root, "deployments",
               [&](const YAML::Node& item, const std::string& path) {
                 DeploymentSpec d;
@@ -144,6 +151,60 @@ class Parser : public SpecReader {
           cfg.tenants.push_back(std::move(t));
           return cfg.tenants.back().name;
         });
+  }
+
+  void ParseSlurm(const YAML::Node& n, ServeConfig& cfg) {
+    SlurmConfig& s = cfg.slurm;
+    s.enabled = true;
+    CheckKeys(n, "slurm",
+              {"partition", "account", "qos", "job_prefix", "bin_dir",
+               "poll_interval_ms", "command_timeout_ms", "default_memory_mib",
+               "gres_map"});
+    // Words passed to sbatch as they are: no spaces, commas or quotes.
+    auto word = [&](const char* key, std::string* out) {
+      const YAML::Node v = n[key];
+      if (!v || !String(v, absl::StrCat("slurm.", key), out)) return;
+      if (out->size() > 256 ||
+          out->find_first_of(" \t\n,'\"=") != std::string::npos) {
+        Fail(v, absl::StrCat("slurm.", key),
+             "must be one word of at most 256 characters (no spaces, commas, "
+             "quotes or '=')");
+      }
+    };
+    word("partition", &s.partition);
+    word("account", &s.account);
+    word("qos", &s.qos);
+    if (const YAML::Node v = n["job_prefix"];
+        v && String(v, "slurm.job_prefix", &s.job_prefix)) {
+      const bool ok =
+          !s.job_prefix.empty() && s.job_prefix.size() <= 32 &&
+          std::all_of(s.job_prefix.begin(), s.job_prefix.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                   c == '-';
+          });
+      if (!ok) {
+        Fail(v, "slurm.job_prefix",
+             "must be 1..32 letters, digits, '_' or '-'");
+      }
+    }
+    if (const YAML::Node v = n["bin_dir"]) {
+      PathField(v, "slurm.bin_dir", &s.bin_dir);
+    }
+    if (const YAML::Node v = n["poll_interval_ms"]) {
+      Int(v, "slurm.poll_interval_ms", 100, 60000, &s.poll_interval_ms);
+    }
+    if (const YAML::Node v = n["command_timeout_ms"]) {
+      Int(v, "slurm.command_timeout_ms", 100, 600000, &s.command_timeout_ms);
+    }
+    if (const YAML::Node v = n["default_memory_mib"]) {
+      Int(v, "slurm.default_memory_mib", 1, 16777216, &s.default_memory_mib);
+    }
+    if (const YAML::Node v = n["gres_map"];
+        v && StringMap(v, "slurm.gres_map", &s.gres_map) &&
+        s.gres_map.size() > 256) {
+      Fail(v, "slurm.gres_map",
+           absl::StrCat("has ", s.gres_map.size(), " entries; at most 256"));
+    }
   }
 
   // `key`, when present, is a list of maps; `read` reads one item and

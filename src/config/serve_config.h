@@ -33,6 +33,27 @@
 //                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
 //                                 #   the cost metrics; a model not listed
 //                                 #   costs 0 (docs/metrics.md)
+//   slurm:                        # present: nodes come from Slurm and every
+//                                 #   replica runs as a Slurm job on the node
+//                                 #   placement chose (docs/slurm.md); not
+//                                 #   with `inventory`
+//     partition: ""               # "": the cluster's default partition
+//     account: ""                 # sbatch --account ("": none)
+//     qos: ""                     # sbatch --qos ("": none)
+//     job_prefix: gpusched        # job names <prefix>.<replica>: one prefix
+//                                 #   per gpusched on a cluster; 1..32 of
+//                                 #   letters, digits, '_' and '-'
+//     bin_dir: ""                 # where sbatch, scontrol and scancel are
+//                                 #   ("": PATH)
+//     poll_interval_ms: 1000      # how often jobs and nodes are read,
+//                                 #   100..60000
+//     command_timeout_ms: 10000   # one Slurm command, 100..600000
+//     default_memory_mib: 1024    # --mem for a replica that declares no
+//                                 #   memory, 1..16777216
+//     gres_map: {}                # GRES GPU type -> GPU model (catalog name
+//                                 #   or alias), e.g. {a100: A100-SXM4-80GB};
+//                                 #   a type not here must be a catalog
+//                                 #   name itself ("h100"); at most 256
 //   deployments:                  # optional: more come by `gpusched apply`
 //     - name: chat                # required, unique; as metadata.name
 //       engine: {template: reference, args: [], env: {}}
@@ -83,6 +104,19 @@ struct TlsFiles {
   std::string key;   // PEM private key
 };
 
+struct SlurmConfig {
+  bool enabled = false;  // a `slurm:` block was given
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string job_prefix = "gpusched";
+  std::string bin_dir;
+  int64_t poll_interval_ms = 1000;
+  int64_t command_timeout_ms = 10000;
+  int64_t default_memory_mib = 1024;
+  std::map<std::string, std::string> gres_map;
+};
+
 struct ServeConfig {
   std::string source;
   HostPort listen{"127.0.0.1", 8080};
@@ -100,6 +134,7 @@ struct ServeConfig {
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
+  SlurmConfig slurm;
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;
 };

@@ -195,5 +195,60 @@ TEST(ServeConfigTest, ExampleQuickstartParses) {
   EXPECT_EQ(cfg->deployments[0].resources.gpu_memory_mib, 10 * 1024);
 }
 
+TEST(ServeConfigTest, SlurmBlock) {
+  auto none = ParseServeYaml("listen: 127.0.0.1:0\n", "s.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->slurm.enabled);
+  auto cfg = ParseServeYaml(R"(slurm:
+  partition: gpu
+  account: ml
+  qos: high
+  job_prefix: gs-prod
+  bin_dir: slurm/bin
+  poll_interval_ms: 500
+  command_timeout_ms: 2000
+  default_memory_mib: 4096
+  gres_map: {a100: A100-SXM4-80GB}
+)",
+                            "s.yaml", "/etc/gpusched");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const SlurmConfig& s = cfg->slurm;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.partition, "gpu");
+  EXPECT_EQ(s.account, "ml");
+  EXPECT_EQ(s.qos, "high");
+  EXPECT_EQ(s.job_prefix, "gs-prod");
+  EXPECT_EQ(s.bin_dir, "/etc/gpusched/slurm/bin");
+  EXPECT_EQ(s.poll_interval_ms, 500);
+  EXPECT_EQ(s.command_timeout_ms, 2000);
+  EXPECT_EQ(s.default_memory_mib, 4096);
+  EXPECT_EQ(s.gres_map.at("a100"), "A100-SXM4-80GB");
+  auto defaults = ParseServeYaml("slurm: {}\n", "s.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_TRUE(defaults->slurm.enabled);
+  EXPECT_EQ(defaults->slurm.job_prefix, "gpusched");
+  EXPECT_EQ(defaults->slurm.poll_interval_ms, 1000);
+
+  struct Bad {
+    const char* yaml;
+    const char* field;
+  };
+  for (const Bad& b : {
+           Bad{"slurm: {partition: \"a b\"}", "slurm.partition"},
+           Bad{"slurm: {account: \"a,b\"}", "slurm.account"},
+           Bad{"slurm: {job_prefix: \"\"}", "slurm.job_prefix"},
+           Bad{"slurm: {job_prefix: a.b}", "slurm.job_prefix"},
+           Bad{"slurm: {poll_interval_ms: 50}", "slurm.poll_interval_ms"},
+           Bad{"slurm: {command_timeout_ms: 0}", "slurm.command_timeout_ms"},
+           Bad{"slurm: {default_memory_mib: 0}", "slurm.default_memory_mib"},
+           Bad{"slurm: {nodes: 3}", "nodes"},
+           Bad{"slurm: {}\ninventory: inv.yaml", "inventory"},
+       }) {
+    auto r = ParseServeYaml(b.yaml, "s.yaml");
+    ASSERT_FALSE(r.ok()) << b.yaml;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.field)) << b.yaml;
+  }
+}
+
 }  // namespace
 }  // namespace gpusched::config

@@ -48,6 +48,9 @@ struct NodeSpec {
   std::vector<int> nvlink_group;
   // True when declared rather than discovered on real hardware.
   bool simulated = true;
+  // Where engines on this node are reached (a cluster manager's node
+  // address); empty: this machine, 127.0.0.1.
+  std::string address;
 };
 
 struct GpuState {

@@ -331,6 +331,7 @@ absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
     spec.cpu_milli = n.cpus * 1000;
     spec.memory_mib = n.memory_mib;
     spec.simulated = false;
+    spec.address = n.address;
     if (!n.partitions.empty()) {
       spec.labels.emplace_back("slurm.partitions",
                                absl::StrJoin(n.partitions, ","));

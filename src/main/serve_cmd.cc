@@ -22,10 +22,13 @@
 #include "gateway/gateway.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/key_cache.h"
+#include "inventory/slurm.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
 #include "runtime/controller.h"
+#include "runtime/real_clock.h"
+#include "runtime/slurm_launcher.h"
 #include "runtime/store.h"
 
 namespace gpusched {
@@ -51,6 +54,54 @@ std::string SelfPath() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, n) : "gpusched";
+}
+
+// The nodes of a Slurm cluster (those of `partition` when one is set) and the
+// launcher that runs replicas there as jobs.
+absl::Status FromSlurm(const config::SlurmConfig& cfg,
+                       runtime::ControllerCluster* cluster,
+                       std::unique_ptr<runtime::Launcher>* launcher) {
+  std::unique_ptr<runtime::SlurmClient> client = runtime::SystemSlurmClient(
+      cfg.bin_dir, cfg.command_timeout_ms * kMicrosPerMilli);
+  absl::StatusOr<std::string> text =
+      client->Run({"scontrol", "show", "node", "-d", "--oneliner"}, "");
+  if (!text.ok()) {
+    return absl::UnavailableError(absl::StrCat("slurm: cannot read the nodes: ",
+                                               text.status().message()));
+  }
+  absl::StatusOr<std::vector<inventory::SlurmNode>> all =
+      inventory::ParseSlurmNodes(*text);
+  if (!all.ok()) return all.status();
+  std::vector<inventory::SlurmNode> nodes;
+  for (inventory::SlurmNode& n : *all) {
+    if (cfg.partition.empty() ||
+        std::find(n.partitions.begin(), n.partitions.end(), cfg.partition) !=
+            n.partitions.end()) {
+      nodes.push_back(std::move(n));
+    }
+  }
+  if (nodes.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slurm: no nodes", cfg.partition.empty() ? "" : " in partition ",
+        cfg.partition));
+  }
+  absl::flat_hash_map<std::string, std::string> gres_map(cfg.gres_map.begin(),
+                                                         cfg.gres_map.end());
+  absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
+      inventory::SlurmNodeSpecs(nodes, gres_map);
+  if (!specs.ok()) return specs.status();
+  cluster->nodes = *std::move(specs);
+  cluster->source = "slurm";
+  runtime::SlurmLauncherOptions o;
+  o.partition = cfg.partition;
+  o.account = cfg.account;
+  o.qos = cfg.qos;
+  o.job_prefix = cfg.job_prefix;
+  o.poll_interval = cfg.poll_interval_ms * kMicrosPerMilli;
+  o.default_memory_mib = cfg.default_memory_mib;
+  *launcher = std::make_unique<runtime::SlurmLauncher>(
+      o, std::move(client), std::move(nodes), &runtime::SteadyClock::Get());
+  return absl::OkStatus();
 }
 
 // The secret in `path`, or a new one written there (mode 0600).
@@ -88,9 +139,15 @@ int RunServe(const ServeFlags& flags) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // The cluster: NVML GPUs, else the declared inventory.
+  // The cluster: Slurm's nodes, else NVML GPUs, else the declared inventory.
   runtime::ControllerCluster cluster;
-  if (!cfg->inventory.empty() || cfg->gpu_discovery != "declared") {
+  std::unique_ptr<runtime::Launcher> launcher;
+  if (cfg->slurm.enabled) {
+    if (absl::Status st = FromSlurm(cfg->slurm, &cluster, &launcher);
+        !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+  } else if (!cfg->inventory.empty() || cfg->gpu_discovery != "declared") {
     auto inv = LoadInventory(
         cfg->gpu_discovery, cfg->inventory, true, [](const std::string& why) {
           std::fprintf(stderr,
@@ -147,7 +204,7 @@ int RunServe(const ServeFlags& flags) {
   std::unique_ptr<runtime::Controller> controller;
   runtime::Controller* ctl = nullptr;
   auto made = runtime::Controller::Create(options, cluster, store->get(),
-                                          gateway->get());
+                                          gateway->get(), std::move(launcher));
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);
   ctl = controller.get();

@@ -223,6 +223,14 @@ void Controller::KillOrphans() {
 
 absl::Status Controller::Start() {
   KillOrphans();
+  std::vector<std::string> reclaimed;
+  {
+    absl::MutexLock l(&launcher_mu_);
+    reclaimed = launcher_->ReclaimLeftovers();
+  }
+  for (const std::string& line : reclaimed) {
+    Event("replica.orphan_killed", "", line);
+  }
   std::vector<runtime::Document> deployments, tenants;
   {
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
@@ -457,9 +465,10 @@ void Controller::HandleExits(Micros now) {
         if (r.pid != ev.id) continue;
         std::error_code ec;
         std::filesystem::remove(PidFile(rn), ec);
-        const std::string how = ev.signaled
-                                    ? absl::StrCat("signal ", ev.signal)
-                                    : absl::StrCat("exit code ", ev.exit_code);
+        std::string how = ev.signaled
+                              ? absl::StrCat("signal ", ev.signal)
+                              : absl::StrCat("exit code ", ev.exit_code);
+        if (!ev.reason.empty()) absl::StrAppend(&how, " (", ev.reason, ")");
         r.pid = 0;
         control::LifecycleOutput out;
         d.life.Exited(rn, how,
@@ -475,6 +484,7 @@ void Controller::HandleExits(Micros now) {
       }
     }
   }
+  HandleClusterReports(now);
 }
 
 std::string Controller::WeightsPath(const Deployment& d) const {

@@ -288,6 +288,15 @@ class Controller {
   control::LifecycleOptions LifecycleOptionsFor(
       const runtime::EngineTemplate& engine) const;
   void HandleExits(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a cluster manager's launcher reported (controller_cluster.cc): the
+  // GPUs it assigned (the allocation follows them) and nodes that changed
+  // (GPUs of other users' work and unusable nodes take no new replica; the
+  // replicas on an unusable node are drained and replaced elsewhere).
+  void HandleClusterReports(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FollowAssignment(const runtime::GpuAssignment& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyNodeReport(const runtime::NodeReport& n, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushReady(Deployment& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -383,6 +392,9 @@ class Controller {
   // contended. Lock order: mu_, then launcher_mu_.
   absl::Mutex launcher_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
+  // The last report per node from a cluster manager's launcher.
+  absl::flat_hash_map<std::string, runtime::NodeReport> node_reports_
+      ABSL_GUARDED_BY(mu_);
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;
   Micros last_accrue_ ABSL_GUARDED_BY(mu_) = 0;

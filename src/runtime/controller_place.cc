@@ -329,7 +329,7 @@ void Controller::FinishStart(StartJob& job, Micros now) {
     d.cold->launched = Now();
   }
   r.pid = pid;
-  r.endpoint = {"127.0.0.1", static_cast<uint16_t>(port)};
+  r.endpoint = {job.launch.host, static_cast<uint16_t>(port)};
   r.metrics_port = job.launch.metrics_port;
   d.life.Launched(r.name, now);
   // The engine loads its weights on this node: they are local there now.

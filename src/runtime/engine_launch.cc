@@ -28,6 +28,9 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
       in.engine->metrics_on_separate_port ? FreePort() : absl::StatusOr<int>(0);
   if (!metrics_port.ok()) return metrics_port.status();
   out.port = static_cast<uint16_t>(*port);
+  if (in.node != nullptr && !in.node->address.empty()) {
+    out.host = in.node->address;
+  }
   out.metrics_port = static_cast<uint16_t>(*metrics_port);
 
   double memory_fraction = 0.9;
@@ -71,6 +74,7 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
   }
   absl::flat_hash_map<std::string, std::string> values = {
       {"self", in.self_path},
+      {"host", out.host},
       {"model", in.model},
       {"name", in.deployment},
       {"port", std::to_string(*port)},
@@ -92,6 +96,18 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
   out.process.argv = *std::move(argv);
   out.process.env = *std::move(env);
   out.process.log_dir = in.log_dir;
+  ProcessPlacement& where = out.process.placement;
+  where.deployment = in.deployment;
+  if (in.allocation.node >= 0 && in.node != nullptr) {
+    where.node = in.node->name;
+    for (const inventory::GpuShare& g : in.allocation.gpus) {
+      where.gpus.push_back(g.gpu);
+    }
+    where.fraction =
+        in.resources.kind == "fraction" || in.resources.kind == "mig";
+    where.cpu_milli = in.allocation.cpu_milli;
+    where.memory_mib = in.allocation.memory_mib;
+  }
   return out;
 }
 

@@ -41,6 +41,9 @@ struct EngineLaunchInput {
 };
 
 struct EngineLaunch {
+  // Where the engine listens and the gateway reaches it ({host}): the
+  // node's address when it has one, else 127.0.0.1.
+  std::string host = "127.0.0.1";
   ProcessSpec process;
   uint16_t port = 0;
   uint16_t metrics_port = 0;         // 0: the engine's port

@@ -19,7 +19,8 @@ EngineTemplate Reference() {
   EngineTemplate t;
   t.name = "reference";
   // The reference engine serves under the deployment's name ({name}).
-  t.argv = {"{self}", "engine", "--port", "{port}", "--model", "{name}"};
+  t.argv = {"{self}", "engine", "--host",  "{host}",
+            "--port", "{port}", "--model", "{name}"};
   t.readiness.path = "/v2/health/ready";
   t.metrics_prefix = "vllm:";
   return t;
@@ -33,7 +34,7 @@ EngineTemplate Vllm() {
             "serve",
             "{model}",
             "--host",
-            "127.0.0.1",
+            "{host}",
             "--port",
             "{port}",
             "--gpu-memory-utilization",
@@ -59,7 +60,7 @@ EngineTemplate Sglang() {
             "--model-path",
             "{model}",
             "--host",
-            "127.0.0.1",
+            "{host}",
             "--port",
             "{port}",
             "--mem-fraction-static",
@@ -81,9 +82,9 @@ EngineTemplate LlamaCpp() {
   t.weights_path = "{model}";
   t.name = "llama-cpp";
   // Offloads every layer to the visible GPUs; --metrics enables /metrics.
-  t.argv = {"llama-server", "-m",        "{model}",   "--port",
-            "{port}",       "--host",    "127.0.0.1", "--n-gpu-layers",
-            "999",          "--metrics", "--alias",   "{name}"};
+  t.argv = {"llama-server", "-m",        "{model}", "--port",
+            "{port}",       "--host",    "{host}",  "--n-gpu-layers",
+            "999",          "--metrics", "--alias", "{name}"};
   t.readiness.path = "/health";
   t.metrics_prefix = "llamacpp:";
   return t;
@@ -97,7 +98,7 @@ EngineTemplate Tgi() {
             "--model-id",
             "{model}",
             "--hostname",
-            "127.0.0.1",
+            "{host}",
             "--port",
             "{port}",
             "--num-shard",
@@ -116,10 +117,10 @@ EngineTemplate Triton() {
   t.name = "triton";
   // gRPC is off so that replicas on one host never collide on its fixed
   // default port; metrics live on their own port in Triton.
-  t.argv = {"tritonserver",   "--model-repository", "{model}",
-            "--http-address", "127.0.0.1",          "--http-port",
-            "{port}",         "--allow-grpc",       "false",
-            "--metrics-port", "{metrics_port}"};
+  t.argv = {
+      "tritonserver", "--model-repository", "{model}",       "--http-address",
+      "{host}",       "--http-port",        "{port}",        "--allow-grpc",
+      "false",        "--metrics-port",     "{metrics_port}"};
   t.readiness.path = "/v2/health/ready";
   t.metrics_on_separate_port = true;
   t.metrics_prefix = "nv_";

@@ -20,6 +20,7 @@ using Values = absl::flat_hash_map<std::string, std::string>;
 
 Values FullValues() {
   return {{"self", "/opt/gpusched/bin/gpusched"},
+          {"host", "127.0.0.1"},
           {"model", "meta-llama/Llama-3.1-8B-Instruct"},
           {"port", "18001"},
           {"metrics_port", "18002"},
@@ -39,8 +40,8 @@ struct ExpandCase {
 TEST(EngineTemplateTest, EveryBuiltInExpandsWithFullValues) {
   const std::vector<ExpandCase> cases = {
       {"reference",
-       {"/opt/gpusched/bin/gpusched", "engine", "--port", "18001", "--model",
-        "llama"},
+       {"/opt/gpusched/bin/gpusched", "engine", "--host", "127.0.0.1", "--port",
+        "18001", "--model", "llama"},
        "/v2/health/ready",
        GpuMemoryFlag::kNone},
       {"vllm",

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# gpusched on a real Slurm cluster (tests/slurm/cluster.sh: slurmctld and
+# three slurmd hosts in network namespaces of the test's own, fake GPUs in
+# gres.conf), gpusched and the test in the root namespace:
+#   1. apply whole and multi-GPU deployments -> one Slurm job per replica on
+#      the nodes placement chose; squeue/scontrol and gpusched agree on the
+#      node and GPU indexes of every replica; GPUs another user's job holds
+#      are never placed onto; chat requests succeed through the gateway to
+#      engines on every node used.
+#   2. scancel a replica's job under steady load -> replaced, 0 failed
+#      requests, the event says Slurm cancelled it.
+#   3. scontrol update state=down on a node -> its replicas move, the events
+#      say why.
+#   4. kill -9 gpusched and restart it -> exactly one job per replica
+#      (what the dead one left is cancelled), keys and deployments intact.
+# Skips only where network namespaces cannot be made (not root).
+# Usage: slurm_live_test.sh GPUSCHED_BINARY
+set -u
+bin="$1"
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/slurm/cluster.sh"
+
+if ! why=$(slurm_cluster_available); then
+  echo "slurm_live: skipped ($why)"
+  exit 0
+fi
+chmod 755 "$tmp"  # the other user's job reads slurm.conf under it
+cluster="$tmp/slurm"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  slurm_cluster_down "$cluster"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if ! slurm_cluster_up "$cluster" node1:h100:4:16:64000 node2:h100:4:16:64000 \
+  node3:h100:4:16:64000 >"$tmp/cluster.log" 2>&1; then
+  fail "the Slurm cluster did not start: $(cat "$tmp/cluster.log")"
+  tail -20 "$cluster"/log/*.log
+  finish slurm_live
+fi
+
+# Another user's job holds three of node1's four GPUs.
+su nobody -s /bin/sh -c "SLURM_CONF=$SLURM_CONF sbatch --parsable \
+  --job-name=other-user --nodelist=node1 --gres=gpu:h100:3 -c 1 --mem=100 \
+  -o /dev/null --wrap='sleep 3600'" >"$tmp/foreign.id" 2>"$tmp/foreign.err" ||
+  fail "the other user's job was refused: $(cat "$tmp/foreign.err")"
+for _ in $(seq 1 100); do
+  squeue -h -j "$(cat "$tmp/foreign.id")" -o %T | grep -q RUNNING && break
+  sleep 0.1
+done
+
+engine='{template: reference, args: ["--hidden", "20"]}'
+cat >"$tmp/serve.yaml" <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+drain_grace_s: 5
+slurm:
+  poll_interval_ms: 300
+deployments:
+  - name: solo
+    engine: $engine
+    resources: {whole: 1}
+    replicas: 2
+  - name: tp
+    engine: $engine
+    resources: {whole: 2}
+    replicas: 1
+tenants:
+  - name: demo
+YAML
+
+serve() {
+  serve_until_ready "$tmp/serve.yaml"
+  served_or_finish slurm_live
+  admin=$(cat "$tmp/keys/admin.key")
+  demo=$(cat "$tmp/keys/demo.key")
+}
+api() {  # method path [curl args]
+  curl -s -m 10 -X "$1" "$url$2" -H "Authorization: Bearer $admin" "${@:3}"
+}
+chat() {  # deployment -> status code
+  curl -s -o /dev/null -w '%{http_code}\n' -m 60 "$url/v1/chat/completions" \
+    -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$1\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+}
+# One line per replica of gpusched's view: name node gpus job, sorted.
+replicas_view() {
+  api GET /api/v1/deployments | python3 -c '
+import json, sys
+for d in json.load(sys.stdin)["items"]:
+    for r in d["status"]["replicaStatus"]:
+        if r["state"] in ("ready", "starting"):
+            print(r["name"], r["node"], ",".join(map(str, sorted(r["gpus"]))), r["pid"])
+' | sort
+}
+# The same from Slurm: gpusched's running jobs.
+slurm_view() {
+  scontrol show job -d --oneliner | python3 -c '
+import re, sys
+def idx(s):
+    out = []
+    for part in s.split(","):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+for line in sys.stdin:
+    f = dict(re.findall(r"(\S+?)=(\S*)", line))
+    if not f.get("JobName", "").startswith("gpusched.") or f.get("JobState") != "RUNNING":
+        continue
+    m = re.search(r" GRES=gpu:[^(]*\(IDX:([^)]*)\)", line)
+    print(f["JobName"][len("gpusched."):], f["BatchHost"], ",".join(map(str, idx(m.group(1)))) if m else "", f["JobId"])
+' | sort
+}
+ready_count() {  # deployment
+  api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null
+}
+wait_ready() {  # deployment count seconds
+  for _ in $(seq 1 $(($3 * 10))); do
+    [ "$(ready_count "$1")" = "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+wait_views_agree() {  # seconds: until gpusched and Slurm say the same
+  for _ in $(seq 1 $(($1 * 5))); do
+    replicas_view >"$tmp/ours"
+    slurm_view >"$tmp/theirs"
+    [ -s "$tmp/ours" ] && [ "$(wc -l <"$tmp/ours")" = "$2" ] &&
+      cmp -s "$tmp/ours" "$tmp/theirs" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# --- 1. Replicas as Slurm jobs ----------------------------------------------
+serve
+wait_ready solo 2 60 || fail "solo: not 2 ready replicas"
+wait_ready tp 1 60 || fail "tp: not 1 ready replica"
+wait_views_agree 30 3 ||
+  fail "gpusched and Slurm disagree:
+gpusched (replica node gpus job):
+$(cat "$tmp/ours")
+Slurm:
+$(cat "$tmp/theirs")"
+# node1 GPUs 0-2 are the other user's: no replica there, and gpusched shows
+# them taken.
+if awk '$2 == "node1" {print $3}' "$tmp/ours" | tr , '\n' | grep -q '^[0-2]$'; then
+  fail "a replica on the other user's GPUs: $(cat "$tmp/ours")"
+fi
+api GET /api/v1/gpus >"$tmp/gpus.json"
+python3 - "$tmp/gpus.json" <<'PY' || fail "node1 GPUs 0-2 are shown free: $(cat "$tmp/gpus.json")"
+import json, sys
+gpus = json.load(open(sys.argv[1]))
+gpus = gpus.get("items", gpus) if isinstance(gpus, dict) else gpus
+n1 = {g["index"]: g for g in gpus if g["node"] == "node1"}
+sys.exit(0 if all(not n1[i]["healthy"] for i in (0, 1, 2)) else 1)
+PY
+squeue -h -o '%j %T %k' | grep gpusched >"$tmp/squeue"
+[ "$(grep -c RUNNING "$tmp/squeue")" = 3 ] || fail "squeue: $(cat "$tmp/squeue")"
+expect_contains "$tmp/squeue" "gpusched:solo/"
+expect_contains "$tmp/squeue" "gpusched:tp/"
+for d in solo solo solo tp tp; do
+  [ "$(chat $d)" = 200 ] || fail "chat $d through the gateway failed"
+done
+# Engines bind their node's address, and the gateway reaches them there.
+api GET /api/v1/deployments/solo | jq_py "j['status']['replicaStatus'][0]['endpoint']" >"$tmp/ep"
+grep -q "^10\.213\." "$tmp/ep" || fail "endpoint is not a node address: $(cat "$tmp/ep")"
+
+# --- 2. scancel under load ----------------------------------------------------
+victim=$(awk '$1 ~ /^solo/ {print $4; exit}' "$tmp/ours")
+( ok=0; bad=0
+  for _ in $(seq 1 120); do
+    if [ "$(chat solo)" = 200 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+  done
+  echo "$ok $bad" >"$tmp/load" ) &
+load=$!
+sleep 1
+scancel "$victim"
+wait "$load"
+read -r ok bad <"$tmp/load"
+[ "$bad" = 0 ] || fail "$bad of $((ok + bad)) requests failed while job $victim was cancelled"
+wait_ready solo 2 60 || fail "solo was not back to 2 ready replicas"
+wait_views_agree 30 3 || fail "after scancel: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+grep -q " $victim\$" "$tmp/theirs" && fail "job $victim still runs"
+api GET "/api/v1/events?kind=replica.exited&limit=50" >"$tmp/exited.json"
+expect_contains "$tmp/exited.json" "Slurm job $victim"
+expect_contains "$tmp/exited.json" "CANCELLED"
+
+# --- 3. A node set down -------------------------------------------------------
+down=$(awk '$1 ~ /^tp/ {print $2; exit}' "$tmp/ours")
+scontrol update nodename="$down" state=down reason=gpusched-test
+for _ in $(seq 1 300); do
+  replicas_view >"$tmp/ours"
+  grep -q "^tp.* $down " "$tmp/ours" || break
+  sleep 0.2
+done
+wait_ready tp 1 60 || fail "tp was not ready again after $down went down"
+wait_ready solo 2 60 || fail "solo was not ready again after $down went down"
+wait_views_agree 30 3 || fail "after $down went down: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+awk -v n="$down" '$2 == n' "$tmp/ours" | grep -q . && fail "replicas still on $down: $(cat "$tmp/ours")"
+api GET "/api/v1/events?kind=node.unusable&limit=10" >"$tmp/node.json"
+expect_contains "$tmp/node.json" "node $down is DOWN"
+expect_contains "$tmp/node.json" "gpusched-test"
+[ "$(chat tp)" = 200 ] || fail "chat tp after the move failed"
+scontrol update nodename="$down" state=resume
+
+# --- 4. kill -9 and restart -----------------------------------------------------
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+serve
+wait_ready solo 2 60 || fail "after restart: solo not ready"
+wait_ready tp 1 60 || fail "after restart: tp not ready"
+wait_views_agree 30 3 || fail "after restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+[ "$(squeue -h -o %j -t running,pending | grep -c '^gpusched\.')" = 3 ] ||
+  fail "duplicate jobs after restart: $(squeue -o '%i %j %T %N')"
+api GET "/api/v1/events?kind=replica.orphan_killed&limit=10" >"$tmp/orphans.json"
+expect_contains "$tmp/orphans.json" "left by a previous gpusched"
+[ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
+
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+# A clean stop ends its jobs.
+for _ in $(seq 1 100); do
+  squeue -h -o %j | grep -q '^gpusched\.' || break
+  sleep 0.2
+done
+squeue -h -o %j | grep -q '^gpusched\.' && fail "jobs left after a clean stop: $(squeue)"
+finish slurm_live
