@@ -11,7 +11,9 @@
 #      requests, the event says Slurm cancelled it.
 #   3. scontrol update state=down on a node -> its replicas move, the events
 #      say why.
-#   4. kill -9 gpusched and restart it -> exactly one job per replica
+#   4. autoscaling 0 -> 1 -> 0: requests held at zero are answered by a
+#      replica started through Slurm, whose job ends at the scale to 0.
+#   5. kill -9 gpusched and restart it -> exactly one job per replica
 #      (what the dead one left is cancelled), keys and deployments intact.
 # Skips only where network namespaces cannot be made (not root).
 # Usage: slurm_live_test.sh GPUSCHED_BINARY
@@ -33,6 +35,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM  # through the EXIT trap: a killed test leaves nothing
 
 if ! slurm_cluster_up "$cluster" node1:h100:4:16:64000 node2:h100:4:16:64000 \
   node3:h100:4:16:64000 >"$tmp/cluster.log" 2>&1; then
@@ -69,6 +72,11 @@ deployments:
     engine: $engine
     resources: {whole: 2}
     replicas: 1
+  - name: lazy
+    engine: $engine
+    resources: {whole: 1}
+    autoscaling: {minReplicas: 0, maxReplicas: 1, lookBackPeriodS: 2,
+                  upscaleDelayS: 1, downscaleDelayS: 2, idleTimeoutS: 3}
 tenants:
   - name: demo
 YAML
@@ -208,7 +216,28 @@ expect_contains "$tmp/node.json" "gpusched-test"
 [ "$(chat tp)" = 200 ] || fail "chat tp after the move failed"
 scontrol update nodename="$down" state=resume
 
-# --- 4. kill -9 and restart -----------------------------------------------------
+# --- 4. Autoscaling 0 -> 1 -> 0 through Slurm ----------------------------------
+[ "$(ready_count lazy)" = 0 ] || fail "lazy does not start at 0 replicas"
+squeue -h -o %j | grep -q '^gpusched\.lazy' && fail "lazy has a job at 0 replicas"
+held=()
+for i in 1 2 3; do
+  chat lazy >"$tmp/lazy.$i" &
+  held+=($!)
+done
+wait "${held[@]}"
+cat "$tmp"/lazy.* | sort | uniq -c >"$tmp/lazy"
+[ "$(cat "$tmp"/lazy.* | grep -c '^200$')" = 3 ] ||
+  fail "requests held at 0 replicas were not all answered: $(cat "$tmp/lazy")"
+api GET "/api/v1/events?kind=replica.started&limit=50" >"$tmp/started.json"
+expect_contains "$tmp/started.json" "lazy-"
+for _ in $(seq 1 300); do
+  [ "$(ready_count lazy)" = 0 ] && ! squeue -h -o %j | grep -q '^gpusched\.lazy' && break
+  sleep 0.2
+done
+[ "$(ready_count lazy)" = 0 ] || fail "lazy did not scale back to 0"
+squeue -h -o %j | grep -q '^gpusched\.lazy' && fail "lazy's job outlived its scale to 0"
+
+# --- 5. kill -9 and restart -----------------------------------------------------
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 pid=""
