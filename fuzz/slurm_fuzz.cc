@@ -13,8 +13,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto nodes = inv::ParseSlurmNodes(text);
   if (nodes.ok()) {
     for (const inv::SlurmNode& n : *nodes) {
-      gpusched::fuzz::Require(n.gpus >= 0 && n.gpus <= inv::kMaxSlurmGresIndex + 1,
-                              "a GPU count out of bounds");
+      gpusched::fuzz::Require(
+          n.gpus >= 0 && n.gpus <= inv::kMaxSlurmGresIndex + 1,
+          "a GPU count out of bounds");
       gpusched::fuzz::Require(
           std::is_sorted(n.gpus_used.begin(), n.gpus_used.end()) &&
               (n.gpus_used.empty() || n.gpus_used.back() < n.gpus),

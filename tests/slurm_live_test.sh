@@ -13,8 +13,9 @@
 #      say why.
 #   4. autoscaling 0 -> 1 -> 0: requests held at zero are answered by a
 #      replica started through Slurm, whose job ends at the scale to 0.
-#   5. kill -9 gpusched and restart it -> exactly one job per replica
-#      (what the dead one left is cancelled), keys and deployments intact.
+#   5. kill -9 gpusched and restart it -> the same jobs are adopted (no new
+#      job, none twice), a job of its prefix it no longer wants is ended,
+#      keys and deployments intact.
 # Skips only where network namespaces cannot be made (not root).
 # Usage: slurm_live_test.sh GPUSCHED_BINARY
 set -u
@@ -237,7 +238,11 @@ done
 [ "$(ready_count lazy)" = 0 ] || fail "lazy did not scale back to 0"
 squeue -h -o %j | grep -q '^gpusched\.lazy' && fail "lazy's job outlived its scale to 0"
 
-# --- 5. kill -9 and restart -----------------------------------------------------
+# --- 5. kill -9 and restart ---------------------------------------------------
+replicas_view >"$tmp/before"
+# A job with gpusched's prefix for a deployment that no longer exists.
+sbatch --parsable --job-name=gpusched.ghost-0 --comment=gpusched:ghost/ghost-0:1.0.0 \
+  --nodelist=node3 -c 1 --mem=100 -o /dev/null --wrap='sleep 3600' >"$tmp/ghost.id"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 pid=""
@@ -245,11 +250,29 @@ serve
 wait_ready solo 2 60 || fail "after restart: solo not ready"
 wait_ready tp 1 60 || fail "after restart: tp not ready"
 wait_views_agree 30 3 || fail "after restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+# The same jobs serve (adopted, not started again), none twice.
+[ "$(awk '{print $4}' "$tmp/before" | sort)" = "$(awk '{print $4}' "$tmp/ours" | sort)" ] ||
+  fail "jobs were not adopted: before
+$(cat "$tmp/before")
+after
+$(cat "$tmp/ours")"
 [ "$(squeue -h -o %j -t running,pending | grep -c '^gpusched\.')" = 3 ] ||
   fail "duplicate jobs after restart: $(squeue -o '%i %j %T %N')"
+api GET "/api/v1/events?kind=replica.adopted&limit=10" >"$tmp/adopted.json"
+[ "$(grep -o '"kind":"replica.adopted"' "$tmp/adopted.json" | wc -l)" = 3 ] ||
+  fail "expected 3 replica.adopted events: $(cat "$tmp/adopted.json")"
 api GET "/api/v1/events?kind=replica.orphan_killed&limit=10" >"$tmp/orphans.json"
-expect_contains "$tmp/orphans.json" "left by a previous gpusched"
+expect_contains "$tmp/orphans.json" "Slurm job $(cat "$tmp/ghost.id") (gpusched.ghost-0)"
+expect_contains "$tmp/orphans.json" "its deployment is gone"
+for _ in $(seq 1 50); do
+  squeue -h -j "$(cat "$tmp/ghost.id")" -o %T 2>/dev/null | grep -q . || break
+  squeue -h -j "$(cat "$tmp/ghost.id")" -o %T | grep -qE 'RUNNING|PENDING' || break
+  sleep 0.2
+done
+squeue -h -j "$(cat "$tmp/ghost.id")" -o %T 2>/dev/null | grep -qE 'RUNNING|PENDING' &&
+  fail "the unwanted job still runs"
 [ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
+[ "$(chat tp)" = 200 ] || fail "tp does not answer after its job was adopted"
 
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null

@@ -223,14 +223,7 @@ void Controller::KillOrphans() {
 
 absl::Status Controller::Start() {
   KillOrphans();
-  std::vector<std::string> reclaimed;
-  {
-    absl::MutexLock l(&launcher_mu_);
-    reclaimed = launcher_->ReclaimLeftovers();
-  }
-  for (const std::string& line : reclaimed) {
-    Event("replica.orphan_killed", "", line);
-  }
+
   std::vector<runtime::Document> deployments, tenants;
   {
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
@@ -282,6 +275,7 @@ absl::Status Controller::Start() {
     if (!details.contains(key) || !details[key].is_number_integer()) continue;
     scaling_.Resume(name, details[key].get<int>());
   }
+  PlanLeftovers(Now());
   Event("server.started", "",
         absl::StrCat("restored ", deployments.size(), " deployments and ",
                      tenants.size(), " tenants; ", cluster_.nodes.size(),
@@ -409,6 +403,7 @@ void Controller::Reconcile(Micros now) {
   const int budget = launch_budget_;
   AccrueGpuTime(now);
   HandleExits(now);
+  EndStaleLeftovers(now);
   {
     absl::MutexLock l(&launcher_mu_);
     launcher_->Tick(now);

@@ -297,6 +297,22 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyNodeReport(const runtime::NodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At start: the processes a previous run left (a cluster manager's jobs)
+  // that still serve a deployment at its current version, up to its
+  // replica count, wait to be adopted by its next launches; the others are
+  // ended. Those not adopted by `adopt_deadline_` are ended too.
+  void PlanLeftovers(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replica `r` takes over a leftover of its deployment instead of a new
+  // engine; false when there is none to take.
+  bool AdoptLeftover(Deployment& d, Replica& r, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLeftover(const runtime::Leftover& l, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndStaleLeftovers(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a replica's engine is started with, for adopting it after a
+  // restart: "<port>.<metrics_port>.<version hash>".
+  static std::string LaunchTag(int port, int metrics_port,
+                               const std::string& version);
   void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushReady(Deployment& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -392,6 +408,10 @@ class Controller {
   // contended. Lock order: mu_, then launcher_mu_.
   absl::Mutex launcher_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
+  // Leftovers waiting to be adopted, per deployment, until the deadline.
+  absl::flat_hash_map<std::string, std::vector<runtime::Leftover>> leftovers_
+      ABSL_GUARDED_BY(mu_);
+  Micros adopt_deadline_ ABSL_GUARDED_BY(mu_) = 0;
   // The last report per node from a cluster manager's launcher.
   absl::flat_hash_map<std::string, runtime::NodeReport> node_reports_
       ABSL_GUARDED_BY(mu_);

@@ -4,9 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "runtime/controller.h"
+#include "runtime/controller_internal.h"
 
 namespace gpusched::runtime {
 
@@ -124,6 +127,149 @@ void Controller::ApplyNodeReport(const runtime::NodeReport& n, Micros now) {
       Carry(d, out, now);
     }
   }
+}
+
+namespace {
+
+// FNV-1a: stable across runs and builds (the tag outlives the process).
+std::string StableHash(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
+// How long leftovers wait for their deployment's launches.
+constexpr Micros kAdoptWindow = 30 * kMicrosPerSecond;
+
+}  // namespace
+
+std::string Controller::LaunchTag(int port, int metrics_port,
+                                  const std::string& version) {
+  return absl::StrCat(port, ".", metrics_port, ".", StableHash(version));
+}
+
+void Controller::EndLeftover(const runtime::Leftover& l,
+                             const std::string& why) {
+  absl::Status st;
+  {
+    absl::MutexLock lock(&launcher_mu_);
+    st = launcher_->Adopt(l, l.name, l.deployment, l.tag);
+    if (st.ok()) st = launcher_->Kill(l.id);
+  }
+  Event("replica.orphan_killed", l.deployment,
+        absl::StrCat(st.ok() ? "ended " : "could not end ", l.description,
+                     ", left by a previous gpusched: ", why,
+                     st.ok() ? "" : absl::StrCat(" (", st.message(), ")")),
+        json{{"replica", l.name}, {"pid", l.id}});
+}
+
+void Controller::PlanLeftovers(Micros now) {
+  std::vector<runtime::Leftover> all;
+  {
+    absl::MutexLock lock(&launcher_mu_);
+    all = launcher_->Leftovers();
+  }
+  absl::flat_hash_map<std::string, int> kept;
+  for (runtime::Leftover& l : all) {
+    auto d = deployments_.find(l.deployment);
+    std::vector<std::string> tag = absl::StrSplit(l.tag, '.');
+    int port = 0;
+    if (d == deployments_.end()) {
+      EndLeftover(l, "its deployment is gone");
+    } else if (!l.running) {
+      EndLeftover(l, "it never started");
+    } else if (tag.size() != 3 || !absl::SimpleAtoi(tag[0], &port) ||
+               port <= 0 || port > 65535 ||
+               tag[2] != StableHash(d->second.life.version())) {
+      EndLeftover(l, "it runs another version of the deployment");
+    } else if (cluster_state_.FindNode(l.node) < 0) {
+      EndLeftover(l, absl::StrCat("node ", l.node, " is not in the cluster"));
+    } else if (kept[l.deployment] >= ReplicaTarget(d->second)) {
+      EndLeftover(l, "the deployment has enough replicas");
+    } else {
+      ++kept[l.deployment];
+      leftovers_[l.deployment].push_back(std::move(l));
+    }
+  }
+  adopt_deadline_ = now + kAdoptWindow;
+}
+
+void Controller::EndStaleLeftovers(Micros now) {
+  if (leftovers_.empty() || now < adopt_deadline_) return;
+  auto stale = std::move(leftovers_);
+  leftovers_.clear();
+  for (auto& [name, list] : stale) {
+    for (const runtime::Leftover& l : list) {
+      EndLeftover(l, "no replica took it over in time");
+    }
+  }
+}
+
+bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
+  auto it = leftovers_.find(d.spec.name);
+  if (it == leftovers_.end()) return false;
+  while (!it->second.empty()) {
+    runtime::Leftover l = std::move(it->second.back());
+    it->second.pop_back();
+    const int node = cluster_state_.FindNode(l.node);
+    const inventory::NodeSpec& spec = cluster_state_.spec(node);
+    const inventory::ResourceRequest req = ToRequest(d.spec.resources);
+    inventory::Allocation a;
+    a.node = node;
+    a.cpu_milli = req.cpu_milli;
+    a.memory_mib = req.memory_mib;
+    for (int g : l.gpus) {
+      inventory::GpuShare share;
+      share.gpu = g;
+      share.milli = inventory::kMilliPerGpu;
+      share.memory_mib = spec.gpu_memory_mib;
+      a.gpus.push_back(share);
+    }
+    const bool whole = d.spec.resources.kind == "whole" &&
+                       static_cast<int>(l.gpus.size()) == d.spec.resources.gpus;
+    const std::string misfit =
+        whole ? cluster_state_.Fits(a) : "not whole GPUs";
+    std::vector<std::string> tag = absl::StrSplit(l.tag, '.');
+    int port = 0, metrics_port = 0;
+    (void)absl::SimpleAtoi(tag[0], &port);
+    (void)absl::SimpleAtoi(tag[1], &metrics_port);
+    absl::Status st = misfit.empty()
+                          ? cluster_state_.Assume(r.name, a, PodInfoOf(d))
+                          : absl::FailedPreconditionError(misfit);
+    if (st.ok()) {
+      (void)cluster_state_.Bind(r.name);
+      absl::MutexLock lock(&launcher_mu_);
+      st = launcher_->Adopt(l, r.name, d.spec.name, l.tag);
+      if (!st.ok()) cluster_state_.Forget(r.name);
+    }
+    if (!st.ok()) {
+      EndLeftover(l, absl::StrCat("it cannot be adopted: ", st.message()));
+      continue;
+    }
+    r.placed = true;
+    r.allocation = a;
+    r.pid = l.id;
+    r.endpoint = {spec.address.empty() ? "127.0.0.1" : spec.address,
+                  static_cast<uint16_t>(port)};
+    r.metrics_port = static_cast<uint16_t>(metrics_port);
+    r.started_wall = Wall();
+    d.life.Launched(r.name, now);
+    Event("replica.adopted", d.spec.name,
+          absl::StrCat(r.name, " adopted ", l.description, " (it served ",
+                       l.name, " of a previous gpusched)"),
+          json{{"replica", r.name},
+               {"pid", l.id},
+               {"node", l.node},
+               {"gpus", l.gpus},
+               {"port", port}});
+    if (it->second.empty()) leftovers_.erase(it);
+    return true;
+  }
+  leftovers_.erase(it);
+  return false;
 }
 
 }  // namespace gpusched::runtime

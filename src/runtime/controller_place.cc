@@ -168,6 +168,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
             absl::StrCat(r.name, ": ", why), std::move(details));
     }
   };
+  if (!r.placed && AdoptLeftover(d, r, now)) return;
   if (!r.placed) {
     if (d.spec.resources.kind == "none") {
       r.placed = true;
@@ -283,6 +284,8 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
     fail(std::string(launch.status().message()));
     return;
   }
+  launch->process.tag =
+      LaunchTag(launch->port, launch->metrics_port, d.life.version());
   // The engine starts after this pass, outside the lock (fork and exec
   // take milliseconds, more on a busy machine): FinishStart reports back.
   StartJob job;

@@ -54,6 +54,9 @@ struct ProcessSpec {
   // directory is created when missing); empty sends them to /dev/null.
   std::string log_dir;
   ProcessPlacement placement;
+  // Opaque to the launcher: one whose processes outlive gpusched (a Slurm
+  // job) keeps it with the process and gives it back in Leftovers().
+  std::string tag;
 };
 
 struct ExitEvent {
@@ -76,6 +79,19 @@ struct GpuAssignment {
   ProcessId id = 0;
   std::string node;
   std::vector<int> gpus;  // indexes on `node`
+};
+
+// A process a previous run of gpusched left running (a cluster manager's
+// job outlives gpusched).
+struct Leftover {
+  ProcessId id = 0;
+  std::string name;  // the replica it served
+  std::string deployment;
+  std::string tag;       // ProcessSpec::tag it was started with
+  bool running = false;  // runs now (else waits to start)
+  std::string node;
+  std::vector<int> gpus;    // the GPUs it holds on `node`
+  std::string description;  // for the event log ("Slurm job 12 (...) RUNNING")
 };
 
 // A node as a cluster manager sees it, reported when it changes.
@@ -115,9 +131,15 @@ class Launcher {
   virtual std::vector<GpuAssignment> Assignments() { return {}; }
   // Nodes whose report changed since the last call (every node at first).
   virtual std::vector<NodeReport> NodeReports() { return {}; }
-  // Ends what a previous run of gpusched left running through this launcher
-  // and returns one line per thing ended (for the event log).
-  virtual std::vector<std::string> ReclaimLeftovers() { return {}; }
+  // What a previous run of gpusched left running through this launcher.
+  virtual std::vector<Leftover> Leftovers() { return {}; }
+  // Takes a leftover over as if this run had started it, now serving
+  // replica `name` of `deployment` with `tag` (Poll, Stop and Kill apply).
+  virtual absl::Status Adopt(const Leftover& leftover, const std::string& name,
+                             const std::string& deployment,
+                             const std::string& tag) {
+    return absl::UnimplementedError("this launcher leaves nothing behind");
+  }
 };
 
 // Local processes (fork + execve, never a shell): own process group,

@@ -129,6 +129,13 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
     return absl::NotFoundError(absl::StrCat("replica ", spec.name, ": node ",
                                             p.node, " is not a Slurm node"));
   }
+  for (const std::string& word : {spec.name, p.deployment, spec.tag}) {
+    if (word.find_first_of(" ,'\"\\:/=\n\t") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replica ", spec.name, ": '", word,
+                       "' cannot go into a Slurm job name or comment"));
+    }
+  }
   for (const auto& [k, v] : spec.env) {
     if (!EnvName(k)) {
       return absl::InvalidArgumentError(
@@ -140,8 +147,7 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
       "sbatch",
       "--parsable",
       absl::StrCat("--job-name=", options_.job_prefix, ".", spec.name),
-      absl::StrCat("--comment=", options_.job_prefix, ":", p.deployment, "/",
-                   spec.name),
+      absl::StrCat("--comment=", Comment(p.deployment, spec.name, spec.tag)),
       "--nodes=1",
       "--ntasks=1",
       absl::StrCat("--nodelist=", p.node),
@@ -370,34 +376,67 @@ Micros SlurmLauncher::Tick(Micros now) {
 
 bool SlurmLauncher::IsAlive(ProcessId id) const { return jobs_.contains(id); }
 
-std::vector<std::string> SlurmLauncher::ReclaimLeftovers() {
-  std::vector<std::string> out;
+std::string SlurmLauncher::Comment(const std::string& deployment,
+                                   const std::string& name,
+                                   const std::string& tag) const {
+  return absl::StrCat(options_.job_prefix, ":", deployment, "/", name, ":",
+                      tag);
+}
+
+std::vector<Leftover> SlurmLauncher::Leftovers() {
+  std::vector<Leftover> out;
   absl::StatusOr<std::string> text =
       client_->Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
-  if (!text.ok()) {
-    out.push_back(absl::StrCat("could not list Slurm jobs to reclaim: ",
-                               text.status().message()));
-    return out;
-  }
   absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
-      inventory::ParseSlurmJobs(*text);
+      text.ok()
+          ? inventory::ParseSlurmJobs(*text)
+          : absl::StatusOr<std::vector<inventory::SlurmJob>>(text.status());
   if (!jobs.ok()) {
-    out.push_back(absl::StrCat("could not read Slurm jobs to reclaim: ",
-                               jobs.status().message()));
+    last_error_ = std::string(jobs.status().message());
     return out;
   }
+  const std::string prefix = absl::StrCat(options_.job_prefix, ":");
   for (const inventory::SlurmJob& j : *jobs) {
     if (!Ours(j) || inventory::SlurmJobFinished(j.state) ||
         jobs_.contains(j.id)) {
       continue;
     }
-    absl::Status st = Cancel(j.id, nullptr);
-    out.push_back(
-        absl::StrCat(st.ok() ? "cancelled " : "could not cancel ", JobText(j),
-                     ", left by a previous gpusched",
-                     st.ok() ? "" : absl::StrCat(": ", st.message())));
+    Leftover l;
+    l.id = j.id;
+    l.name = j.name.substr(options_.job_prefix.size() + 1);
+    // "<prefix>:<deployment>/<replica>:<tag>"
+    absl::string_view c = j.comment;
+    if (absl::ConsumePrefix(&c, prefix)) {
+      const size_t slash = c.find('/');
+      const size_t colon = c.find(':', slash == c.npos ? 0 : slash);
+      if (slash != c.npos && colon != c.npos) {
+        l.deployment = std::string(c.substr(0, slash));
+        l.tag = std::string(c.substr(colon + 1));
+      }
+    }
+    l.running = j.state == "RUNNING";
+    l.node = j.node;
+    l.gpus = j.gpus;
+    l.description = JobText(j);
+    out.push_back(std::move(l));
   }
   return out;
+}
+
+absl::Status SlurmLauncher::Adopt(const Leftover& leftover,
+                                  const std::string& name,
+                                  const std::string& deployment,
+                                  const std::string& tag) {
+  jobs_[leftover.id] =
+      Job{.name = name, .node = leftover.node, .running_reported = true};
+  if (name == leftover.name) return absl::OkStatus();
+  // squeue names the replica it serves now.
+  absl::StatusOr<std::string> r =
+      client_->Run({"scontrol", "update", absl::StrCat("JobId=", leftover.id),
+                    absl::StrCat("JobName=", options_.job_prefix, ".", name),
+                    absl::StrCat("Comment=", Comment(deployment, name, tag))},
+                   "");
+  return r.ok() ? absl::OkStatus() : r.status();
 }
 
 }  // namespace gpusched::runtime

@@ -11,8 +11,8 @@
 // exports the engine's environment and execs its argv (each word quoted).
 // Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it gave, so the launcher
 // drops gpusched's own. Jobs are named "<prefix>.<replica>" and commented
-// "<prefix>:<deployment>/<replica>", so `squeue` says what serves what and a
-// restarted gpusched finds its own.
+// "<prefix>:<deployment>/<replica>:<tag>", so `squeue` says what serves what
+// and a restarted gpusched finds its own and what it needs to adopt them.
 //
 // Like every launcher it never sleeps and owns no thread; Poll() queries
 // Slurm (jobs and nodes) at most once per poll interval, so each Slurm
@@ -83,7 +83,10 @@ class SlurmLauncher : public Launcher {
 
   std::vector<GpuAssignment> Assignments() override;
   std::vector<NodeReport> NodeReports() override;
-  std::vector<std::string> ReclaimLeftovers() override;
+  std::vector<Leftover> Leftovers() override;
+  absl::Status Adopt(const Leftover& leftover, const std::string& name,
+                     const std::string& deployment,
+                     const std::string& tag) override;
 
   // The batch script for `spec` (public for tests).
   static std::string Script(const ProcessSpec& spec);
@@ -103,6 +106,8 @@ class SlurmLauncher : public Launcher {
   // Reads jobs and nodes from Slurm when the poll interval has passed.
   void Refresh(bool force);
   absl::Status Cancel(ProcessId id, const char* signal);
+  std::string Comment(const std::string& deployment, const std::string& name,
+                      const std::string& tag) const;
   bool Ours(const inventory::SlurmJob& j) const;
 
   SlurmLauncherOptions options_;

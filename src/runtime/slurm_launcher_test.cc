@@ -32,6 +32,7 @@ class FakeSlurm : public SlurmClient {
     }
     if (argv[0] == "scontrol" && argv[2] == "node") return nodes;
     if (argv[0] == "scancel") return std::string();
+    if (argv[0] == "scontrol" && argv[1] == "update") return std::string();
     return absl::UnimplementedError(argv[0]);
   }
   std::vector<std::string> calls;
@@ -208,19 +209,37 @@ TEST_F(SlurmLauncherTest, StopSignalsThenCancelsAfterTheGrace) {
   EXPECT_FALSE(exits[0].signaled);
 }
 
-TEST_F(SlurmLauncherTest, ReclaimsOnlyItsOwnLeftovers) {
+TEST_F(SlurmLauncherTest, FindsAndAdoptsOnlyItsOwnLeftovers) {
   slurm_->jobs =
       "JobId=5 JobName=gpusched.old-1 UserId=root(0) JobState=RUNNING "
-      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1\n"
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1 "
+      "GRES=gpu:h100:1(IDX:3) Comment=gpusched:chat/old-1:4100.0.abc\n"
       "JobId=6 JobName=gpusched.old-2 UserId=root(0) JobState=COMPLETED "
       "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1\n"
       "JobId=7 JobName=train UserId=alice(1000) JobState=RUNNING Reason=None "
-      "ExitCode=0:0 NodeList=node1 BatchHost=node1\n";
-  std::vector<std::string> lines = launcher_->ReclaimLeftovers();
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_THAT(lines[0], HasSubstr("cancelled Slurm job 5 (gpusched.old-1)"));
-  EXPECT_THAT(slurm_->calls, Contains("scancel --quiet 5"));
-  EXPECT_THAT(slurm_->calls, testing::Not(Contains("scancel --quiet 7")));
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1\n"
+      "JobId=8 JobName=gpusched.old-3 UserId=root(0) JobState=PENDING "
+      "Reason=Resources ExitCode=0:0 NodeList=(null) BatchHost=(null)\n";
+  std::vector<Leftover> left = launcher_->Leftovers();
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].id, 5);
+  EXPECT_EQ(left[0].name, "old-1");
+  EXPECT_EQ(left[0].deployment, "chat");
+  EXPECT_EQ(left[0].tag, "4100.0.abc");
+  EXPECT_TRUE(left[0].running);
+  EXPECT_EQ(left[0].node, "node1");
+  EXPECT_THAT(left[0].gpus, ElementsAre(3));
+  EXPECT_EQ(left[1].id, 8);
+  EXPECT_FALSE(left[1].running);
+  ASSERT_TRUE(launcher_->Adopt(left[0], "chat-0", "chat", "4100.0.abc").ok());
+  EXPECT_EQ(slurm_->calls.back(),
+            "scontrol update JobId=5 JobName=gpusched.chat-0 "
+            "Comment=gpusched:chat/chat-0:4100.0.abc");
+  EXPECT_TRUE(launcher_->IsAlive(5));
+  EXPECT_THAT(launcher_->Assignments(), IsEmpty());  // it holds its GPUs
+  ASSERT_TRUE(launcher_->Kill(8).code() == absl::StatusCode::kNotFound);
+  // Adopted, it is no leftover any more.
+  EXPECT_EQ(launcher_->Leftovers().size(), 1u);
 }
 
 TEST(RunCommandTest, FeedsStdinCollectsOutputAndTimesOut) {
