@@ -3,6 +3,11 @@
 // warm-up is paired with the release of a random earlier pod, so the
 // cluster stays ~75% allocated and node states keep changing).
 //
+// Also: the same stream on 1,000 nodes whose inventory came from Slurm
+// (`scontrol show node -d --oneliner` text, parsed and mapped through the
+// GRES map) against the same nodes declared, and the cost of reading that
+// text once (what each poll of the Slurm launcher parses).
+//
 // Peer in the same run: "scan", the same filters and policy evaluated on
 // every node for every pod (what a scheduler without a candidate index,
 // e.g. kube-scheduler at percentageOfNodesToScore=100, does). Counters:
@@ -12,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "common/check.h"
 #include "common/random.h"
+#include "inventory/slurm.h"
 #include "placement/registry.h"
 #include "placement/scheduler.h"
 
@@ -181,6 +188,81 @@ void BM_Scan(benchmark::State& state, const char* policy) {
     return s.Place(id, p);
   });
 }
+
+// 1,000 nodes as Slurm prints them: 8 GPUs each, one in five H100 (GRES
+// type h100), the others A100 (type a100, mapped).
+constexpr int kSlurmNodes = 1000;
+std::string SlurmNodeText() {
+  std::string out;
+  for (int i = 0; i < kSlurmNodes; ++i) {
+    const char* type = i % 5 == 0 ? "h100" : "a100";
+    absl::StrAppend(&out, "NodeName=sn-", i,
+                    " Arch=x86_64 CoresPerSocket=64 CPUAlloc=0 CPUTot=128 "
+                    "Gres=gpu:",
+                    type, ":8(S:0-1) GresDrain=N/A GresUsed=gpu:", type,
+                    ":0(IDX:N/A) NodeAddr=10.1.", i / 250, ".", i % 250,
+                    " NodeHostName=sn-", i,
+                    " OS=Linux 6.1.0 #1 SMP RealMemory=1048576 AllocMem=0 "
+                    "State=IDLE Partitions=gpu CfgTRES=cpu=128\n");
+  }
+  return out;
+}
+const absl::flat_hash_map<std::string, std::string> kGresMap = {
+    {"a100", "A100-SXM4-80GB"}};
+
+std::vector<inventory::NodeSpec> SlurmSpecs(const std::string& text) {
+  auto nodes = inventory::ParseSlurmNodes(text);
+  CHECK(nodes.ok()) << nodes.status();
+  auto specs = inventory::SlurmNodeSpecs(*nodes, kGresMap);
+  CHECK(specs.ok()) << specs.status();
+  return *std::move(specs);
+}
+
+// The same nodes written out by hand, as a declared inventory gives them.
+std::vector<inventory::NodeSpec> DeclaredSpecs() {
+  std::vector<inventory::NodeSpec> out;
+  const auto& catalog = inventory::GpuCatalog::Builtin();
+  for (int i = 0; i < kSlurmNodes; ++i) {
+    inventory::NodeSpec s;
+    s.name = absl::StrCat("sn-", i);
+    s.cpu_milli = 128000;
+    s.memory_mib = 1048576;
+    s.gpu_model = catalog.Find(i % 5 == 0 ? "h100" : "A100-SXM4-80GB")->name;
+    s.gpu_count = 8;
+    s.gpu_memory_mib = catalog.Find(s.gpu_model)->memory_mib;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void BM_Inventory1k(benchmark::State& state, bool slurm) {
+  ClusterState cs;
+  for (inventory::NodeSpec& s :
+       slurm ? SlurmSpecs(SlurmNodeText()) : DeclaredSpecs()) {
+    CHECK(cs.AddNode(std::move(s)).ok());
+  }
+  Scheduler s(&cs, *NewPolicy("fillfrag", Options(cs)), 1);
+  RunStream(state, cs, "fillfrag",
+            [&](const std::string& id, const PodRequest& p) {
+              return s.Place(id, p).placed;
+            });
+}
+
+void BM_SlurmPoll1k(benchmark::State& state) {
+  const std::string text = SlurmNodeText();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(SlurmSpecs(text));
+  }
+  state.counters["bytes"] = static_cast<double>(text.size());
+}
+
+BENCHMARK_CAPTURE(BM_Inventory1k, declared, false)
+    ->Iterations(20000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Inventory1k, slurm, true)
+    ->Iterations(20000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SlurmPoll1k)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_Indexed, fgd, "fgd")
     ->Iterations(20000)

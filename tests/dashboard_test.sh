@@ -47,6 +47,7 @@ deployments:
     engine: {template: reference, args: ["--hidden", "12"]}
     replicas: 2
     resources: {fraction: {milli: 300, memory: 20Gi}}
+    spread: gpu  # both on node-a's H100s: the L4 stays for summarize
   - name: embed
     engine: {template: reference, args: ["--hidden", "10"]}
     replicas: 1

@@ -155,6 +155,9 @@ gpusched (replica node gpus job):
 $(cat "$tmp/ours")
 Slurm:
 $(cat "$tmp/theirs")"
+# spread (default node): solo's two replicas on two nodes.
+[ "$(awk '$1 ~ /^solo/ {print $2}' "$tmp/ours" | sort -u | wc -l)" = 2 ] ||
+  fail "solo's replicas share a node: $(cat "$tmp/ours")"
 # node1 GPUs 0-2 are the other user's: no replica there, and gpusched shows
 # them taken.
 if awk '$2 == "node1" {print $3}' "$tmp/ours" | tr , '\n' | grep -q '^[0-2]$'; then

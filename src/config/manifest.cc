@@ -238,7 +238,8 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
       {"tenant", d.tenant},
       {"preemptible", d.preemptible},
   };
-  // Only when set, so manifests without it keep their canonical JSON.
+  // Only when set, so manifests without them keep their canonical JSON.
+  if (d.spread != "node") out["spread"] = d.spread;
   if (d.autoscaling) {
     const autoscale::AutoscalingConfig& a = *d.autoscaling;
     out["autoscaling"] = {
@@ -349,6 +350,10 @@ void CheckDeployment(const DeploymentSpec& d,
     }
   }
   CheckPriorityClass(d.priority_class, classes, problems);
+  if (d.spread != "node" && d.spread != "gpu" && d.spread != "none") {
+    problems->push_back(absl::StrCat(
+        "spec.spread: must be node, gpu or none, got '", d.spread, "'"));
+  }
   CheckRouter(d.router, problems);
   serving::QueueOrder order;
   if (const absl::Status s = serving::ParseQueueOrder(d.queue_order, &order);

@@ -41,6 +41,9 @@
 //     priorityClass: standard        # critical | standard | batch | sheddable
 //     slo: {ttftMs: 0, tpotMs: 0}    # 0: none
 //     maxOngoingRequests: 32         # in flight per replica
+//     spread: node                   # its replicas on different nodes, else
+//                                    #   different GPUs, where they fit
+//                                    #   (gpu: different GPUs only; none)
 //     router: {policy: least-outstanding}      # serving/router.h knobs:
 //                                    #   policy, loadBoundEpsilon,
 //                                    #   affinityBlocks, sessionFallback
@@ -164,6 +167,7 @@ struct DeploymentSpec {
   double ttft_slo_ms = 0;
   double tpot_slo_ms = 0;
   int max_ongoing_requests = 32;
+  std::string spread = "node";  // node | gpu | none
   serving::RouterConfig router;
   std::string queue_order = "fair";
   int64_t max_queue_size = 0;

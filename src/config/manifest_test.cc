@@ -398,6 +398,8 @@ TEST(ManifestTest, RoundTripsThroughJson) {
       kFullTenant,
       "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n",
       "apiVersion: gpusched.io/v1\nkind: Tenant\nmetadata: {name: b}\n",
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: s}\n"
+      "spec: {spread: gpu}\n",
       R"(apiVersion: gpusched.io/v1
 kind: Deployment
 metadata: {name: big.one}
@@ -603,6 +605,30 @@ TEST(QuantityTest, FormatParsesBack) {
   EXPECT_EQ(FormatCpuMilli(250), "250m");
   EXPECT_EQ(FormatMemoryMib(10240), "10Gi");
   EXPECT_EQ(FormatMemoryMib(1536), "1536Mi");
+}
+
+TEST(ManifestTest, Spread) {
+  auto d = ParseManifests(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n",
+      "m.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)[0].deployment.spread, "node");
+  // The default is left out of the canonical JSON (stored manifests keep
+  // theirs).
+  EXPECT_FALSE(ToJson((*d)[0])["spec"].contains("spread"));
+  auto none = ParseManifests(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n"
+      "spec: {spread: none}\n",
+      "m.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(ToJson((*none)[0])["spec"]["spread"], "none");
+  auto bad = ParseManifests(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: a}\n"
+      "spec: {spread: rack}\n",
+      "m.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("spec.spread: must be node, gpu or none, got 'rack'"));
 }
 
 }  // namespace

@@ -194,12 +194,12 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
                                 DeploymentSpec* d) {
   d->model = d->name;
   if (spec && Map(spec, path)) {
-    CheckKeys(
-        spec, path,
-        Keys({"model", "engine", "endpoints", "resources", "replicas",
-              "priorityClass", "slo", "maxOngoingRequests", "router", "queue",
-              "kvBudgetTokens", "tenant", "autoscaling", "preemptible"},
-             extra));
+    CheckKeys(spec, path,
+              Keys({"model", "engine", "endpoints", "resources", "replicas",
+                    "priorityClass", "slo", "maxOngoingRequests", "router",
+                    "queue", "kvBudgetTokens", "tenant", "autoscaling",
+                    "preemptible", "spread"},
+                   extra));
     if (const YAML::Node n = spec["model"]) {
       String(n, Join(path, "model"), &d->model);
     }
@@ -262,6 +262,9 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
     }
     if (const YAML::Node n = spec["maxOngoingRequests"]) {
       Int(n, Join(path, "maxOngoingRequests"), 1, &d->max_ongoing_requests);
+    }
+    if (const YAML::Node n = spec["spread"]) {
+      String(n, Join(path, "spread"), &d->spread);
     }
     if (const YAML::Node r = spec["router"]) {
       const std::string p = Join(path, "router");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "common/check.h"
 #include "control/room.h"
 
 namespace gpusched::control {
@@ -57,6 +59,38 @@ int64_t QueueGpuMilli(const inventory::ClusterState& cluster,
   return milli;
 }
 
+namespace {
+
+// A share of one GPU placed on a GPU a sibling holds moves to another GPU
+// of the same node that fits it, when there is one.
+void KeepOffGpus(inventory::ClusterState& cluster, const std::string& pod_id,
+                 const placement::PodRequest& pod,
+                 const absl::flat_hash_set<std::pair<int, int>>& taken,
+                 placement::Decision& d) {
+  inventory::Allocation& a = d.allocation;
+  if (a.gpus.size() != 1 || !a.gpus[0].mig_profile.empty() ||
+      !taken.contains({a.node, a.gpus[0].gpu})) {
+    return;
+  }
+  const inventory::Allocation chosen = a;
+  cluster.Forget(pod_id);
+  const int gpus = static_cast<int>(cluster.state(a.node).gpus.size());
+  for (int g = 0; g < gpus; ++g) {
+    if (taken.contains({a.node, g})) continue;
+    inventory::Allocation moved = chosen;
+    moved.gpus[0].gpu = g;
+    if (cluster.Fits(moved).empty() &&
+        cluster.Assume(pod_id, moved, pod.info).ok()) {
+      a = moved;
+      return;
+    }
+  }
+  CHECK(cluster.Assume(pod_id, chosen, pod.info).ok())
+      << "the placement of " << pod_id << " no longer fits";
+}
+
+}  // namespace
+
 PlaceResult PlaceReplica(inventory::ClusterState& cluster,
                          placement::Scheduler& scheduler,
                          const WeightsLocality& locality, const PlaceAsk& ask) {
@@ -79,8 +113,21 @@ PlaceResult PlaceReplica(inventory::ClusterState& cluster,
       return out;
     }
   }
+  // The siblings' nodes and GPUs.
+  absl::flat_hash_set<int> sibling_nodes;
+  absl::flat_hash_set<std::pair<int, int>> sibling_gpus;
+  if (ask.spread != "none") {
+    for (const std::string& s : ask.siblings) {
+      const inventory::PodRecord* rec = cluster.FindPod(s);
+      if (rec == nullptr || rec->allocation.node < 0) continue;
+      if (ask.spread == "node") sibling_nodes.insert(rec->allocation.node);
+      for (const inventory::GpuShare& g : rec->allocation.gpus) {
+        sibling_gpus.insert({rec->allocation.node, g.gpu});
+      }
+    }
+  }
   for (int node : locality.Nodes(ask.weights)) {
-    if (node >= cluster.num_nodes()) continue;
+    if (node >= cluster.num_nodes() || sibling_nodes.contains(node)) continue;
     out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
     if (out.decision.placed) {
       out.weights_local = true;
@@ -88,7 +135,10 @@ PlaceResult PlaceReplica(inventory::ClusterState& cluster,
     }
   }
   if (!out.decision.placed) {
-    out.decision = scheduler.Place(ask.replica, *out.pod);
+    out.decision = scheduler.Place(ask.replica, *out.pod, &sibling_nodes);
+  }
+  if (out.decision.placed && !sibling_gpus.empty()) {
+    KeepOffGpus(cluster, ask.replica, *out.pod, sibling_gpus, out.decision);
   }
   if (!out.decision.placed) {
     out.kind = PlaceResult::Kind::kNoFit;

@@ -59,6 +59,11 @@ struct PlaceAsk {
   double limit_gpus = 0;
   // The weights it loads ("": none): WeightsLocality's nodes go first.
   std::string weights;
+  // Where it goes against the other replicas of its deployment (`siblings`,
+  // their pod names): "node" keeps off their nodes where another node fits,
+  // then off their GPUs; "gpu" keeps off their GPUs only; "none".
+  std::string spread = "node";
+  std::vector<std::string> siblings;
 };
 
 struct PlaceResult {

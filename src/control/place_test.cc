@@ -1,5 +1,6 @@
 #include "control/place.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,69 @@ TEST_F(PlaceReplicaTest, InvalidAndNoFit) {
   EXPECT_THAT(r.why, HasSubstr("0/3 nodes are available"));
   EXPECT_FALSE(r.reasons.empty());
   EXPECT_EQ(cluster_.FindPod("big-0"), nullptr);
+}
+
+TEST_F(PlaceReplicaTest, SpreadsReplicasOverNodesThenGpus) {
+  // Three one-GPU replicas of a deployment: three nodes.
+  std::vector<std::string> placed;
+  std::vector<int> nodes;
+  for (int i = 0; i < 3; ++i) {
+    PlaceAsk a = Ask("chat-" + std::to_string(i), 1);
+    a.siblings = placed;
+    PlaceResult r = PlaceReplica(cluster_, *scheduler_, weights_, a);
+    ASSERT_EQ(r.kind, PlaceResult::Kind::kPlaced) << r.why;
+    nodes.push_back(r.decision.allocation.node);
+    placed.push_back(a.replica);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  EXPECT_THAT(nodes, ElementsAre(0, 1, 2));
+  // A fourth still goes somewhere: every node has a sibling, so any node.
+  PlaceAsk fourth = Ask("chat-3", 1);
+  fourth.siblings = placed;
+  EXPECT_EQ(PlaceReplica(cluster_, *scheduler_, weights_, fourth).kind,
+            PlaceResult::Kind::kPlaced);
+}
+
+TEST_F(PlaceReplicaTest, SpreadBeatsWeightsLocality) {
+  // Weights local on a sibling's node do not pull a replica there.
+  weights_.Loaded("/w/embed", 0);
+  PlaceAsk e0 = Ask("embed-0", 1);
+  e0.weights = "/w/embed";
+  PlaceResult r0 = PlaceReplica(cluster_, *scheduler_, weights_, e0);
+  ASSERT_EQ(r0.kind, PlaceResult::Kind::kPlaced) << r0.why;
+  EXPECT_EQ(r0.decision.allocation.node, 0);
+  PlaceAsk e1 = Ask("embed-1", 1);
+  e1.weights = "/w/embed";
+  e1.siblings = {"embed-0"};
+  PlaceResult r1 = PlaceReplica(cluster_, *scheduler_, weights_, e1);
+  ASSERT_EQ(r1.kind, PlaceResult::Kind::kPlaced) << r1.why;
+  EXPECT_NE(r1.decision.allocation.node, 0);
+  EXPECT_FALSE(r1.weights_local);
+}
+
+TEST_F(PlaceReplicaTest, SpreadGpuKeepsSharesOffTheirSiblingsGpus) {
+  auto share = [&](const std::string& name, std::vector<std::string> sibs,
+                   const std::string& spread) {
+    PlaceAsk a = Ask(name, 0);
+    a.request.kind = inventory::GpuKind::kFraction;
+    a.request.gpu_milli = 250;
+    a.request.gpu_memory_mib = 1024;
+    a.siblings = std::move(sibs);
+    a.spread = spread;
+    PlaceResult r = PlaceReplica(cluster_, *scheduler_, weights_, a);
+    EXPECT_EQ(r.kind, PlaceResult::Kind::kPlaced) << r.why;
+    return std::pair{r.decision.allocation.node,
+                     r.decision.allocation.gpus.at(0).gpu};
+  };
+  const auto first = share("f-0", {}, "gpu");
+  const auto second = share("f-1", {"f-0"}, "gpu");
+  EXPECT_NE(first, second);
+  // The cluster's accounting follows the GPU it moved to.
+  const inventory::PodRecord* rec = cluster_.FindPod("f-1");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->allocation.gpus[0].gpu, second.second);
+  EXPECT_TRUE(rec->bound);
+  EXPECT_EQ(cluster_.state(second.first).gpus[second.second].milli_free, 750);
 }
 
 }  // namespace

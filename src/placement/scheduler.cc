@@ -67,20 +67,23 @@ Scheduler::CacheEntry& Scheduler::Entry(int class_id, int shape) {
   return cc.by_shape[shape];
 }
 
-Decision Scheduler::Schedule(const PodRequest& pod) {
+Decision Scheduler::Schedule(const PodRequest& pod,
+                             const absl::flat_hash_set<int>* avoid) {
+  if (avoid != nullptr && avoid->empty()) avoid = nullptr;
   // NVLink "preferred" means: an NVLink-connected gang on any node that has
   // one, whatever the policy's scores; only where none has, any GPUs.
   if (pod.kind == GpuKind::kWhole && pod.gpus > 1 &&
       pod.topology == inventory::Topology::kPreferred) {
     PodRequest strict = pod;
     strict.topology = inventory::Topology::kRequired;
-    Decision d = ScheduleOnce(strict);
+    Decision d = ScheduleOnce(strict, avoid);
     if (d.placed) return d;
   }
-  return ScheduleOnce(pod);
+  return ScheduleOnce(pod, avoid);
 }
 
-Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
+Decision Scheduler::ScheduleOnce(const PodRequest& pod,
+                                 const absl::flat_hash_set<int>* avoid) {
   Decision d;
   d.nodes_total = cs_->num_nodes();
   const int shape = ShapeId(pod);
@@ -111,7 +114,17 @@ Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
 
   for (int c : cs_->live_classes()) {
     const inventory::NodeClass& nc = cs_->node_class(c);
-    const int rep = *nc.members.begin();
+    // Members of a class are alike: any one not avoided stands for it.
+    int rep = -1;
+    int n = 0;
+    for (int m : nc.members) {
+      if (avoid != nullptr && avoid->contains(m)) continue;
+      if (rep < 0) rep = m;
+      ++n;
+      if (avoid == nullptr) break;
+    }
+    if (rep < 0) continue;
+    if (avoid == nullptr) n = static_cast<int>(nc.members.size());
     CacheEntry& e = Entry(c, shape);
     if (e.reason == kUnknown) {
       e.reason = kFeasible;
@@ -126,7 +139,6 @@ Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
         e.score = policy_->Score(pod, *cs_, rep);
       }
     }
-    const int n = static_cast<int>(nc.members.size());
     if (e.reason != kFeasible) {
       if (e.reason >= static_cast<int>(reason_counts_.size())) {
         reason_counts_.resize(reason_names_.size(), 0);
@@ -138,8 +150,10 @@ Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
     if (invariant) {
       consider(rep, e.score);
     } else {
-      for (int node : nc.members)
+      for (int node : nc.members) {
+        if (avoid != nullptr && avoid->contains(node)) continue;
         consider(node, policy_->Score(pod, *cs_, node));
+      }
     }
   }
   if (best.node < 0) {
@@ -167,9 +181,11 @@ Decision Scheduler::ScheduleOnce(const PodRequest& pod) {
   return d;
 }
 
-Decision Scheduler::Place(const std::string& pod_id, const PodRequest& pod) {
+Decision Scheduler::Place(const std::string& pod_id, const PodRequest& pod,
+                          const absl::flat_hash_set<int>* avoid) {
   policy_->Offered(pod);
-  Decision d = Schedule(pod);
+  Decision d = Schedule(pod, avoid);
+  if (!d.placed && avoid != nullptr && !avoid->empty()) d = Schedule(pod);
   if (!d.placed) return d;
   const absl::Status st = cs_->Assume(pod_id, d.allocation, pod.info);
   if (!st.ok()) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "common/random.h"
 #include "placement/framework.h"
 
@@ -54,9 +55,14 @@ class Scheduler {
 
   // Where `pod` would go now; changes nothing. A multi-GPU gang with NVLink
   // `preferred` is placed as `required` when some node can take it so.
-  Decision Schedule(const PodRequest& pod);
+  // Nodes in `avoid` are not considered (a deployment's spread: the nodes
+  // of its other replicas).
+  Decision Schedule(const PodRequest& pod,
+                    const absl::flat_hash_set<int>* avoid = nullptr);
   // Schedule, then Assume the allocation under `pod_id` and tell the policy.
-  Decision Place(const std::string& pod_id, const PodRequest& pod);
+  // With `avoid`, its nodes are taken only when no other node fits.
+  Decision Place(const std::string& pod_id, const PodRequest& pod,
+                 const absl::flat_hash_set<int>* avoid = nullptr);
 
   // Place on `node` only (after preemption freed it): the node must pass
   // every filter; the policy still chooses the GPUs.
@@ -79,7 +85,8 @@ class Scheduler {
     std::vector<CacheEntry> by_shape;
   };
 
-  Decision ScheduleOnce(const PodRequest& pod);
+  Decision ScheduleOnce(const PodRequest& pod,
+                        const absl::flat_hash_set<int>* avoid);
   int ShapeId(const PodRequest& pod);
   int16_t ReasonId(const FilterPlugin& plugin, const char* reason);
   CacheEntry& Entry(int class_id, int shape);

@@ -186,6 +186,10 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
       }
       // Nodes where the weights are local first.
       ask.weights = WeightsPath(d);
+      ask.spread = d.spec.spread;
+      for (const auto& [name, other] : d.procs) {
+        if (name != r.name && other.placed) ask.siblings.push_back(name);
+      }
       if (!ask.weights.empty() && cluster_.source == "nvml" &&
           !weights_.IsLocal(ask.weights, 0) &&
           std::filesystem::exists(ask.weights)) {

@@ -245,6 +245,10 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     }
   }
   ask.weights = d.spec.weights;
+  // Its deployment's other replicas, spread over nodes as live.
+  for (const auto& [name, other] : d.procs) {
+    if (name != replica && other.placed) ask.siblings.push_back(name);
+  }
   const control::PlaceResult placed =
       control::PlaceReplica(cluster_, *scheduler_, weights_, ask);
   switch (placed.kind) {
