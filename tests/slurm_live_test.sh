@@ -171,6 +171,14 @@ gpus = gpus.get("items", gpus) if isinstance(gpus, dict) else gpus
 n1 = {g["index"]: g for g in gpus if g["node"] == "node1"}
 sys.exit(0 if all(not n1[i]["healthy"] for i in (0, 1, 2)) else 1)
 PY
+api GET /api/v1/nodes >"$tmp/nodes.json"
+python3 - "$tmp/nodes.json" <<'PY' || fail "the nodes view lacks Slurm's word: $(cat "$tmp/nodes.json")"
+import json, sys
+n = {x["name"]: x for x in json.load(open(sys.argv[1]))["items"]}
+ok = (set(n) == {"node1", "node2", "node3"} and n["node1"]["foreignGpus"] == [0, 1, 2]
+      and all(x["usable"] and x["address"].startswith("10.213.") for x in n.values()))
+sys.exit(0 if ok else 1)
+PY
 squeue -h -o '%j %T %k' | grep gpusched >"$tmp/squeue"
 [ "$(grep -c RUNNING "$tmp/squeue")" = 3 ] || fail "squeue: $(cat "$tmp/squeue")"
 expect_contains "$tmp/squeue" "gpusched:solo/"

@@ -224,6 +224,14 @@ json Controller::NodesJson() {
                      {"allocatedGpuMilli", allocated},
                      {"cpuFreeMilli", st.cpu_free},
                      {"memoryFreeMiB", st.memory_free_mib}});
+    if (!spec.address.empty()) items.back()["address"] = spec.address;
+    // What the cluster manager (Slurm) last said about it.
+    if (auto r = node_reports_.find(spec.name); r != node_reports_.end()) {
+      items.back()["usable"] = r->second.usable;
+      items.back()["state"] = r->second.state;
+      items.back()["reason"] = r->second.reason;
+      items.back()["foreignGpus"] = r->second.foreign_gpus;
+    }
   }
   return items;
 }
