@@ -63,15 +63,13 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
                        std::unique_ptr<runtime::Launcher>* launcher) {
   std::unique_ptr<runtime::SlurmClient> client = runtime::SystemSlurmClient(
       cfg.bin_dir, cfg.command_timeout_ms * kMicrosPerMilli);
-  absl::StatusOr<std::string> text =
-      client->Run({"scontrol", "show", "node", "-d", "--oneliner"}, "");
-  if (!text.ok()) {
-    return absl::UnavailableError(absl::StrCat("slurm: cannot read the nodes: ",
-                                               text.status().message()));
-  }
   absl::StatusOr<std::vector<inventory::SlurmNode>> all =
-      inventory::ParseSlurmNodes(*text);
-  if (!all.ok()) return all.status();
+      runtime::ReadSlurmNodes(*client);
+  if (!all.ok()) {
+    return absl::Status(
+        all.status().code(),
+        absl::StrCat("slurm: cannot read the nodes: ", all.status().message()));
+  }
   std::vector<inventory::SlurmNode> nodes;
   for (inventory::SlurmNode& n : *all) {
     if (cfg.partition.empty() ||

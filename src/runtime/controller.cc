@@ -223,6 +223,12 @@ void Controller::KillOrphans() {
 
 absl::Status Controller::Start() {
   KillOrphans();
+  {
+    // What a cluster manager says (other users' GPUs, node states) is known
+    // before the first placement.
+    absl::MutexLock l(&launcher_mu_);
+    launcher_->Sync();
+  }
 
   std::vector<runtime::Document> deployments, tenants;
   {
@@ -304,6 +310,7 @@ void Controller::Stop() {
   const Micros deadline = now + options_.stop_grace + 2 * kMicrosPerSecond;
   absl::MutexLock l(&launcher_mu_);
   while (launcher_->size() > 0 && Now() < deadline) {
+    launcher_->Sync();
     launcher_->Poll();
     launcher_->Tick(Now());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -359,6 +366,11 @@ void Controller::Loop() {
     dirty_ = false;
     mu_.Unlock();
     gateway_->Tick();
+    {
+      // A cluster manager's commands run here, outside the lock.
+      absl::MutexLock l(&launcher_mu_);
+      launcher_->Sync();
+    }
     // NVML GPUs are read again now and then (memory used, utilization,
     // health), outside the lock: a read takes milliseconds.
     std::optional<std::vector<inventory::DiscoveredGpu>> gpus;

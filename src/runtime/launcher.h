@@ -127,6 +127,10 @@ class Launcher {
 
   // Launchers in front of a cluster manager (Slurm, Kubernetes) say more;
   // a local launcher has nothing to add.
+  // Talks to the cluster manager (the slow part: commands, requests) and
+  // buffers what it says for Poll, Assignments and NodeReports. The
+  // controller calls it outside its own lock.
+  virtual void Sync() {}
   // GPUs assigned since the last call, each process once.
   virtual std::vector<GpuAssignment> Assignments() { return {}; }
   // Nodes whose report changed since the last call (every node at first).

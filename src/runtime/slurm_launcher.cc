@@ -80,6 +80,22 @@ std::unique_ptr<SlurmClient> SystemSlurmClient(std::string bin_dir,
   return std::make_unique<SystemClient>(std::move(bin_dir), timeout);
 }
 
+absl::StatusOr<std::vector<inventory::SlurmNode>> ReadSlurmNodes(
+    SlurmClient& client) {
+  absl::StatusOr<std::string> text =
+      client.Run({"scontrol", "show", "node", "-d", "--oneliner"}, "");
+  if (!text.ok()) return text.status();
+  return inventory::ParseSlurmNodes(*text);
+}
+
+absl::StatusOr<std::vector<inventory::SlurmJob>> ReadSlurmJobs(
+    SlurmClient& client) {
+  absl::StatusOr<std::string> text =
+      client.Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
+  if (!text.ok()) return text.status();
+  return inventory::ParseSlurmJobs(*text);
+}
+
 SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options,
                              std::unique_ptr<SlurmClient> client,
                              std::vector<inventory::SlurmNode> nodes,
@@ -219,12 +235,8 @@ void SlurmLauncher::Refresh(bool force) {
   }
   queried_ = true;
   last_refresh_ = now;
-  absl::StatusOr<std::string> text =
-      client_->Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
   absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
-      text.ok()
-          ? inventory::ParseSlurmJobs(*text)
-          : absl::StatusOr<std::vector<inventory::SlurmJob>>(text.status());
+      ReadSlurmJobs(*client_);
   if (!jobs.ok()) {
     // Slurm unreachable or confused: nothing is concluded from silence.
     last_error_ = std::string(jobs.status().message());
@@ -277,12 +289,8 @@ void SlurmLauncher::Refresh(bool force) {
   std::sort(exits_.begin(), exits_.end(),
             [](const ExitEvent& a, const ExitEvent& b) { return a.id < b.id; });
 
-  absl::StatusOr<std::string> node_text =
-      client_->Run({"scontrol", "show", "node", "-d", "--oneliner"}, "");
   absl::StatusOr<std::vector<inventory::SlurmNode>> nodes =
-      node_text.ok() ? inventory::ParseSlurmNodes(*node_text)
-                     : absl::StatusOr<std::vector<inventory::SlurmNode>>(
-                           node_text.status());
+      ReadSlurmNodes(*client_);
   if (!nodes.ok()) {
     last_error_ = std::string(nodes.status().message());
     return;
@@ -310,7 +318,6 @@ void SlurmLauncher::Refresh(bool force) {
 }
 
 std::vector<ExitEvent> SlurmLauncher::Poll() {
-  Refresh(/*force=*/false);
   return std::exchange(exits_, {});
 }
 
@@ -385,12 +392,8 @@ std::string SlurmLauncher::Comment(const std::string& deployment,
 
 std::vector<Leftover> SlurmLauncher::Leftovers() {
   std::vector<Leftover> out;
-  absl::StatusOr<std::string> text =
-      client_->Run({"scontrol", "show", "job", "-d", "--oneliner"}, "");
   absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
-      text.ok()
-          ? inventory::ParseSlurmJobs(*text)
-          : absl::StatusOr<std::vector<inventory::SlurmJob>>(text.status());
+      ReadSlurmJobs(*client_);
   if (!jobs.ok()) {
     last_error_ = std::string(jobs.status().message());
     return out;

@@ -14,9 +14,10 @@
 // "<prefix>:<deployment>/<replica>:<tag>", so `squeue` says what serves what
 // and a restarted gpusched finds its own and what it needs to adopt them.
 //
-// Like every launcher it never sleeps and owns no thread; Poll() queries
-// Slurm (jobs and nodes) at most once per poll interval, so each Slurm
-// command runs on the controller's loop, bounded by the command timeout.
+// Like every launcher it never sleeps and owns no thread; Sync() queries
+// Slurm (jobs and nodes) at most once per poll interval, on the
+// controller's loop outside its lock, each command bounded by its timeout;
+// Poll() only hands over what Sync() found.
 // Thread-compatible.
 #ifndef GPUSCHED_RUNTIME_SLURM_LAUNCHER_H_
 #define GPUSCHED_RUNTIME_SLURM_LAUNCHER_H_
@@ -47,6 +48,12 @@ class SlurmClient {
 std::unique_ptr<SlurmClient> SystemSlurmClient(std::string bin_dir,
                                                Micros timeout);
 
+// `scontrol show node|job -d --oneliner`, run and parsed.
+absl::StatusOr<std::vector<inventory::SlurmNode>> ReadSlurmNodes(
+    SlurmClient& client);
+absl::StatusOr<std::vector<inventory::SlurmJob>> ReadSlurmJobs(
+    SlurmClient& client);
+
 struct SlurmLauncherOptions {
   std::string partition;  // empty: the cluster's default
   std::string account;
@@ -74,6 +81,7 @@ class SlurmLauncher : public Launcher {
   ~SlurmLauncher() override = default;
 
   absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) override;
+  void Sync() override { Refresh(/*force=*/false); }
   std::vector<ExitEvent> Poll() override;
   absl::Status Stop(ProcessId id, Micros grace, Micros now) override;
   absl::Status Kill(ProcessId id) override;

@@ -84,7 +84,11 @@ class SlurmLauncherTest : public ::testing::Test {
     s.placement.memory_mib = 2048;
     return s;
   }
-  void Advance() { clock_.Advance(2 * kMicrosPerSecond); }
+  // Time for the next query, and the query.
+  void Advance() {
+    clock_.Advance(2 * kMicrosPerSecond);
+    launcher_->Sync();
+  }
 
   ManualClock clock_{1'000'000};
   FakeSlurm* slurm_;
@@ -180,7 +184,7 @@ TEST_F(SlurmLauncherTest, QueriesAtMostOncePerIntervalAndTrustsNoSilence) {
   EXPECT_THAT(launcher_->last_error(), HasSubstr("unreachable"));
   slurm_->up = true;
   const size_t calls = slurm_->calls.size();
-  launcher_->Poll();  // within the interval: no query
+  launcher_->Sync();  // within the interval: no query
   EXPECT_EQ(slurm_->calls.size(), calls);
   // Gone from Slurm altogether (purged): an exit.
   Advance();
