@@ -2,9 +2,9 @@
 # gpusched on a real Slurm cluster (tests/slurm/cluster.sh: slurmctld and
 # three slurmd hosts in network namespaces of the test's own, fake GPUs in
 # gres.conf), gpusched and the test in the root namespace:
-#   1. apply whole and multi-GPU deployments -> one Slurm job per replica on
-#      the nodes placement chose; squeue/scontrol and gpusched agree on the
-#      node and GPU indexes of every replica; GPUs another user's job holds
+#   1. apply whole, multi-GPU and fractional (gres/shard) deployments -> one
+#      Slurm job per replica on the nodes placement chose; squeue/scontrol and
+#      gpusched agree on the node and GPU indexes of every replica; GPUs another user's job holds
 #      are never placed onto; chat requests succeed through the gateway to
 #      engines on every node used.
 #   2. scancel a replica's job under steady load -> replaced, 0 failed
@@ -38,8 +38,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM  # through the EXIT trap: a killed test leaves nothing
 
-if ! slurm_cluster_up "$cluster" node1:h100:4:16:64000 node2:h100:4:16:64000 \
-  node3:h100:4:16:64000 >"$tmp/cluster.log" 2>&1; then
+# 100 gres/shard per GPU on every node, for fractions.
+if ! slurm_cluster_up "$cluster" node1:h100:4:16:64000:100 \
+  node2:h100:4:16:64000:100 node3:h100:4:16:64000:100 >"$tmp/cluster.log" 2>&1; then
   fail "the Slurm cluster did not start: $(cat "$tmp/cluster.log")"
   tail -20 "$cluster"/log/*.log
   finish slurm_live
@@ -72,6 +73,10 @@ deployments:
   - name: tp
     engine: $engine
     resources: {whole: 2}
+    replicas: 1
+  - name: share
+    engine: $engine
+    resources: {fraction: {milli: 250, memory: 20Gi}}
     replicas: 1
   - name: lazy
     engine: $engine
@@ -120,7 +125,7 @@ for line in sys.stdin:
     f = dict(re.findall(r"(\S+?)=(\S*)", line))
     if not f.get("JobName", "").startswith("gpusched.") or f.get("JobState") != "RUNNING":
         continue
-    m = re.search(r" GRES=gpu:[^(]*\(IDX:([^)]*)\)", line)
+    m = re.search(r" GRES=(?:gpu|shard):[^(]*\(IDX:([^)]*)\)", line)
     print(f["JobName"][len("gpusched."):], f["BatchHost"], ",".join(map(str, idx(m.group(1)))) if m else "", f["JobId"])
 ' | sort
 }
@@ -149,7 +154,8 @@ wait_views_agree() {  # seconds: until gpusched and Slurm say the same
 serve
 wait_ready solo 2 60 || fail "solo: not 2 ready replicas"
 wait_ready tp 1 60 || fail "tp: not 1 ready replica"
-wait_views_agree 30 3 ||
+wait_ready share 1 60 || fail "share: not 1 ready replica"
+wait_views_agree 30 4 ||
   fail "gpusched and Slurm disagree:
 gpusched (replica node gpus job):
 $(cat "$tmp/ours")
@@ -179,11 +185,24 @@ ok = (set(n) == {"node1", "node2", "node3"} and n["node1"]["foreignGpus"] == [0,
       and all(x["usable"] and x["address"].startswith("10.213.") for x in n.values()))
 sys.exit(0 if ok else 1)
 PY
+# The fraction is a job on 25 of its GPU's 100 shards (20Gi of 80GB, 250
+# milli: a quarter), and gpusched accounts that quarter on the GPU Slurm gave.
+share_job=$(awk '$1 ~ /^share/ {print $4}' "$tmp/ours")
+scontrol show job -d --oneliner "$share_job" >"$tmp/share.job"
+expect_contains "$tmp/share.job" "GRES=shard:25(IDX:"
+read -r share_node share_gpu <<<"$(awk '$1 ~ /^share/ {print $2, $3}' "$tmp/ours")"
+python3 - "$tmp/gpus.json" "$share_node" "$share_gpu" <<'PY' || fail "share's quarter is not accounted on $share_node GPU $share_gpu: $(cat "$tmp/gpus.json")"
+import json, sys
+gpus = json.load(open(sys.argv[1]))
+gpus = gpus.get("items", gpus) if isinstance(gpus, dict) else gpus
+g = [g for g in gpus if g["node"] == sys.argv[2] and g["index"] == int(sys.argv[3])][0]
+sys.exit(0 if any(r["deployment"] == "share" and r["milli"] == 250 for r in g["replicas"]) else 1)
+PY
 squeue -h -o '%j %T %k' | grep gpusched >"$tmp/squeue"
-[ "$(grep -c RUNNING "$tmp/squeue")" = 3 ] || fail "squeue: $(cat "$tmp/squeue")"
+[ "$(grep -c RUNNING "$tmp/squeue")" = 4 ] || fail "squeue: $(cat "$tmp/squeue")"
 expect_contains "$tmp/squeue" "gpusched:solo/"
 expect_contains "$tmp/squeue" "gpusched:tp/"
-for d in solo solo solo tp tp; do
+for d in solo solo solo tp tp share share; do
   [ "$(chat $d)" = 200 ] || fail "chat $d through the gateway failed"
 done
 # Engines bind their node's address, and the gateway reaches them there.
@@ -204,7 +223,7 @@ wait "$load"
 read -r ok bad <"$tmp/load"
 [ "$bad" = 0 ] || fail "$bad of $((ok + bad)) requests failed while job $victim was cancelled"
 wait_ready solo 2 60 || fail "solo was not back to 2 ready replicas"
-wait_views_agree 30 3 || fail "after scancel: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+wait_views_agree 30 4 || fail "after scancel: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
 grep -q " $victim\$" "$tmp/theirs" && fail "job $victim still runs"
 api GET "/api/v1/events?kind=replica.exited&limit=50" >"$tmp/exited.json"
 expect_contains "$tmp/exited.json" "Slurm job $victim"
@@ -219,8 +238,9 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 wait_ready tp 1 60 || fail "tp was not ready again after $down went down"
+wait_ready share 1 60 || fail "share was not ready again after $down went down"
 wait_ready solo 2 60 || fail "solo was not ready again after $down went down"
-wait_views_agree 30 3 || fail "after $down went down: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+wait_views_agree 30 4 || fail "after $down went down: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
 awk -v n="$down" '$2 == n' "$tmp/ours" | grep -q . && fail "replicas still on $down: $(cat "$tmp/ours")"
 api GET "/api/v1/events?kind=node.unusable&limit=10" >"$tmp/node.json"
 expect_contains "$tmp/node.json" "node $down is DOWN"
@@ -260,18 +280,19 @@ pid=""
 serve
 wait_ready solo 2 60 || fail "after restart: solo not ready"
 wait_ready tp 1 60 || fail "after restart: tp not ready"
-wait_views_agree 30 3 || fail "after restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+wait_ready share 1 60 || fail "after restart: share not ready"
+wait_views_agree 30 4 || fail "after restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
 # The same jobs serve (adopted, not started again), none twice.
 [ "$(awk '{print $4}' "$tmp/before" | sort)" = "$(awk '{print $4}' "$tmp/ours" | sort)" ] ||
   fail "jobs were not adopted: before
 $(cat "$tmp/before")
 after
 $(cat "$tmp/ours")"
-[ "$(squeue -h -o %j -t running,pending | grep -c '^gpusched\.')" = 3 ] ||
+[ "$(squeue -h -o %j -t running,pending | grep -c '^gpusched\.')" = 4 ] ||
   fail "duplicate jobs after restart: $(squeue -o '%i %j %T %N')"
 api GET "/api/v1/events?kind=replica.adopted&limit=10" >"$tmp/adopted.json"
-[ "$(grep -o '"kind":"replica.adopted"' "$tmp/adopted.json" | wc -l)" = 3 ] ||
-  fail "expected 3 replica.adopted events: $(cat "$tmp/adopted.json")"
+[ "$(grep -o '"kind":"replica.adopted"' "$tmp/adopted.json" | wc -l)" = 4 ] ||
+  fail "expected 4 replica.adopted events: $(cat "$tmp/adopted.json")"
 api GET "/api/v1/events?kind=replica.orphan_killed&limit=10" >"$tmp/orphans.json"
 expect_contains "$tmp/orphans.json" "Slurm job $(cat "$tmp/ghost.id") (gpusched.ghost-0)"
 expect_contains "$tmp/orphans.json" "its deployment is gone"
@@ -284,6 +305,7 @@ squeue -h -j "$(cat "$tmp/ghost.id")" -o %T 2>/dev/null | grep -qE 'RUNNING|PEND
   fail "the unwanted job still runs"
 [ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
 [ "$(chat tp)" = 200 ] || fail "tp does not answer after its job was adopted"
+[ "$(chat share)" = 200 ] || fail "share does not answer after its job was adopted"
 
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null

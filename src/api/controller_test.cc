@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "config/manifest.h"
 #include "engine/engine_server.h"
@@ -89,6 +90,15 @@ class InProcessLauncher : public runtime::Launcher {
     absl::MutexLock lock(&mu_);
     return started_;
   }
+  // Says, as a cluster manager does, which GPUs an engine holds.
+  void Assign(runtime::GpuAssignment a) {
+    absl::MutexLock lock(&mu_);
+    assignments_.push_back(std::move(a));
+  }
+  std::vector<runtime::GpuAssignment> Assignments() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(assignments_, {});
+  }
   std::vector<std::chrono::steady_clock::time_point> start_times() const {
     absl::MutexLock lock(&mu_);
     return start_times_;
@@ -122,6 +132,7 @@ class InProcessLauncher : public runtime::Launcher {
   mutable absl::Mutex mu_;
   std::map<runtime::ProcessId, Engine> engines_ ABSL_GUARDED_BY(mu_);
   std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
+  std::vector<runtime::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::chrono::steady_clock::time_point> start_times_
@@ -195,6 +206,16 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status();
     auto r = controller_->Apply(*m);
     ASSERT_TRUE(r.ok()) << r.status();
+  }
+  // A deployment `name` of the reference engine serving model `name`, each
+  // replica a share of one GPU.
+  void ApplyFraction(const std::string& name, int milli,
+                     const std::string& memory, int replicas) {
+    Apply(absl::StrCat("apiVersion: gpusched.io/v1\nkind: Deployment\n",
+                       "metadata: {name: ", name, "}\nspec:\n  model: ", name,
+                       "\n  engine: {template: reference}\n",
+                       "  resources: {fraction: {milli: ", milli, ", memory: ",
+                       memory, "}}\n  replicas: ", replicas, "\n"));
   }
   // The number of ready replicas of `name`, from the control view.
   int Ready(const std::string& name) {
@@ -299,6 +320,45 @@ TEST_F(ControllerTest, ReplicasStartCrashScaleAndDrainWhileCallsComeIn) {
   EXPECT_GE(failed, 1);  // the crash
 }
 
+TEST_F(ControllerTest, AllocationsFollowGpusTheClusterManagerSwapped) {
+  // Two shares too large to share a GPU, one per GPU; the cluster manager
+  // then says each holds the other's GPU (Slurm picks a shard's GPU itself).
+  ApplyFraction("big", 600, "30Gi", 2);
+  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 2; }));
+  const auto gpus_by_pid = [&] {
+    std::map<int64_t, int> out;
+    const json d = controller_->DeploymentsJson("big");
+    for (const json& r : d[0]["status"]["replicaStatus"]) {
+      if (r["gpus"].size() == 1) out[r["pid"]] = r["gpus"][0];
+    }
+    return out;
+  };
+  const std::map<int64_t, int> placed = gpus_by_pid();
+  ASSERT_EQ(placed.size(), 2u);
+  ASSERT_NE(placed.begin()->second, placed.rbegin()->second);
+  std::map<int64_t, int> swapped;
+  for (const auto& [pid, gpu] : placed) {
+    swapped[pid] = 1 - gpu;
+    launcher_->Assign({pid, "node-0", {1 - gpu}});
+  }
+  EXPECT_TRUE(WaitFor([&] { return gpus_by_pid() == swapped; }));
+  runtime::EventFilter f;
+  f.kinds = {"replica.gpus_assigned", "replica.gpus_mismatch"};
+  auto events = controller_->Events(f);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  for (const runtime::Event& e : *events) {
+    EXPECT_EQ(e.kind, "replica.gpus_assigned") << e.message;
+  }
+  // The accounting holds both shares where they are now.
+  const json gpus = controller_->GpusJson();
+  int used = 0;
+  for (const json& g : gpus.contains("items") ? gpus["items"] : gpus) {
+    used += g.value("allocatedMilli", 0);
+  }
+  EXPECT_EQ(used, 1200) << gpus.dump();
+}
+
 TEST_F(ControllerTest, ApplyAndDeleteRaceTheLoop) {
   // Applies, scales and deletes from several threads at once; the loop
   // must end in the last state asked for with no engine left behind.
@@ -340,15 +400,7 @@ TEST_F(ControllerTest, AnswersWhileItWorksThroughTheLargestBacklog) {
   // other 980 are placed, fail and retry. The control views must keep
   // answering meanwhile. The limit is generous (a wedge, not a speed, is
   // what fails it); bench/control_backlog.sh measures the percentiles.
-  Apply(R"(apiVersion: gpusched.io/v1
-kind: Deployment
-metadata: {name: big}
-spec:
-  model: big
-  engine: {template: reference}
-  resources: {fraction: {milli: 100, memory: 1Gi}}
-  replicas: 1000
-)");
+  ApplyFraction("big", 100, "1Gi", 1000);
   using Clock = std::chrono::steady_clock;
   Clock::duration worst{};
   int calls = 0;
@@ -386,15 +438,7 @@ TEST_F(PacedControllerTest, LaunchBatchesWaitTheLaunchInterval) {
   // 6 replicas, 2 launches per pass: three batches, each at least
   // launch_interval after the one before (a lower bound, which a slow
   // machine only makes longer).
-  Apply(R"(apiVersion: gpusched.io/v1
-kind: Deployment
-metadata: {name: paced}
-spec:
-  model: paced
-  engine: {template: reference}
-  resources: {fraction: {milli: 100, memory: 1Gi}}
-  replicas: 6
-)");
+  ApplyFraction("paced", 100, "1Gi", 6);
   ASSERT_TRUE(WaitFor([&] { return Ready("paced") == 6; }))
       << launcher_->started() << " started, " << Ready("paced") << " ready";
   const auto times = launcher_->start_times();

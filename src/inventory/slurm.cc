@@ -230,6 +230,7 @@ absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
     }
     bool typed = false;
     for (const SlurmGres& g : *gres) {
+      if (g.name == "shard") n.shards += g.count;
       if (g.name != "gpu") continue;
       if (typed && g.type != n.gpu_type) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -253,7 +254,8 @@ absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
     }
     std::set<int> taken;
     for (const SlurmGres& g : *used) {
-      if (g.name != "gpu") continue;
+      // A shard's index is its GPU's (gres.conf declares shards per File).
+      if (g.name != "gpu" && g.name != "shard") continue;
       for (int i : g.indexes) {
         if (i < n.gpus) taken.insert(i);
       }
@@ -302,11 +304,13 @@ absl::StatusOr<std::vector<SlurmJob>> ParseSlurmJobs(absl::string_view text) {
           "Slurm job ", j.id, ": GRES: ", gres.status().message()));
     }
     for (const SlurmGres& g : *gres) {
-      if (g.name == "gpu") {
+      if (g.name == "shard") j.shards += g.count;
+      if (g.name == "gpu" || g.name == "shard") {
         j.gpus.insert(j.gpus.end(), g.indexes.begin(), g.indexes.end());
       }
     }
     std::sort(j.gpus.begin(), j.gpus.end());
+    j.gpus.erase(std::unique(j.gpus.begin(), j.gpus.end()), j.gpus.end());
     out.push_back(std::move(j));
   }
   return out;

@@ -72,7 +72,11 @@ struct SlurmNode {
   int64_t memory_allocated_mib = 0;
   std::string gpu_type;  // the GRES type of its GPUs; empty when untyped
   int gpus = 0;
-  // GPU indexes Slurm has given to jobs (every user's, gpusched's too).
+  // gres/shard: shares of its GPUs that Slurm gives jobs ("shard:h100:400"),
+  // 0 when the node has none. Assumed spread evenly over its GPUs.
+  int64_t shards = 0;
+  // GPU indexes Slurm has given to jobs, whole or as shards (every user's,
+  // gpusched's too).
   std::vector<int> gpus_used;
   std::vector<std::string> partitions;
   std::string reason;
@@ -92,7 +96,10 @@ struct SlurmJob {
   std::string node;  // BatchHost, else NodeList; empty while pending
   int exit_code = 0;
   int exit_signal = 0;
-  std::vector<int> gpus;  // GPU indexes on `node` ("GRES=gpu:h100:2(IDX:0-1)")
+  // GPU indexes on `node`, whole ("GRES=gpu:h100:2(IDX:0-1)") or shared
+  // ("GRES=shard:25(IDX:0)").
+  std::vector<int> gpus;
+  int64_t shards = 0;  // gres/shard held, on the GPUs in `gpus`
 };
 absl::StatusOr<std::vector<SlurmJob>> ParseSlurmJobs(absl::string_view text);
 

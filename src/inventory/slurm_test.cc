@@ -185,6 +185,27 @@ TEST(SlurmJobsTest, ParsesJobsAndIgnoresOtherLines) {
   EXPECT_FALSE(ParseSlurmJobs("JobId=x JobName=a").ok());
 }
 
+// gres/shard (Slurm 22.05.8, tests/slurm/cluster.sh with 100 shards per
+// GPU): a shard job on GPU 0, a whole-GPU job on 1-3. GresUsed's shard count
+// is not the shards held; its IDX is right.
+TEST(SlurmShardTest, NodesCountShardsAndJobsHoldTheirGpu) {
+  auto nodes = ParseSlurmNodes(
+      "NodeName=node1 CPUAlloc=2 CPUTot=16 Gres=gpu:h100:4,shard:h100:400 "
+      "GresDrain=N/A GresUsed=gpu:h100:3(IDX:1-3),shard:h100:1(IDX:0) "
+      "NodeAddr=10.0.0.1 RealMemory=64000 AllocMem=2000 State=MIXED\n");
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ((*nodes)[0].gpus, 4);
+  EXPECT_EQ((*nodes)[0].shards, 400);
+  EXPECT_THAT((*nodes)[0].gpus_used, ElementsAre(0, 1, 2, 3));
+  auto jobs = ParseSlurmJobs(
+      "JobId=5 JobName=gs.r1 UserId=root(0) JobState=RUNNING Reason=None "
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1 Nodes=node1 CPU_IDs=0 "
+      "Mem=1000 GRES=shard:25(IDX:0) TresPerNode=gres:shard:25\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_THAT((*jobs)[0].gpus, ElementsAre(0));
+  EXPECT_EQ((*jobs)[0].shards, 25);
+}
+
 TEST(SlurmNodeSpecsTest, MapsGresTypesOntoTheCatalog) {
   auto nodes = ParseSlurmNodes(absl::StrCat(
       kNodes,

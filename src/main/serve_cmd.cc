@@ -197,8 +197,10 @@ int RunServe(const ServeFlags& flags) {
   options.max_launches_per_pass = static_cast<int>(cfg->max_launches_per_pass);
   options.launch_interval = cfg->launch_interval_ms * kMicrosPerMilli;
   options.metrics = &controller_metrics;
-  options.mps = std::filesystem::exists("/tmp/nvidia-mps") ||
-                getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr;
+  // MPS on this machine says nothing of a Slurm node's (docs/slurm.md).
+  options.mps =
+      !cfg->slurm.enabled && (std::filesystem::exists("/tmp/nvidia-mps") ||
+                              getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr);
   std::unique_ptr<runtime::Controller> controller;
   runtime::Controller* ctl = nullptr;
   auto made = runtime::Controller::Create(options, cluster, store->get(),

@@ -293,7 +293,7 @@ class Controller {
   // (GPUs of other users' work and unusable nodes take no new replica; the
   // replicas on an unusable node are drained and replaced elsewhere).
   void HandleClusterReports(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FollowAssignment(const runtime::GpuAssignment& a)
+  void FollowAssignments(const std::vector<runtime::GpuAssignment>& assigned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyNodeReport(const runtime::NodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -23,59 +23,91 @@ void Controller::HandleClusterReports(Micros now) {
     assigned = launcher_->Assignments();
     nodes = launcher_->NodeReports();
   }
-  for (const runtime::GpuAssignment& a : assigned) FollowAssignment(a);
+  FollowAssignments(assigned);
   for (const runtime::NodeReport& n : nodes) ApplyNodeReport(n, now);
 }
 
-void Controller::FollowAssignment(const runtime::GpuAssignment& a) {
-  for (auto& [name, d] : deployments_) {
-    for (auto& [rn, r] : d.procs) {
-      if (r.pid != a.id || !r.placed || r.allocation.node < 0) continue;
-      std::vector<int> chosen;
-      for (const inventory::GpuShare& g : r.allocation.gpus) {
-        chosen.push_back(g.gpu);
+void Controller::FollowAssignments(
+    const std::vector<runtime::GpuAssignment>& assigned) {
+  struct Move {
+    std::string deployment;
+    std::string replica;
+    Replica* r = nullptr;
+    inventory::Allocation moved;
+    inventory::PodInfo info;
+    bool bound = false;
+    std::string what;
+    std::vector<int> gpus;
+    std::vector<int> chosen;
+  };
+  std::vector<Move> moves;
+  for (const runtime::GpuAssignment& a : assigned) {
+    for (auto& [name, d] : deployments_) {
+      for (auto& [rn, r] : d.procs) {
+        if (r.pid != a.id || !r.placed || r.allocation.node < 0) continue;
+        std::vector<int> chosen;
+        for (const inventory::GpuShare& g : r.allocation.gpus) {
+          chosen.push_back(g.gpu);
+        }
+        std::sort(chosen.begin(), chosen.end());
+        if (a.gpus.empty() || chosen == a.gpus) break;
+        Move m{.deployment = name, .replica = rn, .r = &r};
+        m.what = absl::StrCat(rn, ": the cluster manager gave GPUs ",
+                              absl::StrJoin(a.gpus, ","), " on ", a.node,
+                              ", placement chose ", absl::StrJoin(chosen, ","));
+        if (a.gpus.size() != chosen.size()) {
+          Event("replica.gpus_mismatch", name, m.what);
+          break;
+        }
+        // The allocation follows what the replica holds: same shares, the
+        // manager's GPUs.
+        m.moved = r.allocation;
+        std::sort(m.moved.gpus.begin(), m.moved.gpus.end(),
+                  [](const inventory::GpuShare& x,
+                     const inventory::GpuShare& y) { return x.gpu < y.gpu; });
+        for (size_t i = 0; i < m.moved.gpus.size(); ++i) {
+          m.moved.gpus[i].gpu = a.gpus[i];
+        }
+        const inventory::PodRecord* rec = cluster_state_.FindPod(rn);
+        if (rec != nullptr) m.info = rec->info;
+        m.bound = rec != nullptr && rec->bound;
+        m.gpus = a.gpus;
+        m.chosen = std::move(chosen);
+        moves.push_back(std::move(m));
+        break;
       }
-      std::sort(chosen.begin(), chosen.end());
-      if (a.gpus.empty() || chosen == a.gpus) return;
-      const std::string what = absl::StrCat(
-          rn, ": the cluster manager gave GPUs ", absl::StrJoin(a.gpus, ","),
-          " on ", a.node, ", placement chose ", absl::StrJoin(chosen, ","));
-      if (a.gpus.size() != chosen.size()) {
-        Event("replica.gpus_mismatch", name, what);
-        return;
-      }
-      // The allocation follows what the replica holds: same shares, the
-      // manager's GPUs.
-      inventory::Allocation moved = r.allocation;
-      std::sort(moved.gpus.begin(), moved.gpus.end(),
-                [](const inventory::GpuShare& x, const inventory::GpuShare& y) {
-                  return x.gpu < y.gpu;
-                });
-      for (size_t i = 0; i < moved.gpus.size(); ++i) {
-        moved.gpus[i].gpu = a.gpus[i];
-      }
-      const inventory::PodRecord* rec = cluster_state_.FindPod(rn);
-      const inventory::PodInfo info =
-          rec != nullptr ? rec->info : inventory::PodInfo{};
-      const bool bound = rec != nullptr && rec->bound;
-      cluster_state_.Forget(rn);
-      const std::string misfit = cluster_state_.Fits(moved);
-      const inventory::Allocation& keep = misfit.empty() ? moved : r.allocation;
-      (void)cluster_state_.Assume(rn, keep, info);
-      if (bound) (void)cluster_state_.Bind(rn);
-      if (!misfit.empty()) {
-        Event("replica.gpus_mismatch", name,
-              absl::StrCat(what, "; kept placement's (", misfit, ")"));
-        return;
-      }
-      r.allocation = moved;
-      Event("replica.gpus_assigned", name, what,
-            json{{"replica", rn},
-                 {"node", a.node},
-                 {"gpus", a.gpus},
-                 {"chosen", chosen}});
-      return;
     }
+  }
+  // Every replica that moves lets go of placement's GPUs first, so that two
+  // that the manager swapped both follow.
+  for (const Move& m : moves) cluster_state_.Forget(m.replica);
+  std::vector<std::pair<const Move*, std::string>> misfits;
+  for (const Move& m : moves) {
+    std::string misfit = cluster_state_.Fits(m.moved);
+    if (misfit.empty()) {
+      absl::Status st = cluster_state_.Assume(m.replica, m.moved, m.info);
+      if (!st.ok()) misfit = std::string(st.message());
+    }
+    if (!misfit.empty()) {
+      misfits.emplace_back(&m, std::move(misfit));
+      continue;
+    }
+    if (m.bound) (void)cluster_state_.Bind(m.replica);
+    m.r->allocation = m.moved;
+    Event("replica.gpus_assigned", m.deployment, m.what,
+          json{{"replica", m.replica},
+               {"node", cluster_state_.spec(m.moved.node).name},
+               {"gpus", m.gpus},
+               {"chosen", m.chosen}});
+  }
+  for (const auto& [m, misfit] : misfits) {
+    const absl::Status st =
+        cluster_state_.Assume(m->replica, m->r->allocation, m->info);
+    if (st.ok() && m->bound) (void)cluster_state_.Bind(m->replica);
+    Event("replica.gpus_mismatch", m->deployment,
+          absl::StrCat(
+              m->what, "; kept placement's (", misfit, ")",
+              st.ok() ? "" : absl::StrCat("; not accounted: ", st.message())));
   }
 }
 
@@ -221,17 +253,25 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
     a.node = node;
     a.cpu_milli = req.cpu_milli;
     a.memory_mib = req.memory_mib;
+    // Whole GPUs, or the share of one GPU its deployment asks for.
+    const bool fraction = req.kind == inventory::GpuKind::kFraction;
     for (int g : l.gpus) {
       inventory::GpuShare share;
       share.gpu = g;
-      share.milli = inventory::kMilliPerGpu;
-      share.memory_mib = spec.gpu_memory_mib;
+      share.milli = fraction ? req.gpu_milli : inventory::kMilliPerGpu;
+      share.memory_mib = fraction ? req.gpu_memory_mib : spec.gpu_memory_mib;
       a.gpus.push_back(share);
     }
-    const bool whole = d.spec.resources.kind == "whole" &&
-                       static_cast<int>(l.gpus.size()) == d.spec.resources.gpus;
+    const bool matches = fraction
+                             ? l.gpus.size() == 1
+                             : req.kind == inventory::GpuKind::kWhole &&
+                                   static_cast<int>(l.gpus.size()) == req.gpus;
     const std::string misfit =
-        whole ? cluster_state_.Fits(a) : "not whole GPUs";
+        matches ? cluster_state_.Fits(a)
+                : absl::StrCat("it holds ", l.gpus.size(),
+                               " GPUs; its deployment asks for ",
+                               fraction ? std::string("a share of one")
+                                        : absl::StrCat(req.gpus, " whole"));
     std::vector<std::string> tag = absl::StrSplit(l.tag, '.');
     int port = 0, metrics_port = 0;
     (void)absl::SimpleAtoi(tag[0], &port);

@@ -105,6 +105,11 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
     }
     where.fraction =
         in.resources.kind == "fraction" || in.resources.kind == "mig";
+    if (in.resources.kind == "fraction") {
+      double share = in.resources.milli / 1000.0;
+      if (in.node->gpu_memory_mib > 0) share = std::max(share, memory_fraction);
+      where.gpu_share = std::clamp(share, 0.0, 1.0);
+    }
     where.cpu_milli = in.allocation.cpu_milli;
     where.memory_mib = in.allocation.memory_mib;
   }

@@ -33,6 +33,9 @@ struct ProcessPlacement {
   std::string deployment;
   std::vector<int> gpus;  // GPU indexes placement chose on `node`
   bool fraction = false;  // a share of one GPU rather than whole GPUs
+  // For a fraction: the part of its GPU it takes, the larger of its memory
+  // and compute shares, in (0, 1].
+  double gpu_share = 0;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
 };

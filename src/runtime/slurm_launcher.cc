@@ -1,6 +1,7 @@
 #include "runtime/slurm_launcher.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -101,7 +102,16 @@ SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options,
                              std::vector<inventory::SlurmNode> nodes,
                              const Clock* clock)
     : options_(std::move(options)), client_(std::move(client)), clock_(clock) {
-  for (const inventory::SlurmNode& n : nodes) gres_type_[n.name] = n.gpu_type;
+  for (const inventory::SlurmNode& n : nodes) {
+    gres_[n.name] = {n.gpu_type, n.gpus > 0 ? n.shards / n.gpus : 0};
+  }
+}
+
+int64_t SlurmLauncher::Shards(double share, int64_t shards_per_gpu) {
+  // The epsilon keeps 0.25 x 100 at 25 whatever the rounding of 0.25.
+  const auto n = static_cast<int64_t>(
+      std::floor(share * static_cast<double>(shards_per_gpu) + 1e-6));
+  return std::clamp<int64_t>(n, 1, std::max<int64_t>(1, shards_per_gpu));
 }
 
 std::string SlurmLauncher::Script(const ProcessSpec& spec) {
@@ -134,16 +144,23 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
         " has no node: on Slurm every replica runs on a node placement "
         "chose (give its deployment resources)"));
   }
-  if (p.fraction) {
-    return absl::UnimplementedError(absl::StrCat(
-        "replica ", spec.name,
-        ": GPU fractions are not run through Slurm yet (docs/slurm.md); use "
-        "whole GPUs"));
-  }
-  auto type = gres_type_.find(p.node);
-  if (type == gres_type_.end()) {
+  auto gres = gres_.find(p.node);
+  if (gres == gres_.end()) {
     return absl::NotFoundError(absl::StrCat("replica ", spec.name, ": node ",
                                             p.node, " is not a Slurm node"));
+  }
+  if (p.fraction && p.gpu_share <= 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "replica ", spec.name,
+        ": MIG slices are not run through Slurm (docs/slurm.md); use "
+        "fractions (gres/shard) or whole GPUs"));
+  }
+  if (p.fraction && gres->second.shards_per_gpu <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica ", spec.name, ": node ", p.node,
+        " declares no gres/shard, which GPU fractions run on through Slurm "
+        "(docs/slurm.md); give its GPUs shards in gres.conf or use whole "
+        "GPUs"));
   }
   for (const std::string& word : {spec.name, p.deployment, spec.tag}) {
     if (word.find_first_of(" ,'\"\\:/=\n\t") != std::string::npos) {
@@ -174,10 +191,13 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
           p.memory_mib > 0 ? p.memory_mib : options_.default_memory_mib, "M"),
       "--no-requeue",
       "--open-mode=append"};
-  if (!p.gpus.empty()) {
+  if (p.fraction) {
+    argv.push_back(absl::StrCat(
+        "--gres=shard:", Shards(p.gpu_share, gres->second.shards_per_gpu)));
+  } else if (!p.gpus.empty()) {
     argv.push_back(absl::StrCat(
         "--gres=gpu:",
-        type->second.empty() ? "" : absl::StrCat(type->second, ":"),
+        gres->second.type.empty() ? "" : absl::StrCat(gres->second.type, ":"),
         p.gpus.size()));
   }
   if (!spec.inherit_env) argv.push_back("--export=NONE");
@@ -243,13 +263,13 @@ void SlurmLauncher::Refresh(bool force) {
     return;
   }
   absl::flat_hash_map<ProcessId, const inventory::SlurmJob*> by_id;
-  // GPUs held by this gpusched's jobs, per node.
-  absl::flat_hash_map<std::string, std::set<int>> ours;
+  // GPUs held by this gpusched's jobs and by the other jobs it can see, per
+  // node (a GPU shared through shards can be both).
+  absl::flat_hash_map<std::string, std::set<int>> ours, others;
   for (const inventory::SlurmJob& j : *jobs) {
-    if (!Ours(j)) continue;
-    by_id[j.id] = &j;
+    if (Ours(j)) by_id[j.id] = &j;
     if (!inventory::SlurmJobFinished(j.state) && !j.node.empty()) {
-      ours[j.node].insert(j.gpus.begin(), j.gpus.end());
+      (Ours(j) ? ours : others)[j.node].insert(j.gpus.begin(), j.gpus.end());
     }
   }
   std::vector<ProcessId> ended;
@@ -297,15 +317,21 @@ void SlurmLauncher::Refresh(bool force) {
   }
   last_error_.clear();
   for (const inventory::SlurmNode& n : *nodes) {
-    if (!gres_type_.contains(n.name)) continue;  // joined after the start
+    auto gres = gres_.find(n.name);
+    if (gres == gres_.end()) continue;  // joined after the start
+    gres->second.shards_per_gpu = n.gpus > 0 ? n.shards / n.gpus : 0;
     NodeReport r;
     r.node = n.name;
     r.usable = n.usable;
     r.state = n.state;
     r.reason = n.reason;
     const std::set<int>& mine = ours[n.name];
+    std::set<int> foreign = others[n.name];
     for (int g : n.gpus_used) {
-      if (!mine.contains(g)) r.foreign_gpus.push_back(g);
+      if (!mine.contains(g)) foreign.insert(g);
+    }
+    for (int g : foreign) {
+      if (g < n.gpus) r.foreign_gpus.push_back(g);
     }
     auto last = node_reports_.find(n.name);
     if (last == node_reports_.end() || last->second.usable != r.usable ||

@@ -5,12 +5,15 @@
 // talks to it only through its commands (sbatch, scontrol, scancel), run
 // through the SlurmClient seam, never a protocol or agent of its own.
 //
-// A job is `sbatch --parsable` with the node (--nodelist), --gres=gpu:T:N,
-// CPUs, memory, --no-requeue, output files under the replica's log
-// directory (on a filesystem the nodes share) and a script on stdin that
-// exports the engine's environment and execs its argv (each word quoted).
-// Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it gave, so the launcher
-// drops gpusched's own. Jobs are named "<prefix>.<replica>" and commented
+// A job is `sbatch --parsable` with the node (--nodelist), --gres=gpu:T:N
+// (whole GPUs) or --gres=shard:N (a fraction: N of the GPU's shards, its
+// share of the GPU rounded down, so that shares placement fits onto one GPU
+// fit into its shards), CPUs, memory, --no-requeue, output files under the
+// replica's log directory (on a filesystem the nodes share) and a script on
+// stdin that exports the engine's environment and execs its argv (each word
+// quoted). Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it gave, so the
+// launcher drops gpusched's own. Jobs are named "<prefix>.<replica>" and
+// commented
 // "<prefix>:<deployment>/<replica>:<tag>", so `squeue` says what serves what
 // and a restarted gpusched finds its own and what it needs to adopt them.
 //
@@ -98,6 +101,9 @@ class SlurmLauncher : public Launcher {
 
   // The batch script for `spec` (public for tests).
   static std::string Script(const ProcessSpec& spec);
+  // The shards a fraction taking `share` of a GPU asks for, of
+  // `shards_per_gpu`: rounded down, at least 1.
+  static int64_t Shards(double share, int64_t shards_per_gpu);
   // The last Slurm error seen by a query (empty when the last one worked).
   const std::string& last_error() const { return last_error_; }
 
@@ -121,7 +127,11 @@ class SlurmLauncher : public Launcher {
   SlurmLauncherOptions options_;
   std::unique_ptr<SlurmClient> client_;
   const Clock* clock_;
-  absl::flat_hash_map<std::string, std::string> gres_type_;  // node -> type
+  struct NodeGres {
+    std::string type;            // the GRES type of its GPUs
+    int64_t shards_per_gpu = 0;  // gres/shard per GPU; 0: none
+  };
+  absl::flat_hash_map<std::string, NodeGres> gres_;  // by node name
   absl::flat_hash_map<ProcessId, Job> jobs_;
   std::vector<ExitEvent> exits_;
   std::vector<GpuAssignment> assignments_;

@@ -14,6 +14,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // Slurm as a table: sbatch answers the next job id, scontrol prints what
 // the test set, every call is recorded.
@@ -129,6 +130,61 @@ TEST_F(SlurmLauncherTest, RefusesWhatItCannotRun) {
   EXPECT_EQ(launcher_->Start(s).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(slurm_->calls, IsEmpty());
+}
+
+TEST(SlurmShardsTest, RoundsTheShareDownToAtLeastOneShard) {
+  EXPECT_EQ(SlurmLauncher::Shards(0.25, 100), 25);
+  EXPECT_EQ(SlurmLauncher::Shards(1.0 / 3, 100), 33);  // 3 x 33 fit in 100
+  EXPECT_EQ(SlurmLauncher::Shards(0.001, 100), 1);
+  EXPECT_EQ(SlurmLauncher::Shards(1.0, 8), 8);
+  EXPECT_EQ(SlurmLauncher::Shards(0.7, 1), 1);
+}
+
+TEST_F(SlurmLauncherTest, RunsAFractionOnShardsAndFollowsTheGpuSlurmChose) {
+  // node1 declares 100 shards per GPU; node2 none.
+  std::vector<inventory::SlurmNode> nodes = Nodes();
+  nodes[0].shards = 400;
+  auto fake = std::make_unique<FakeSlurm>();
+  FakeSlurm* slurm = fake.get();
+  slurm->nodes =
+      "NodeName=node1 CPUTot=16 CPUAlloc=2 RealMemory=64000 AllocMem=2000 "
+      "State=MIXED Gres=gpu:h100:4,shard:h100:400 "
+      "GresUsed=gpu:h100:0(IDX:N/A),shard:h100:1(IDX:0,3)\n";
+  SlurmLauncher launcher({}, std::move(fake), nodes, &clock_);
+  ProcessSpec s = Spec("chat-1", {2});
+  s.placement.fraction = true;
+  s.placement.gpu_share = 0.25;
+  ASSERT_TRUE(launcher.Start(s).ok());
+  EXPECT_THAT(slurm->calls[0], HasSubstr("--gres=shard:25 "));
+  EXPECT_THAT(slurm->calls[0], Not(HasSubstr("gres=gpu")));
+  // Slurm put it on GPU 0; bob's shard job holds GPU 3 (and a shard of 0,
+  // which gpusched treats as taken too).
+  slurm->jobs =
+      "JobId=100 JobName=gpusched.chat-1 UserId=root(0) JobState=RUNNING "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1 "
+      "GRES=shard:25(IDX:0)\n"
+      "JobId=8 JobName=wrap UserId=bob(1001) JobState=RUNNING Reason=None "
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1 GRES=shard:h100:60(IDX:3)\n";
+  clock_.Advance(2 * kMicrosPerSecond);
+  launcher.Sync();
+  std::vector<GpuAssignment> a = launcher.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_THAT(a[0].gpus, ElementsAre(0));
+  std::vector<NodeReport> r = launcher.NodeReports();
+  ASSERT_FALSE(r.empty());
+  EXPECT_THAT(r[0].foreign_gpus, ElementsAre(3));
+
+  // A share on a node without shards, and a MIG slice: refused by name.
+  s.placement.node = "node2";
+  absl::Status st = launcher.Start(s).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("node2 declares no gres/shard"));
+  s.placement.node = "node1";
+  s.placement.gpu_share = 0;
+  st = launcher.Start(s).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(st.message(), HasSubstr("MIG"));
+  EXPECT_EQ(slurm->calls.size(), 3u);  // one sbatch, two queries
 }
 
 TEST_F(SlurmLauncherTest, ReportsAssignmentExitsAndNodes) {

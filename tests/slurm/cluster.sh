@@ -5,6 +5,7 @@
 # fake GPUs declared in gres.conf (File= device nodes made with mknod).
 # Root only. Source it, then:
 #   slurm_cluster_up DIR SPEC...   SPEC = name:gpu_type:gpus:cpus:memory_mib
+#                                  [:shards], shards: gres/shard per GPU
 #   slurm_cluster_down DIR         stops every daemon it started, removes the
 #                                  namespaces, the bridge and the veths
 # After up: SLURM_CONF is exported (every Slurm command uses the test's own
@@ -79,18 +80,28 @@ slurm_cluster_up() {
     --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" \
     --seed-file="$dir/munge.seed" || { echo "cluster: munged did not start" >&2; return 1; }
 
-  local nodes="" gresconf="" i=0 spec name type gpus cpus mem addr g
+  local nodes="" gresconf="" gres_types=gpu i=0 spec name type gpus cpus mem shards gres addr g
   for spec in "$@"; do
     i=$((i + 1))
-    IFS=: read -r name type gpus cpus mem <<<"$spec"
+    shards=""
+    IFS=: read -r name type gpus cpus mem shards <<<"$spec"
     addr="$net.$((10 + i))"
     echo "$name $addr" >>"$dir/nodes"
     mkdir -p "$dir/dev/$name"
     for g in $(seq 0 $((gpus - 1))); do
       mknod "$dir/dev/$name/nvidia$g" c 195 "$g"
     done
-    nodes+="NodeName=$name NodeAddr=$addr NodeHostname=$name CPUs=$cpus RealMemory=$mem Gres=gpu:$type:$gpus State=UNKNOWN"$'\n'
+    gres="gpu:$type:$gpus"
     gresconf+="NodeName=$name Name=gpu Type=$type File=$dir/dev/$name/nvidia[0-$((gpus - 1))]"$'\n'
+    if [ -n "$shards" ]; then
+      # Shards per GPU device, in the GPUs' order: a shard's index is its GPU's.
+      gres_types=gpu,shard
+      gres+=",shard:$((gpus * shards))"
+      for g in $(seq 0 $((gpus - 1))); do
+        gresconf+="NodeName=$name Name=shard Count=$shards File=$dir/dev/$name/nvidia$g"$'\n'
+      done
+    fi
+    nodes+="NodeName=$name NodeAddr=$addr NodeHostname=$name CPUs=$cpus RealMemory=$mem Gres=$gres State=UNKNOWN"$'\n'
   done
   local all
   all=$(awk '{print $1}' "$dir/nodes" | paste -sd, -)
@@ -117,7 +128,7 @@ SwitchType=switch/none
 MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-GresTypes=gpu
+GresTypes=$gres_types
 ReturnToService=1
 SlurmctldTimeout=30
 SlurmdTimeout=20
