@@ -481,6 +481,17 @@ const GpuModelSpec* GpuCatalog::Find(absl::string_view name_or_alias) const {
   return it == by_key_.end() ? nullptr : &models_[it->second];
 }
 
+const GpuModelSpec* GpuCatalog::FindMapped(
+    absl::string_view name,
+    const absl::flat_hash_map<std::string, std::string>& mapping) const {
+  const std::string lower = absl::AsciiStrToLower(name);
+  std::string model(name);
+  for (const auto& [k, v] : mapping) {
+    if (absl::AsciiStrToLower(k) == lower) model = v;
+  }
+  return model.empty() ? nullptr : Find(model);
+}
+
 const GpuModelSpec* GpuCatalog::FindByPciDeviceId(
     uint32_t pci_device_id) const {
   auto it = by_pci_.find(pci_device_id);

@@ -92,6 +92,12 @@ class GpuCatalog {
   // "Tesla " is ignored when the full string is not known. nullptr if
   // unknown.
   const GpuModelSpec* Find(absl::string_view name_or_alias) const;
+  // `name` as a cluster manager spells it (a GRES type, a GFD product label)
+  // through `mapping` (keys matched case-insensitively) when it holds it,
+  // then Find(). nullptr if unknown or empty.
+  const GpuModelSpec* FindMapped(
+      absl::string_view name,
+      const absl::flat_hash_map<std::string, std::string>& mapping) const;
   // By NVML pciDeviceId; nullptr if unknown.
   const GpuModelSpec* FindByPciDeviceId(uint32_t pci_device_id) const;
 

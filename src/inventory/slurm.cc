@@ -341,13 +341,7 @@ absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
                                absl::StrJoin(n.partitions, ","));
     }
     if (n.gpus > 0) {
-      const std::string type = absl::AsciiStrToLower(n.gpu_type);
-      std::string model_name = n.gpu_type;
-      for (const auto& [k, v] : gres_map) {
-        if (absl::AsciiStrToLower(k) == type) model_name = v;
-      }
-      const GpuModelSpec* model =
-          model_name.empty() ? nullptr : catalog.Find(model_name);
+      const GpuModelSpec* model = catalog.FindMapped(n.gpu_type, gres_map);
       if (model == nullptr) {
         problems.push_back(absl::StrCat(
             "Slurm node '", n.name, "': GRES GPU type '", n.gpu_type,

@@ -1,0 +1,38 @@
+// Node and Pod objects as the Kubernetes API server returns them, read by
+// the Kubernetes inventory (inventory/kubernetes.h): any JSON parses or is
+// refused with an error, and what parses keeps its bounds.
+#include <cstdint>
+
+#include "fuzz/fuzz_input.h"
+#include "inventory/kubernetes.h"
+#include "nlohmann/json.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace inv = gpusched::inventory;
+  const auto j = nlohmann::json::parse(data, data + size, nullptr, false);
+  if (j.is_discarded()) return 0;
+  auto nodes = inv::ParseKubeNodeList(j, {"nvidia.com/gpu"});
+  if (nodes.ok()) {
+    for (const inv::KubeNode& n : *nodes) {
+      gpusched::fuzz::Require(n.gpus >= 0 && n.gpus <= inv::kMaxKubeGpus,
+                              "a GPU count out of bounds");
+      gpusched::fuzz::Require(n.usable == n.problems.empty(),
+                              "usable with problems, or not without one");
+      gpusched::fuzz::Require(!n.address.empty(), "a node without address");
+    }
+    (void)inv::KubeNodeSpecs(*nodes, {{"x", "h100"}});
+  }
+  auto pods = inv::ParseKubePodList(j);
+  if (pods.ok()) {
+    for (const inv::KubePod& p : *pods) {
+      gpusched::fuzz::Require(p.gpus >= 0 && p.gpus <= inv::kMaxKubeGpus,
+                              "a pod GPU count out of bounds");
+    }
+    for (const auto& [node, use] : inv::KubeForeignGpuUse(*pods, "a", "b")) {
+      gpusched::fuzz::Require(use.gpus >= 0, "negative foreign GPUs");
+    }
+  }
+  (void)inv::ParseKubeNode(j);
+  (void)inv::ParseKubePod(j);
+  return 0;
+}
