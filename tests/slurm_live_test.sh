@@ -16,6 +16,9 @@
 #   5. kill -9 gpusched and restart it -> the same jobs are adopted (no new
 #      job, none twice), a job of its prefix it no longer wants is ended,
 #      keys and deployments intact.
+#   6. slurmctld stopped, then started again -> one manager.unreachable
+#      event, the replicas keep serving, manager.reachable once it answers,
+#      the same jobs.
 # Skips only where network namespaces cannot be made (not root).
 # Usage: slurm_live_test.sh GPUSCHED_BINARY
 set -u
@@ -306,6 +309,25 @@ squeue -h -j "$(cat "$tmp/ghost.id")" -o %T 2>/dev/null | grep -qE 'RUNNING|PEND
 [ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
 [ "$(chat tp)" = 200 ] || fail "tp does not answer after its job was adopted"
 [ "$(chat share)" = 200 ] || fail "share does not answer after its job was adopted"
+
+# --- 6. slurmctld goes away and comes back ----------------------------------------
+slurm_ctld_stop "$cluster"
+wait_event() {  # kind seconds
+  for _ in $(seq 1 $(($2 * 5))); do
+    api GET "/api/v1/events?kind=$1&limit=5" | grep -q "\"kind\":\"$1\"" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+wait_event manager.unreachable 60 || fail "no manager.unreachable event while slurmctld was down"
+for d in solo tp share; do
+  [ "$(chat $d)" = 200 ] || fail "chat $d failed while slurmctld was down"
+done
+slurm_ctld_start "$cluster" || fail "slurmctld did not start again"
+wait_event manager.reachable 60 || fail "no manager.reachable event after slurmctld came back"
+wait_views_agree 30 4 || fail "after slurmctld came back: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+[ "$(awk '{print $4}' "$tmp/before" | sort)" = "$(awk '{print $4}' "$tmp/ours" | sort)" ] ||
+  fail "jobs changed while slurmctld was away: $(cat "$tmp/ours")"
 
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null

@@ -18,10 +18,22 @@ using nlohmann::json;
 void Controller::HandleClusterReports(Micros now) {
   std::vector<runtime::GpuAssignment> assigned;
   std::vector<runtime::NodeReport> nodes;
+  std::vector<runtime::ManagerReport> manager;
   {
     absl::MutexLock l(&launcher_mu_);
     assigned = launcher_->Assignments();
     nodes = launcher_->NodeReports();
+    manager = launcher_->ManagerReports();
+  }
+  for (const runtime::ManagerReport& m : manager) {
+    if (m.reachable) {
+      Event("manager.reachable", "", "the cluster manager answers again");
+    } else {
+      Event("manager.unreachable", "",
+            absl::StrCat("the cluster manager does not answer (", m.message,
+                         "); replicas stay as they are until it does"),
+            json{{"error", m.message}});
+    }
   }
   FollowAssignments(assigned);
   for (const runtime::NodeReport& n : nodes) ApplyNodeReport(n, now);

@@ -107,6 +107,12 @@ struct NodeReport {
   std::vector<int> foreign_gpus;
 };
 
+// The cluster manager stopped answering, or answers again.
+struct ManagerReport {
+  bool reachable = true;
+  std::string message;  // the manager's error; empty when reachable
+};
+
 class Launcher {
  public:
   virtual ~Launcher() = default;
@@ -138,6 +144,8 @@ class Launcher {
   virtual std::vector<GpuAssignment> Assignments() { return {}; }
   // Nodes whose report changed since the last call (every node at first).
   virtual std::vector<NodeReport> NodeReports() { return {}; }
+  // Each time the cluster manager stops answering or answers again.
+  virtual std::vector<ManagerReport> ManagerReports() { return {}; }
   // What a previous run of gpusched left running through this launcher.
   virtual std::vector<Leftover> Leftovers() { return {}; }
   // Takes a leftover over as if this run had started it, now serving

@@ -259,7 +259,7 @@ void SlurmLauncher::Refresh(bool force) {
       ReadSlurmJobs(*client_);
   if (!jobs.ok()) {
     // Slurm unreachable or confused: nothing is concluded from silence.
-    last_error_ = std::string(jobs.status().message());
+    QueryDone(std::string(jobs.status().message()));
     return;
   }
   absl::flat_hash_map<ProcessId, const inventory::SlurmJob*> by_id;
@@ -312,10 +312,10 @@ void SlurmLauncher::Refresh(bool force) {
   absl::StatusOr<std::vector<inventory::SlurmNode>> nodes =
       ReadSlurmNodes(*client_);
   if (!nodes.ok()) {
-    last_error_ = std::string(nodes.status().message());
+    QueryDone(std::string(nodes.status().message()));
     return;
   }
-  last_error_.clear();
+  QueryDone("");
   for (const inventory::SlurmNode& n : *nodes) {
     auto gres = gres_.find(n.name);
     if (gres == gres_.end()) continue;  // joined after the start
@@ -341,6 +341,19 @@ void SlurmLauncher::Refresh(bool force) {
       node_reports_[n.name] = std::move(r);
     }
   }
+}
+
+void SlurmLauncher::QueryDone(std::string error) {
+  // Only the changes: a Slurm that stays down is one report, not one per
+  // poll.
+  if (error.empty() != last_error_.empty()) {
+    manager_reports_.push_back({error.empty(), error});
+  }
+  last_error_ = std::move(error);
+}
+
+std::vector<ManagerReport> SlurmLauncher::ManagerReports() {
+  return std::exchange(manager_reports_, {});
 }
 
 std::vector<ExitEvent> SlurmLauncher::Poll() {
@@ -421,7 +434,7 @@ std::vector<Leftover> SlurmLauncher::Leftovers() {
   absl::StatusOr<std::vector<inventory::SlurmJob>> jobs =
       ReadSlurmJobs(*client_);
   if (!jobs.ok()) {
-    last_error_ = std::string(jobs.status().message());
+    QueryDone(std::string(jobs.status().message()));
     return out;
   }
   const std::string prefix = absl::StrCat(options_.job_prefix, ":");

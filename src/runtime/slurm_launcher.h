@@ -94,6 +94,7 @@ class SlurmLauncher : public Launcher {
 
   std::vector<GpuAssignment> Assignments() override;
   std::vector<NodeReport> NodeReports() override;
+  std::vector<ManagerReport> ManagerReports() override;
   std::vector<Leftover> Leftovers() override;
   absl::Status Adopt(const Leftover& leftover, const std::string& name,
                      const std::string& deployment,
@@ -120,6 +121,8 @@ class SlurmLauncher : public Launcher {
   // Reads jobs and nodes from Slurm when the poll interval has passed.
   void Refresh(bool force);
   absl::Status Cancel(ProcessId id, const char* signal);
+  // Records the outcome of a query: `error` empty when it worked.
+  void QueryDone(std::string error);
   std::string Comment(const std::string& deployment, const std::string& name,
                       const std::string& tag) const;
   bool Ours(const inventory::SlurmJob& j) const;
@@ -141,6 +144,7 @@ class SlurmLauncher : public Launcher {
   bool queried_ = false;
   Micros last_refresh_ = 0;
   std::string last_error_;
+  std::vector<ManagerReport> manager_reports_;
 };
 
 }  // namespace gpusched::runtime

@@ -238,6 +238,12 @@ TEST_F(SlurmLauncherTest, QueriesAtMostOncePerIntervalAndTrustsNoSilence) {
   EXPECT_THAT(launcher_->Poll(), IsEmpty());  // unreachable: still alive
   EXPECT_TRUE(launcher_->IsAlive(100));
   EXPECT_THAT(launcher_->last_error(), HasSubstr("unreachable"));
+  std::vector<ManagerReport> down = launcher_->ManagerReports();
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_FALSE(down[0].reachable);
+  EXPECT_THAT(down[0].message, HasSubstr("slurmctld unreachable"));
+  Advance();  // still down: no second report
+  EXPECT_THAT(launcher_->ManagerReports(), IsEmpty());
   slurm_->up = true;
   const size_t calls = slurm_->calls.size();
   launcher_->Sync();  // within the interval: no query
@@ -247,6 +253,10 @@ TEST_F(SlurmLauncherTest, QueriesAtMostOncePerIntervalAndTrustsNoSilence) {
   std::vector<ExitEvent> exits = launcher_->Poll();
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_THAT(exits[0].reason, HasSubstr("no longer known"));
+  std::vector<ManagerReport> up = launcher_->ManagerReports();
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_TRUE(up[0].reachable);
+  EXPECT_EQ(launcher_->last_error(), "");
 }
 
 TEST_F(SlurmLauncherTest, StopSignalsThenCancelsAfterTheGrace) {

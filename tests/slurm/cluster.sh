@@ -8,6 +8,7 @@
 #                                  [:shards], shards: gres/shard per GPU
 #   slurm_cluster_down DIR         stops every daemon it started, removes the
 #                                  namespaces, the bridge and the veths
+#   slurm_ctld_stop|start DIR      stops or starts slurmctld alone
 # After up: SLURM_CONF is exported (every Slurm command uses the test's own
 # config), SLURM_BRIDGE_ADDR is the root namespace's address on the bridge,
 # and `slurm_node_addr NAME` prints a node's address.
@@ -177,6 +178,13 @@ CONF
   echo "cluster: $idle of $want nodes idle after 60 s:" >&2
   sinfo -N >&2 || true
   return 1
+}
+
+# slurmctld alone, stopped and started again (its state survives): Slurm's
+# controller going away under a running cluster.
+slurm_ctld_stop() { _slurm_kill_pidfile "$1/slurmctld.pid"; }
+slurm_ctld_start() {
+  _slurm_ns_exec "$(cat "$1/tag")-ctl" ctl slurmctld -i -f "$SLURM_CONF"
 }
 
 slurm_node_addr() { awk -v n="$1" '$1 == n {print $2}' "$SLURM_DIR_FOR_ADDR/nodes"; }
