@@ -155,6 +155,23 @@ absl::Status ContainerGpus(const json& c, const std::string& what,
   return absl::OkStatus();
 }
 
+// The items of a list object ({"kind": "...List", "items": [...]}), each
+// read by `parse`.
+template <typename T, typename Parse>
+absl::StatusOr<std::vector<T>> ParseList(const json& list, const char* kind,
+                                         Parse parse) {
+  ASSIGN_OR_RETURN(const json* items,
+                   Array(list, "items", kind, kMaxKubeItems));
+  std::vector<T> out;
+  if (items == nullptr) return out;
+  out.reserve(items->size());
+  for (const json& item : *items) {
+    ASSIGN_OR_RETURN(T one, parse(item));
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<KubeNode> ParseKubeNode(
@@ -297,16 +314,9 @@ absl::StatusOr<KubeNode> ParseKubeNode(
 
 absl::StatusOr<std::vector<KubeNode>> ParseKubeNodeList(
     const json& list, const std::vector<std::string>& tolerated) {
-  ASSIGN_OR_RETURN(const json* items,
-                   Array(list, "items", "Kubernetes NodeList", kMaxKubeItems));
-  std::vector<KubeNode> out;
-  if (items == nullptr) return out;
-  out.reserve(items->size());
-  for (const json& item : *items) {
-    ASSIGN_OR_RETURN(KubeNode n, ParseKubeNode(item, tolerated));
-    out.push_back(std::move(n));
-  }
-  return out;
+  return ParseList<KubeNode>(list, "Kubernetes NodeList", [&](const json& j) {
+    return ParseKubeNode(j, tolerated);
+  });
 }
 
 absl::StatusOr<KubePod> ParseKubePod(const json& pod) {
@@ -385,16 +395,8 @@ absl::StatusOr<KubePod> ParseKubePod(const json& pod) {
 }
 
 absl::StatusOr<std::vector<KubePod>> ParseKubePodList(const json& list) {
-  ASSIGN_OR_RETURN(const json* items,
-                   Array(list, "items", "Kubernetes PodList", kMaxKubeItems));
-  std::vector<KubePod> out;
-  if (items == nullptr) return out;
-  out.reserve(items->size());
-  for (const json& item : *items) {
-    ASSIGN_OR_RETURN(KubePod p, ParseKubePod(item));
-    out.push_back(std::move(p));
-  }
-  return out;
+  return ParseList<KubePod>(list, "Kubernetes PodList",
+                            [](const json& j) { return ParseKubePod(j); });
 }
 
 bool KubePodHoldsResources(const KubePod& pod) {
