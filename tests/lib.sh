@@ -124,3 +124,69 @@ spec:
 YAML
   serve_config_lines
 }
+
+# --- Live serve with an admin key and a tenant `demo` (key_dir $tmp/keys),
+# for the cluster drills (slurm_live, kube_live). `test_name` names the test.
+serve_live() {  # config file: sets pid, url, admin, demo
+  serve_until_ready "$1"
+  served_or_finish "$test_name"
+  admin=$(cat "$tmp/keys/admin.key")
+  demo=$(cat "$tmp/keys/demo.key")
+}
+api() {  # method path [curl args]
+  curl -s -m 10 -X "$1" "$url$2" -H "Authorization: Bearer $admin" "${@:3}"
+}
+chat() {  # deployment -> status code
+  curl -s -o /dev/null -w '%{http_code}\n' -m 60 "$url/v1/chat/completions" \
+    -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$1\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+}
+ready_count() {  # deployment
+  api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null
+}
+wait_ready() {  # deployment count seconds
+  for _ in $(seq 1 $(($3 * 10))); do
+    [ "$(ready_count "$1")" = "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+wait_event() {  # kind seconds [text]: until an event of `kind` (with text)
+  for _ in $(seq 1 $(($2 * 5))); do
+    api GET "/api/v1/events?kind=$1&limit=20" | grep -q "\"kind\":\"$1\".*${3:-}" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+# Until replicas_view (gpusched's) and manager_view (the cluster manager's),
+# both defined by the test, print the same `count` lines.
+wait_views_agree() {  # seconds count
+  for _ in $(seq 1 $(($1 * 5))); do
+    replicas_view >"$tmp/ours"
+    manager_view >"$tmp/theirs"
+    [ -s "$tmp/ours" ] && [ "$(wc -l <"$tmp/ours")" = "$2" ] &&
+      cmp -s "$tmp/ours" "$tmp/theirs" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+# The drills' deployments on the reference engine: solo (2 x 1 GPU), tp
+# (1 x 2 GPUs), share (a quarter of a GPU), as serve-config YAML.
+drill_deployments() {
+  local engine='{template: reference, args: ["--hidden", "20"]}'
+  cat <<YAML
+deployments:
+  - name: solo
+    engine: $engine
+    resources: {whole: 1}
+    replicas: 2
+  - name: tp
+    engine: $engine
+    resources: {whole: 2}
+    replicas: 1
+  - name: share
+    engine: $engine
+    resources: {fraction: {milli: 250, memory: 20Gi}}
+    replicas: 1
+YAML
+}

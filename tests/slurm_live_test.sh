@@ -24,6 +24,7 @@
 set -u
 bin="$1"
 source "$(dirname "$0")/lib.sh"
+test_name=slurm_live
 source "$(dirname "$0")/slurm/cluster.sh"
 
 if ! why=$(slurm_cluster_available); then
@@ -68,19 +69,7 @@ key_dir: $tmp/keys
 drain_grace_s: 5
 slurm:
   poll_interval_ms: 300
-deployments:
-  - name: solo
-    engine: $engine
-    resources: {whole: 1}
-    replicas: 2
-  - name: tp
-    engine: $engine
-    resources: {whole: 2}
-    replicas: 1
-  - name: share
-    engine: $engine
-    resources: {fraction: {milli: 250, memory: 20Gi}}
-    replicas: 1
+$(drill_deployments)
   - name: lazy
     engine: $engine
     resources: {whole: 1}
@@ -90,20 +79,7 @@ tenants:
   - name: demo
 YAML
 
-serve() {
-  serve_until_ready "$tmp/serve.yaml"
-  served_or_finish slurm_live
-  admin=$(cat "$tmp/keys/admin.key")
-  demo=$(cat "$tmp/keys/demo.key")
-}
-api() {  # method path [curl args]
-  curl -s -m 10 -X "$1" "$url$2" -H "Authorization: Bearer $admin" "${@:3}"
-}
-chat() {  # deployment -> status code
-  curl -s -o /dev/null -w '%{http_code}\n' -m 60 "$url/v1/chat/completions" \
-    -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \
-    -d "{\"model\":\"$1\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
-}
+serve() { serve_live "$tmp/serve.yaml"; }
 # One line per replica of gpusched's view: name node gpus job, sorted.
 replicas_view() {
   api GET /api/v1/deployments | python3 -c '
@@ -115,7 +91,7 @@ for d in json.load(sys.stdin)["items"]:
 ' | sort
 }
 # The same from Slurm: gpusched's running jobs.
-slurm_view() {
+manager_view() {
   scontrol show job -d --oneliner | python3 -c '
 import re, sys
 def idx(s):
@@ -131,26 +107,6 @@ for line in sys.stdin:
     m = re.search(r" GRES=(?:gpu|shard):[^(]*\(IDX:([^)]*)\)", line)
     print(f["JobName"][len("gpusched."):], f["BatchHost"], ",".join(map(str, idx(m.group(1)))) if m else "", f["JobId"])
 ' | sort
-}
-ready_count() {  # deployment
-  api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null
-}
-wait_ready() {  # deployment count seconds
-  for _ in $(seq 1 $(($3 * 10))); do
-    [ "$(ready_count "$1")" = "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-wait_views_agree() {  # seconds: until gpusched and Slurm say the same
-  for _ in $(seq 1 $(($1 * 5))); do
-    replicas_view >"$tmp/ours"
-    slurm_view >"$tmp/theirs"
-    [ -s "$tmp/ours" ] && [ "$(wc -l <"$tmp/ours")" = "$2" ] &&
-      cmp -s "$tmp/ours" "$tmp/theirs" && return 0
-    sleep 0.2
-  done
-  return 1
 }
 
 # --- 1. Replicas as Slurm jobs ----------------------------------------------
@@ -312,13 +268,6 @@ squeue -h -j "$(cat "$tmp/ghost.id")" -o %T 2>/dev/null | grep -qE 'RUNNING|PEND
 
 # --- 6. slurmctld goes away and comes back ----------------------------------------
 slurm_ctld_stop "$cluster"
-wait_event() {  # kind seconds
-  for _ in $(seq 1 $(($2 * 5))); do
-    api GET "/api/v1/events?kind=$1&limit=5" | grep -q "\"kind\":\"$1\"" && return 0
-    sleep 0.2
-  done
-  return 1
-}
 wait_event manager.unreachable 60 || fail "no manager.unreachable event while slurmctld was down"
 for d in solo tp share; do
   [ "$(chat $d)" = 200 ] || fail "chat $d failed while slurmctld was down"

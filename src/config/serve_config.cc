@@ -53,7 +53,7 @@ class Parser : public SpecReader {
                "inventory", "gpu_discovery", "placement_policy", "tls",
                "health_check_period_ms", "drain_grace_s", "swap_min_idle_s",
                "max_launches_per_pass", "launch_interval_ms", "gpu_prices",
-               "slurm", "deployments", "tenants"});
+               "slurm", "kubernetes", "deployments", "tenants"});
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -126,6 +126,16 @@ class Parser : public SpecReader {
       if (root["inventory"]) {
         Fail(root["inventory"], "inventory",
              "cannot be used with slurm: the nodes come from Slurm");
+      }
+    }
+    if (const YAML::Node n = root["kubernetes"]; n && Map(n, "kubernetes")) {
+      ParseKubernetes(n, cfg);
+      if (root["inventory"]) {
+        Fail(root["inventory"], "inventory",
+             "cannot be used with kubernetes: the nodes come from the API");
+      }
+      if (root["slurm"]) {
+        Fail(n, "kubernetes", "cannot be used with slurm: choose one");
       }
     }
     ParseList(root, "deployments",
@@ -204,6 +214,76 @@ class Parser : public SpecReader {
         s.gres_map.size() > 256) {
       Fail(v, "slurm.gres_map",
            absl::StrCat("has ", s.gres_map.size(), " entries; at most 256"));
+    }
+  }
+
+  void ParseKubernetes(const YAML::Node& n, ServeConfig& cfg) {
+    KubernetesConfig& k = cfg.kubernetes;
+    k.enabled = true;
+    CheckKeys(n, "kubernetes",
+              {"api_server", "kubeconfig", "namespace", "instance",
+               "node_selector", "tolerations", "image", "images", "engine_path",
+               "scheduler_name", "service_account", "product_map",
+               "request_timeout_ms", "default_memory_mib"});
+    if (const YAML::Node v = n["api_server"]) {
+      String(v, "kubernetes.api_server", &k.api_server);
+    }
+    if (const YAML::Node v = n["kubeconfig"]) {
+      PathField(v, "kubernetes.kubeconfig", &k.kubeconfig);
+    }
+    // DNS-1123 names (namespace, instance, scheduler, service account).
+    auto dns = [&](const char* key, std::string* out, size_t max) {
+      const YAML::Node v = n[key];
+      if (!v || !String(v, absl::StrCat("kubernetes.", key), out)) return;
+      const bool ok = !out->empty() && out->size() <= max &&
+                      std::all_of(out->begin(), out->end(),
+                                  [](char c) {
+                                    return (c >= 'a' && c <= 'z') ||
+                                           (c >= '0' && c <= '9') || c == '-';
+                                  }) &&
+                      out->front() != '-' && out->back() != '-';
+      if (!ok) {
+        Fail(v, absl::StrCat("kubernetes.", key),
+             absl::StrCat("must be 1..", max,
+                          " lowercase letters, digits or '-', starting and "
+                          "ending with a letter or digit"));
+      }
+    };
+    dns("namespace", &k.namespace_name, 63);
+    dns("instance", &k.instance, 20);
+    dns("scheduler_name", &k.scheduler_name, 63);
+    dns("service_account", &k.service_account, 63);
+    auto bounded_map = [&](const char* key,
+                           std::map<std::string, std::string>* out) {
+      const YAML::Node v = n[key];
+      if (v && StringMap(v, absl::StrCat("kubernetes.", key), out) &&
+          out->size() > 256) {
+        Fail(v, absl::StrCat("kubernetes.", key),
+             absl::StrCat("has ", out->size(), " entries; at most 256"));
+      }
+    };
+    bounded_map("node_selector", &k.node_selector);
+    bounded_map("images", &k.images);
+    bounded_map("product_map", &k.product_map);
+    if (const YAML::Node v = n["tolerations"];
+        v && StringList(v, "kubernetes.tolerations", &k.tolerations) &&
+        k.tolerations.size() > 64) {
+      Fail(v, "kubernetes.tolerations",
+           absl::StrCat("has ", k.tolerations.size(), " keys; at most 64"));
+    }
+    if (const YAML::Node v = n["image"]) {
+      String(v, "kubernetes.image", &k.image);
+    }
+    if (const YAML::Node v = n["engine_path"]) {
+      String(v, "kubernetes.engine_path", &k.engine_path);
+    }
+    if (const YAML::Node v = n["request_timeout_ms"]) {
+      Int(v, "kubernetes.request_timeout_ms", 100, 600000,
+          &k.request_timeout_ms);
+    }
+    if (const YAML::Node v = n["default_memory_mib"]) {
+      Int(v, "kubernetes.default_memory_mib", 1, 16777216,
+          &k.default_memory_mib);
     }
   }
 

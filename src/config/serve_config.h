@@ -54,6 +54,38 @@
 //                                 #   or alias), e.g. {a100: A100-SXM4-80GB};
 //                                 #   a type not here must be a catalog
 //                                 #   name itself ("h100"); at most 256
+//   kubernetes:                   # present: nodes come from the Kubernetes
+//                                 #   API and every replica runs as a Pod
+//                                 #   bound to the node placement chose
+//                                 #   (docs/kubernetes.md); not with
+//                                 #   `inventory` or `slurm`
+//     api_server: ""              # https://host:port; "": the credentials'
+//     kubeconfig: ""              # a kubeconfig file (its current context);
+//                                 #   "": in-cluster when in a Pod, else
+//                                 #   $KUBECONFIG, else ~/.kube/config
+//     namespace: gpusched         # where replica Pods are created
+//     instance: gpusched          # label gpusched.io/instance: one per
+//                                 #   gpusched on a cluster; 1..20 of a-z0-9-
+//     node_selector: {}           # labels a node must carry to be used,
+//                                 #   e.g. {gpusched.io/managed: "true"};
+//                                 #   at most 256
+//     tolerations: [nvidia.com/gpu, gpusched.io/dedicated]
+//                                 # taint keys its Pods tolerate (operator
+//                                 #   Exists); at most 64
+//     image: ghcr.io/gpusched/gpusched:<version>
+//                                 # container image of engines whose
+//                                 #   template is not in `images`
+//     images: {}                  # engine template -> image, e.g.
+//                                 #   {vllm: vllm/vllm-openai:v0.6.3}
+//     engine_path: /usr/local/bin/gpusched
+//                                 # {self} in a Pod: gpusched in the image
+//     scheduler_name: gpusched    # spec.schedulerName of its Pods
+//     service_account: ""         # of its Pods ("": the namespace default)
+//     product_map: {}             # GFD nvidia.com/gpu.product -> GPU model
+//                                 #   (catalog name or alias); at most 256
+//     request_timeout_ms: 10000   # one API request step, 100..600000
+//     default_memory_mib: 1024    # memory request of a replica declaring
+//                                 #   none, 1..16777216
 //   deployments:                  # optional: more come by `gpusched apply`
 //     - name: chat                # required, unique; as metadata.name
 //       engine: {template: reference, args: [], env: {}}
@@ -117,6 +149,25 @@ struct SlurmConfig {
   std::map<std::string, std::string> gres_map;
 };
 
+struct KubernetesConfig {
+  bool enabled = false;  // a `kubernetes:` block was given
+  std::string api_server;
+  std::string kubeconfig;
+  std::string namespace_name = "gpusched";
+  std::string instance = "gpusched";
+  std::map<std::string, std::string> node_selector;
+  std::vector<std::string> tolerations = {"nvidia.com/gpu",
+                                          "gpusched.io/dedicated"};
+  std::string image;  // empty: ghcr.io/gpusched/gpusched:<version>
+  std::map<std::string, std::string> images;
+  std::string engine_path = "/usr/local/bin/gpusched";
+  std::string scheduler_name = "gpusched";
+  std::string service_account;
+  std::map<std::string, std::string> product_map;
+  int64_t request_timeout_ms = 10000;
+  int64_t default_memory_mib = 1024;
+};
+
 struct ServeConfig {
   std::string source;
   HostPort listen{"127.0.0.1", 8080};
@@ -135,6 +186,7 @@ struct ServeConfig {
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
   SlurmConfig slurm;
+  KubernetesConfig kubernetes;
   std::vector<DeploymentSpec> deployments;
   std::vector<TenantSpec> tenants;
 };

@@ -250,5 +250,66 @@ TEST(ServeConfigTest, SlurmBlock) {
   }
 }
 
+TEST(ServeConfigTest, KubernetesBlock) {
+  auto cfg = ParseServeYaml(R"(kubernetes:
+  kubeconfig: kube/config
+  api_server: https://10.0.0.1:6443
+  namespace: serving
+  instance: prod
+  node_selector: {gpusched.io/managed: "true"}
+  tolerations: [gpu]
+  image: reg/gpusched:1
+  images: {vllm: vllm/vllm-openai:v0.6.3}
+  engine_path: /opt/gpusched
+  scheduler_name: gs
+  service_account: engines
+  product_map: {NVIDIA-H100-PCIe: H100-PCIe-80GB}
+  request_timeout_ms: 2000
+  default_memory_mib: 2048
+)",
+                            "s.yaml", "/etc/gpusched");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const KubernetesConfig& k = cfg->kubernetes;
+  EXPECT_TRUE(k.enabled);
+  EXPECT_EQ(k.kubeconfig, "/etc/gpusched/kube/config");
+  EXPECT_EQ(k.api_server, "https://10.0.0.1:6443");
+  EXPECT_EQ(k.namespace_name, "serving");
+  EXPECT_EQ(k.instance, "prod");
+  EXPECT_EQ(k.node_selector.at("gpusched.io/managed"), "true");
+  EXPECT_EQ(k.tolerations, std::vector<std::string>{"gpu"});
+  EXPECT_EQ(k.images.at("vllm"), "vllm/vllm-openai:v0.6.3");
+  EXPECT_EQ(k.engine_path, "/opt/gpusched");
+  EXPECT_EQ(k.scheduler_name, "gs");
+  EXPECT_EQ(k.service_account, "engines");
+  EXPECT_EQ(k.request_timeout_ms, 2000);
+  EXPECT_EQ(k.default_memory_mib, 2048);
+  auto defaults = ParseServeYaml("kubernetes: {}\n", "s.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->kubernetes.namespace_name, "gpusched");
+  EXPECT_EQ(defaults->kubernetes.tolerations.size(), 2u);
+  EXPECT_FALSE(defaults->slurm.enabled);
+
+  struct Bad {
+    const char* yaml;
+    const char* field;
+  };
+  for (const Bad& b : {
+           Bad{"kubernetes: {namespace: Serving}", "kubernetes.namespace"},
+           Bad{"kubernetes: {instance: \"\"}", "kubernetes.instance"},
+           Bad{"kubernetes: {instance: abcdefghijklmnopqrstuvwxyz}",
+               "kubernetes.instance"},
+           Bad{"kubernetes: {request_timeout_ms: 1}",
+               "kubernetes.request_timeout_ms"},
+           Bad{"kubernetes: {tolerations: 3}", "kubernetes.tolerations"},
+           Bad{"kubernetes: {nodes: 3}", "nodes"},
+           Bad{"kubernetes: {}\ninventory: inv.yaml", "inventory"},
+           Bad{"kubernetes: {}\nslurm: {}", "cannot be used with slurm"},
+       }) {
+    auto r = ParseServeYaml(b.yaml, "s.yaml");
+    ASSERT_FALSE(r.ok()) << b.yaml;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.field)) << b.yaml;
+  }
+}
+
 }  // namespace
 }  // namespace gpusched::config

@@ -22,11 +22,14 @@
 #include "gateway/gateway.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/key_cache.h"
+#include "inventory/kubernetes.h"
 #include "inventory/slurm.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
 #include "runtime/controller.h"
+#include "runtime/kube_client.h"
+#include "runtime/kube_launcher.h"
 #include "runtime/real_clock.h"
 #include "runtime/slurm_launcher.h"
 #include "runtime/store.h"
@@ -102,6 +105,78 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   return absl::OkStatus();
 }
 
+// The nodes of a Kubernetes cluster (those with the node selector's labels)
+// and the launcher that runs replicas there as Pods.
+absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
+                            runtime::ControllerCluster* cluster,
+                            std::unique_ptr<runtime::Launcher>* launcher) {
+  absl::StatusOr<runtime::KubeCredentials> creds =
+      runtime::ResolveKubeCredentials(cfg.kubeconfig, cfg.api_server);
+  if (!creds.ok()) {
+    return absl::Status(creds.status().code(),
+                        absl::StrCat("kubernetes: ", creds.status().message()));
+  }
+  runtime::KubeClient::Options co;
+  co.timeout = cfg.request_timeout_ms * kMicrosPerMilli;
+  auto client = [&]() { return runtime::KubeClient::Create(*creds, co); };
+  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> api = client();
+  if (!api.ok()) return api.status();
+  std::string selector;
+  for (const auto& [k, v] : cfg.node_selector) {
+    absl::StrAppend(&selector, selector.empty() ? "" : ",", k, "=", v);
+  }
+  absl::StatusOr<runtime::KubeResponse> r = (*api)->Request(
+      "GET", selector.empty()
+                 ? std::string("/api/v1/nodes")
+                 : absl::StrCat("/api/v1/nodes?labelSelector=",
+                                runtime::KubeQueryEscape(selector)));
+  absl::Status st =
+      r.ok() ? runtime::KubeStatusError(*r, "list nodes") : r.status();
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("kubernetes: cannot read the nodes (",
+                                     creds->source, "): ", st.message()));
+  }
+  absl::StatusOr<std::vector<inventory::KubeNode>> nodes =
+      inventory::ParseKubeNodeList(
+          nlohmann::json::parse(r->body, nullptr, false), cfg.tolerations);
+  if (!nodes.ok()) {
+    return absl::Status(nodes.status().code(),
+                        absl::StrCat("kubernetes: ", nodes.status().message()));
+  }
+  if (nodes->empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kubernetes: no nodes",
+                     selector.empty() ? "" : " labelled ", selector));
+  }
+  absl::flat_hash_map<std::string, std::string> product_map(
+      cfg.product_map.begin(), cfg.product_map.end());
+  absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
+      inventory::KubeNodeSpecs(*nodes, product_map);
+  if (!specs.ok()) return specs.status();
+  cluster->nodes = *std::move(specs);
+  cluster->source = "kubernetes";
+  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> pods = client();
+  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> node_client = client();
+  if (!pods.ok()) return pods.status();
+  if (!node_client.ok()) return node_client.status();
+  runtime::KubeLauncherOptions o;
+  o.namespace_name = cfg.namespace_name;
+  o.instance = cfg.instance;
+  o.scheduler_name = cfg.scheduler_name;
+  o.tolerations = cfg.tolerations;
+  o.images = {cfg.images.begin(), cfg.images.end()};
+  o.image = cfg.image.empty()
+                ? std::string("ghcr.io/gpusched/gpusched:" GPUSCHED_VERSION)
+                : cfg.image;
+  o.service_account = cfg.service_account;
+  o.default_memory_mib = cfg.default_memory_mib;
+  *launcher = std::make_unique<runtime::KubeLauncher>(
+      o, *std::move(api), *std::move(pods), *std::move(node_client),
+      *std::move(nodes), &runtime::SteadyClock::Get());
+  return absl::OkStatus();
+}
+
 // The secret in `path`, or a new one written there (mode 0600).
 absl::StatusOr<std::pair<std::string, bool>> KeyFromFile(
     const std::string& path) {
@@ -142,6 +217,11 @@ int RunServe(const ServeFlags& flags) {
   std::unique_ptr<runtime::Launcher> launcher;
   if (cfg->slurm.enabled) {
     if (absl::Status st = FromSlurm(cfg->slurm, &cluster, &launcher);
+        !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+  } else if (cfg->kubernetes.enabled) {
+    if (absl::Status st = FromKubernetes(cfg->kubernetes, &cluster, &launcher);
         !st.ok()) {
       return Fail(std::string(st.message()));
     }
@@ -189,6 +269,11 @@ int RunServe(const ServeFlags& flags) {
   runtime::ControllerOptions options;
   options.log_dir = cfg->log_dir;
   options.self_path = SelfPath();
+  if (cfg->kubernetes.enabled) {
+    // In a Pod: gpusched in the image, and the Pod's IP.
+    options.self_path = cfg->kubernetes.engine_path;
+    options.engine_host = "$(POD_IP)";
+  }
   options.placement_policy = cfg->placement_policy;
   options.classes = gateway_config.classes;
   options.health_period = cfg->health_check_period_ms * kMicrosPerMilli;
@@ -197,10 +282,11 @@ int RunServe(const ServeFlags& flags) {
   options.max_launches_per_pass = static_cast<int>(cfg->max_launches_per_pass);
   options.launch_interval = cfg->launch_interval_ms * kMicrosPerMilli;
   options.metrics = &controller_metrics;
-  // MPS on this machine says nothing of a Slurm node's (docs/slurm.md).
-  options.mps =
-      !cfg->slurm.enabled && (std::filesystem::exists("/tmp/nvidia-mps") ||
-                              getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr);
+  // MPS on this machine says nothing of a Slurm node's or a Kubernetes
+  // node's (docs/slurm.md).
+  options.mps = !cfg->slurm.enabled && !cfg->kubernetes.enabled &&
+                (std::filesystem::exists("/tmp/nvidia-mps") ||
+                 getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr);
   std::unique_ptr<runtime::Controller> controller;
   runtime::Controller* ctl = nullptr;
   auto made = runtime::Controller::Create(options, cluster, store->get(),

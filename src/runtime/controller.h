@@ -66,6 +66,9 @@ namespace gpusched::runtime {
 struct ControllerOptions {
   std::string log_dir = "gpusched-logs";
   std::string self_path;  // this binary, for the reference engine template
+  // Where engines bind and are reached; empty: their node's address
+  // (EngineLaunchInput::host).
+  std::string engine_host;
   std::string placement_policy = "fillfrag";
   std::vector<std::string> classes = {"critical", "standard", "batch",
                                       "sheddable"};

@@ -56,14 +56,27 @@ void Controller::FollowAssignments(
   for (const runtime::GpuAssignment& a : assigned) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
-        if (r.pid != a.id || !r.placed || r.allocation.node < 0) continue;
+        if (r.pid != a.id) continue;
+        if (!a.address.empty() && a.address != r.endpoint.host) {
+          Event(
+              "replica.address", name,
+              absl::StrCat(rn, " listens on ", a.address, ":", r.endpoint.port,
+                           " (the cluster manager's "
+                           "address for it)"),
+              json{{"replica", rn}, {"address", a.address}});
+          r.endpoint.host = a.address;
+        }
+        if (!r.placed || r.allocation.node < 0) continue;
         std::vector<int> chosen;
         for (const inventory::GpuShare& g : r.allocation.gpus) {
           chosen.push_back(g.gpu);
         }
         std::sort(chosen.begin(), chosen.end());
         if (a.gpus.empty() || chosen == a.gpus) break;
-        Move m{.deployment = name, .replica = rn, .r = &r};
+        Move m;
+        m.deployment = name;
+        m.replica = rn;
+        m.r = &r;
         m.what = absl::StrCat(rn, ": the cluster manager gave GPUs ",
                               absl::StrJoin(a.gpus, ","), " on ", a.node,
                               ", placement chose ", absl::StrJoin(chosen, ","));
@@ -304,7 +317,9 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
     r.placed = true;
     r.allocation = a;
     r.pid = l.id;
-    r.endpoint = {spec.address.empty() ? "127.0.0.1" : spec.address,
+    r.endpoint = {!l.address.empty()     ? l.address
+                  : spec.address.empty() ? "127.0.0.1"
+                                         : spec.address,
                   static_cast<uint16_t>(port)};
     r.metrics_port = static_cast<uint16_t>(metrics_port);
     r.started_wall = Wall();

@@ -281,6 +281,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
     }
   }
   in.self_path = options_.self_path;
+  in.host = options_.engine_host;
   in.mps = options_.mps;
   in.log_dir = options_.log_dir;
   absl::StatusOr<runtime::EngineLaunch> launch = runtime::PlanEngineLaunch(in);

@@ -28,7 +28,9 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
       in.engine->metrics_on_separate_port ? FreePort() : absl::StatusOr<int>(0);
   if (!metrics_port.ok()) return metrics_port.status();
   out.port = static_cast<uint16_t>(*port);
-  if (in.node != nullptr && !in.node->address.empty()) {
+  if (!in.host.empty()) {
+    out.host = in.host;
+  } else if (in.node != nullptr && !in.node->address.empty()) {
     out.host = in.node->address;
   }
   out.metrics_port = static_cast<uint16_t>(*metrics_port);
@@ -93,6 +95,7 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
     for (auto& [k, v] : *gpu_env) (*env)[k] = v;
   }
   out.process.name = in.replica;
+  out.process.engine = in.engine->name;
   out.process.argv = *std::move(argv);
   out.process.env = *std::move(env);
   out.process.log_dir = in.log_dir;

@@ -38,6 +38,10 @@ struct EngineLaunchInput {
   std::string self_path;  // {self}: this binary
   bool mps = false;       // an MPS control daemon runs: set MPS limits
   std::string log_dir;
+  // Where the engine binds and the gateway reaches it, when not the node's
+  // address ("$(POD_IP)" in a Pod, which Kubernetes expands; the launcher
+  // reports the real address once it runs).
+  std::string host;
 };
 
 struct EngineLaunch {

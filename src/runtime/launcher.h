@@ -57,6 +57,9 @@ struct ProcessSpec {
   // directory is created when missing); empty sends them to /dev/null.
   std::string log_dir;
   ProcessPlacement placement;
+  // The engine template it runs ("reference", "vllm"): a launcher that runs
+  // containers picks the image by it.
+  std::string engine;
   // Opaque to the launcher: one whose processes outlive gpusched (a Slurm
   // job) keeps it with the process and gives it back in Leftovers().
   std::string tag;
@@ -81,7 +84,10 @@ struct ExitEvent {
 struct GpuAssignment {
   ProcessId id = 0;
   std::string node;
-  std::vector<int> gpus;  // indexes on `node`
+  std::vector<int> gpus;  // indexes on `node`; empty: as placement chose
+  // Where the process listens, when the manager chose it (a Pod's IP);
+  // empty: the planned host.
+  std::string address;
 };
 
 // A process a previous run of gpusched left running (a cluster manager's
@@ -94,6 +100,7 @@ struct Leftover {
   bool running = false;  // runs now (else waits to start)
   std::string node;
   std::vector<int> gpus;    // the GPUs it holds on `node`
+  std::string address;      // where it listens; empty: the node's address
   std::string description;  // for the event log ("Slurm job 12 (...) RUNNING")
 };
 

@@ -1,0 +1,357 @@
+#!/usr/bin/env bash
+# gpusched on Kubernetes, against the stand-in API server and simulated
+# kubelet of tests/kube/apiserver.cc (HTTPS with a CA of the test's own, a
+# bearer token, a kubeconfig): the API contract, not a real cluster.
+#   1. apply whole, multi-GPU and fractional deployments -> one Pod per
+#      replica, bound (pods/binding) to the node placement chose, with
+#      NVIDIA_VISIBLE_DEVICES equal to gpusched's GPUs; another user's Pod
+#      holding nvidia.com/gpu is never double-booked; chat requests reach the
+#      engines at their Pod IPs.
+#   2. a Pod deleted by someone else under steady load -> replaced, 0 failed
+#      requests, the event says it was deleted outside gpusched.
+#   3. a node NotReady -> its replicas move, the event says why.
+#   4. every watch expired (410 Gone) -> relisted: no replica exits or
+#      starts, no Pod is created twice.
+#   5. the API server answers 429, then 500, for a while -> gpusched backs
+#      off (manager.unreachable), recovers (manager.reachable), and a Pod
+#      deleted meanwhile is still replaced.
+#   6. kill -9 gpusched and restart -> the same Pods are adopted by label (no
+#      new Pod, none twice), a Pod of its labels it no longer wants is
+#      deleted.
+#   7. a clean stop deletes its Pods.
+# Every object gpusched sent (Pods, Bindings; deletes carry no body) is validated
+# against the official Kubernetes JSON Schemas with ajv (tests/kube).
+# Figures: apply-to-ready, API requests per replica started.
+# Usage: kube_live_test.sh GPUSCHED_BINARY APISERVER_BINARY SOURCE_DIR
+set -u
+bin="$1"
+apiserver="$2"
+src="$3"
+source "$(dirname "$0")/lib.sh"
+test_name=kube_live
+pid=""
+kpid=""
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  [ -n "$kpid" ] && kill -TERM "$kpid" 2>/dev/null && wait "$kpid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# --- The stand-in cluster: a CA, a server certificate for 127.0.0.1, a
+# token, three GPU nodes labelled for gpusched and one that is not.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca \
+  -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
+  -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$tmp/san.ext"
+openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
+  -CAcreateserial -days 2 -extfile "$tmp/san.ext" -out "$tmp/server.crt" 2>/dev/null
+token="test-token-$RANDOM$RANDOM"
+python3 - "$tmp/nodes.json" <<'PY'
+import json, sys
+def node(name, ip, managed, gpus=4):
+    labels = {"kubernetes.io/hostname": name,
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+              "nvidia.com/gpu.memory": "81559",
+              "nvidia.com/gpu.count": str(gpus)}
+    if managed:
+        labels["gpusched.io/managed"] = "true"
+    res = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [{"key": "gpusched.io/dedicated", "value": "true",
+                                  "effect": "NoSchedule"}]},
+            "status": {"capacity": res, "allocatable": res,
+                       "addresses": [{"type": "InternalIP", "address": ip},
+                                     {"type": "Hostname", "address": name}],
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "reason": "KubeletReady",
+                                       "message": "kubelet is posting ready status"}]}}
+items = [node("kube-a", "10.0.0.11", True), node("kube-b", "10.0.0.12", True),
+         node("kube-c", "10.0.0.13", True), node("other", "10.0.0.14", False)]
+json.dump({"apiVersion": "v1", "kind": "NodeList", "items": items}, open(sys.argv[1], "w"))
+PY
+mkdir -p "$tmp/record" "$tmp/podlogs"
+"$apiserver" --nodes "$tmp/nodes.json" --port-file "$tmp/api.port" \
+  --cert "$tmp/server.crt" --key "$tmp/server.key" --token "$token" \
+  --record-dir "$tmp/record" --log-dir "$tmp/podlogs" >"$tmp/api.log" 2>&1 &
+kpid=$!
+for _ in $(seq 1 200); do
+  [ -s "$tmp/api.port" ] && break
+  kill -0 "$kpid" 2>/dev/null || break
+  sleep 0.05
+done
+[ -s "$tmp/api.port" ] || { fail "the test API server did not start: $(cat "$tmp/api.log")"; finish kube_live; }
+kport=$(cat "$tmp/api.port")
+kurl="https://127.0.0.1:$kport"
+kube() {  # method path [curl args]: the API server as the test's admin
+  curl -s -m 10 --cacert "$tmp/ca.crt" -H "Authorization: Bearer $token" \
+    -X "$1" "$kurl$2" "${@:3}"
+}
+testing() {  # method path [curl args]: the stand-in's test endpoints
+  curl -s -m 10 --cacert "$tmp/ca.crt" -X "$1" "$kurl/testing$2" "${@:3}"
+}
+cat >"$tmp/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+current-context: test
+clusters:
+- name: test
+  cluster:
+    server: $kurl
+    certificate-authority-data: $(base64 -w0 "$tmp/ca.crt")
+contexts:
+- name: test
+  context: {cluster: test, user: gpusched, namespace: gpusched}
+users:
+- name: gpusched
+  user: {token: $token}
+YAML
+
+# Another user's Pod holds three of kube-a's four GPUs (the device plugin
+# gave them; gpusched sees a count).
+kube POST /api/v1/namespaces/research/pods -H 'Content-Type: application/json' -d '{
+  "apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "training", "namespace": "research"},
+  "spec": {"nodeName": "kube-a", "restartPolicy": "Never",
+           "containers": [{"name": "main", "image": "trainer:1", "command": ["sleep", "3600"],
+                           "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}}' >"$tmp/foreign.json"
+grep -q '"uid"' "$tmp/foreign.json" || fail "the other user's Pod was refused: $(cat "$tmp/foreign.json")"
+
+cat >"$tmp/serve.yaml" <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+drain_grace_s: 5
+kubernetes:
+  kubeconfig: $tmp/kubeconfig
+  node_selector: {gpusched.io/managed: "true"}
+  engine_path: $bin
+  image: gpusched-test:1
+$(drill_deployments)
+tenants:
+  - name: demo
+YAML
+
+serve() { serve_live "$tmp/serve.yaml"; }
+# One line per replica of gpusched's view: name node gpus endpoint-host, sorted.
+replicas_view() {
+  api GET /api/v1/deployments | python3 -c '
+import json, sys
+for d in json.load(sys.stdin)["items"]:
+    for r in d["status"]["replicaStatus"]:
+        if r["state"] == "ready":
+            print(r["name"], r["node"], ",".join(map(str, sorted(r["gpus"]))), r["endpoint"].rsplit(":", 1)[0])
+' | sort
+}
+# The same from the API server: gpusched's running Pods (replica node
+# NVIDIA_VISIBLE_DEVICES podIP), and their names in $tmp/podnames.
+manager_view() {
+  kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dgpusched" |
+    python3 -c '
+import json, sys
+names = open(sys.argv[1], "w")
+for p in json.load(sys.stdin)["items"]:
+    if p["status"].get("phase") != "Running" or p["metadata"].get("deletionTimestamp"):
+        continue
+    env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+    print(p["metadata"]["annotations"]["gpusched.io/replica"], p["spec"]["nodeName"],
+          env["NVIDIA_VISIBLE_DEVICES"], p["status"]["podIP"])
+    print(p["metadata"]["name"], file=names)
+' "$tmp/podnames" | sort
+}
+stat_of() {  # key of /testing/stats .requests
+  testing GET /stats | python3 -c "import json,sys; print(json.load(sys.stdin)['requests'].get(sys.argv[1], 0))" "$1"
+}
+
+# --- 1. Replicas as Pods -------------------------------------------------------
+t0=$(date +%s.%N)
+serve
+wait_ready solo 2 60 || fail "solo: not 2 ready replicas"
+wait_ready tp 1 60 || fail "tp: not 1 ready replica"
+wait_ready share 1 60 || fail "share: not 1 ready replica"
+t1=$(date +%s.%N)
+wait_views_agree 30 4 ||
+  fail "gpusched and the API server disagree:
+gpusched (replica node gpus host):
+$(cat "$tmp/ours")
+API server (replica node NVIDIA_VISIBLE_DEVICES podIP):
+$(cat "$tmp/theirs")"
+echo "figure: serve start to 4 Pods ready: $(python3 -c "print(round($t1 - $t0, 2))") s"
+# Endpoints are Pod IPs (127.0.N.M in the stand-in), not node addresses.
+awk '{print $4}' "$tmp/ours" | grep -qv '^127\.0\.[1-9]' &&
+  fail "an endpoint is not a Pod IP: $(cat "$tmp/ours")"
+# spread (default node): solo's two replicas on two nodes.
+[ "$(awk '$1 ~ /^solo/ {print $2}' "$tmp/ours" | sort -u | wc -l)" = 2 ] ||
+  fail "solo's replicas share a node: $(cat "$tmp/ours")"
+awk '{print $2}' "$tmp/ours" | grep -q '^other$' && fail "a replica on the unlabelled node"
+# kube-a holds one free GPU: at most one whole GPU of ours there.
+[ "$(awk '$2 == "kube-a" && $3 !~ /,/' "$tmp/ours" | grep -v '^share' | wc -l)" -le 1 ] ||
+  fail "kube-a is double-booked: $(cat "$tmp/ours")"
+awk '$2 == "kube-a" && $3 ~ /,/' "$tmp/ours" | grep -q . &&
+  fail "two GPUs on kube-a, where another Pod holds three: $(cat "$tmp/ours")"
+api GET /api/v1/nodes >"$tmp/nodes.out"
+python3 - "$tmp/nodes.out" <<'PY' || fail "the nodes view is wrong: $(cat "$tmp/nodes.out")"
+import json, sys
+n = {x["name"]: x for x in json.load(open(sys.argv[1]))["items"]}
+ok = (set(n) == {"kube-a", "kube-b", "kube-c"} and len(n["kube-a"]["foreignGpus"]) == 3
+      and all(x["usable"] and x["address"].startswith("10.0.0.") for x in n.values()))
+sys.exit(0 if ok else 1)
+PY
+for d in solo solo solo tp tp share share; do
+  [ "$(chat $d)" = 200 ] || fail "chat $d through the gateway failed"
+done
+posts=$(stat_of "POST pods")
+binds=$(stat_of "POST pods/binding")
+lists=$(stat_of "LIST pods")
+echo "figure: API requests for 4 replicas: $posts Pod creates, $binds bindings, $lists Pod lists"
+[ "$posts" = 5 ] || fail "expected 4 Pod creates by gpusched (and the test's 1), got $posts"
+[ "$binds" = 4 ] || fail "expected 4 bindings, got $binds"
+sleep 2
+[ "$(stat_of "LIST pods")" = "$lists" ] || fail "gpusched lists Pods while nothing changes"
+
+# --- 2. A Pod deleted by someone else, under load ----------------------------
+victim=$(kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=gpusched.io%2Fdeployment%3Dsolo" |
+  jq_py "[p['metadata']['name'] for p in j['items'] if p['status'].get('phase') == 'Running'][0]")
+( ok=0; bad=0
+  for _ in $(seq 1 120); do
+    if [ "$(chat solo)" = 200 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+  done
+  echo "$ok $bad" >"$tmp/load" ) &
+load=$!
+sleep 1
+kube DELETE "/api/v1/namespaces/gpusched/pods/$victim" >/dev/null
+wait "$load"
+read -r ok bad <"$tmp/load"
+[ "$bad" = 0 ] || fail "$bad of $((ok + bad)) requests failed while Pod $victim was deleted"
+wait_ready solo 2 60 || fail "solo was not back to 2 ready replicas"
+wait_views_agree 30 4 || fail "after the delete: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+grep -qx "$victim" "$tmp/podnames" && fail "Pod $victim still runs"
+wait_event replica.exited 10 "deleted outside gpusched" ||
+  fail "no event says $victim was deleted outside gpusched: $(api GET '/api/v1/events?kind=replica.exited&limit=5')"
+
+# --- 3. A node NotReady --------------------------------------------------------
+down=$(awk '$1 ~ /^tp/ {print $2; exit}' "$tmp/ours")
+testing POST "/nodes/$down/ready?status=False" >/dev/null
+for _ in $(seq 1 300); do
+  replicas_view >"$tmp/ours"
+  grep -q "^tp.* $down " "$tmp/ours" || break
+  sleep 0.2
+done
+wait_ready tp 1 60 || fail "tp was not ready again after $down went NotReady"
+wait_ready solo 2 60 || fail "solo was not ready again after $down went NotReady"
+wait_ready share 1 60 || fail "share was not ready again after $down went NotReady"
+wait_views_agree 60 4 || fail "after $down went NotReady: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+awk -v n="$down" '$2 == n' "$tmp/ours" | grep -q . && fail "replicas still on $down: $(cat "$tmp/ours")"
+wait_event node.unusable 10 "$down" || fail "no node.unusable event for $down"
+api GET "/api/v1/events?kind=node.unusable&limit=10" >"$tmp/node.json"
+expect_contains "$tmp/node.json" "NotReady"
+[ "$(chat tp)" = 200 ] || fail "chat tp after the move failed"
+testing POST "/nodes/$down/ready?status=True" >/dev/null
+
+# --- 4. Watches expire (410 Gone) -----------------------------------------------
+wait_views_agree 30 4 || fail "before the expiry: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cp "$tmp/theirs" "$tmp/before410"
+started=$(api GET "/api/v1/events?kind=replica.started&limit=200" | grep -o '"kind":"replica.started"' | wc -l)
+posts=$(stat_of "POST pods")
+lists=$(stat_of "LIST pods")
+testing POST /expire-watches >/dev/null
+for _ in $(seq 1 100); do
+  [ "$(stat_of "LIST pods")" -gt "$lists" ] && break
+  sleep 0.1
+done
+[ "$(stat_of "LIST pods")" -gt "$lists" ] || fail "no relist after the watches expired"
+sleep 2
+wait_views_agree 30 4 || fail "after the relist: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cmp -s "$tmp/before410" "$tmp/theirs" || fail "Pods changed across the relist: $(cat "$tmp/before410") vs $(cat "$tmp/theirs")"
+[ "$(stat_of "POST pods")" = "$posts" ] || fail "a Pod was created after the relist"
+[ "$(api GET "/api/v1/events?kind=replica.started&limit=200" | grep -o '"kind":"replica.started"' | wc -l)" = "$started" ] ||
+  fail "a replica started after the relist"
+
+# --- 5. The API server answers 429, then 500, for a while ------------------------
+# Open watches see nothing of it: they are expired, so that the relists hit
+# the faults.
+testing POST /faults -d '{"status":429,"count":6,"retryAfterSeconds":1}' >/dev/null
+testing POST /expire-watches >/dev/null
+wait_event manager.unreachable 30 || fail "no manager.unreachable event while the API server refused"
+for _ in $(seq 1 150); do
+  [ "$(testing GET /stats | jq_py "j['faults_served']")" -ge 6 ] && break
+  sleep 0.2
+done
+testing POST /faults -d '{"status":500,"count":6}' >/dev/null
+testing POST /expire-watches >/dev/null
+victim=$(awk 'NR==1' "$tmp/podnames")
+for _ in $(seq 1 150); do
+  [ "$(testing GET /stats | jq_py "j['faults_served']")" -ge 12 ] && break
+  sleep 0.2
+done
+kube DELETE "/api/v1/namespaces/gpusched/pods/$victim" >/dev/null
+wait_event manager.reachable 60 || fail "no manager.reachable event after the faults"
+for d in solo tp share; do
+  [ "$(chat $d)" = 200 ] || fail "chat $d failed after the faults"
+done
+wait_ready solo 2 60 && wait_ready tp 1 60 && wait_ready share 1 60 ||
+  fail "not every deployment ready after the faults"
+wait_views_agree 60 4 || fail "after the faults: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+grep -qx "$victim" "$tmp/podnames" && fail "Pod $victim (deleted during the faults) was not replaced"
+
+# --- 6. kill -9 and restart ------------------------------------------------------
+manager_view >"$tmp/before"
+cp "$tmp/podnames" "$tmp/names.before"
+# A Pod with gpusched's labels for a deployment that does not exist.
+kube POST /api/v1/namespaces/gpusched/pods -H 'Content-Type: application/json' -d '{
+  "apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "gpusched-ghost-0-99", "namespace": "gpusched",
+    "labels": {"app.kubernetes.io/managed-by": "gpusched", "gpusched.io/instance": "gpusched",
+               "gpusched.io/deployment": "ghost", "gpusched.io/replica": "ghost-0"},
+    "annotations": {"gpusched.io/deployment": "ghost", "gpusched.io/replica": "ghost-0",
+                    "gpusched.io/tag": "1.0.0", "gpusched.io/gpus": "3"}},
+  "spec": {"nodeName": "kube-c", "restartPolicy": "Never",
+           "containers": [{"name": "engine", "image": "x", "command": ["sleep", "3600"]}]}}' >/dev/null
+posts=$(stat_of "POST pods")
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+serve
+wait_ready solo 2 60 || fail "after restart: solo not ready"
+wait_ready tp 1 60 || fail "after restart: tp not ready"
+wait_ready share 1 60 || fail "after restart: share not ready"
+wait_views_agree 30 4 || fail "after restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cmp -s <(sort "$tmp/names.before") <(sort "$tmp/podnames") ||
+  fail "Pods were not adopted: before $(cat "$tmp/names.before") after $(cat "$tmp/podnames")"
+[ "$(stat_of "POST pods")" = "$posts" ] || fail "Pods were created after the restart"
+wait_event replica.adopted 10 || fail "no replica.adopted event"
+[ "$(api GET "/api/v1/events?kind=replica.adopted&limit=10" | grep -o '"kind":"replica.adopted"' | wc -l)" = 4 ] ||
+  fail "expected 4 replica.adopted events"
+wait_event replica.orphan_killed 30 "gpusched/gpusched-ghost-0-99" ||
+  fail "the ghost Pod was not ended: $(api GET '/api/v1/events?kind=replica.orphan_killed&limit=5')"
+for _ in $(seq 1 100); do
+  kube GET /api/v1/namespaces/gpusched/pods/gpusched-ghost-0-99 | grep -q '"code":404' && break
+  sleep 0.2
+done
+kube GET /api/v1/namespaces/gpusched/pods/gpusched-ghost-0-99 | grep -q '"code":404' ||
+  fail "the ghost Pod is still there"
+[ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
+
+# --- 7. A clean stop deletes its Pods -------------------------------------------
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+left=$(kube GET "/api/v1/namespaces/gpusched/pods" | jq_py "len(j['items'])")
+[ "$left" = 0 ] || fail "$left Pods left after a clean stop"
+
+# --- Every object gpusched sent, against the official schemas -------------------
+ls "$tmp/record" | grep -q . || fail "nothing was recorded"
+# The test's own objects (the other user's Pod, the ghost) are validated too.
+if command -v node >/dev/null 2>&1 && [ -d "$src/tests/e2e/node_modules/ajv" ]; then
+  node "$src/tests/kube/validate.mjs" "$tmp/record" >"$tmp/validate.out" 2>&1 ||
+    fail "objects sent to the API server fail the schemas:
+$(grep -v '^ok' "$tmp/validate.out" | head -20)"
+  grep -c '^ok' "$tmp/validate.out" | sed 's/^/objects validated: /'
+else
+  fail "ajv is not installed (scripts/install-deps.sh runs npm ci in tests/e2e)"
+fi
+finish kube_live
