@@ -28,87 +28,23 @@ bin="$1"
 apiserver="$2"
 src="$3"
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/kube/cluster.sh"
 test_name=kube_live
 pid=""
 kpid=""
 cleanup() {
   [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  [ -n "$kpid" ] && kill -TERM "$kpid" 2>/dev/null && wait "$kpid" 2>/dev/null
+  kube_cluster_down
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# --- The stand-in cluster: a CA, a server certificate for 127.0.0.1, a
-# token, three GPU nodes labelled for gpusched and one that is not.
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca \
-  -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
-  -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' >"$tmp/san.ext"
-openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
-  -CAcreateserial -days 2 -extfile "$tmp/san.ext" -out "$tmp/server.crt" 2>/dev/null
-token="test-token-$RANDOM$RANDOM"
-python3 - "$tmp/nodes.json" <<'PY'
-import json, sys
-def node(name, ip, managed, gpus=4):
-    labels = {"kubernetes.io/hostname": name,
-              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-              "nvidia.com/gpu.memory": "81559",
-              "nvidia.com/gpu.count": str(gpus)}
-    if managed:
-        labels["gpusched.io/managed"] = "true"
-    res = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"taints": [{"key": "gpusched.io/dedicated", "value": "true",
-                                  "effect": "NoSchedule"}]},
-            "status": {"capacity": res, "allocatable": res,
-                       "addresses": [{"type": "InternalIP", "address": ip},
-                                     {"type": "Hostname", "address": name}],
-                       "conditions": [{"type": "Ready", "status": "True",
-                                       "reason": "KubeletReady",
-                                       "message": "kubelet is posting ready status"}]}}
-items = [node("kube-a", "10.0.0.11", True), node("kube-b", "10.0.0.12", True),
-         node("kube-c", "10.0.0.13", True), node("other", "10.0.0.14", False)]
-json.dump({"apiVersion": "v1", "kind": "NodeList", "items": items}, open(sys.argv[1], "w"))
-PY
-mkdir -p "$tmp/record" "$tmp/podlogs"
-"$apiserver" --nodes "$tmp/nodes.json" --port-file "$tmp/api.port" \
-  --cert "$tmp/server.crt" --key "$tmp/server.key" --token "$token" \
-  --record-dir "$tmp/record" --log-dir "$tmp/podlogs" >"$tmp/api.log" 2>&1 &
-kpid=$!
-for _ in $(seq 1 200); do
-  [ -s "$tmp/api.port" ] && break
-  kill -0 "$kpid" 2>/dev/null || break
-  sleep 0.05
-done
-[ -s "$tmp/api.port" ] || { fail "the test API server did not start: $(cat "$tmp/api.log")"; finish kube_live; }
-kport=$(cat "$tmp/api.port")
-kurl="https://127.0.0.1:$kport"
-kube() {  # method path [curl args]: the API server as the test's admin
-  curl -s -m 10 --cacert "$tmp/ca.crt" -H "Authorization: Bearer $token" \
-    -X "$1" "$kurl$2" "${@:3}"
-}
-testing() {  # method path [curl args]: the stand-in's test endpoints
-  curl -s -m 10 --cacert "$tmp/ca.crt" -X "$1" "$kurl/testing$2" "${@:3}"
-}
-cat >"$tmp/kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-current-context: test
-clusters:
-- name: test
-  cluster:
-    server: $kurl
-    certificate-authority-data: $(base64 -w0 "$tmp/ca.crt")
-contexts:
-- name: test
-  context: {cluster: test, user: gpusched, namespace: gpusched}
-users:
-- name: gpusched
-  user: {token: $token}
-YAML
+# --- The stand-in cluster: three GPU nodes labelled for gpusched and one
+# that is not.
+kube_cluster_up "$apiserver" kube-a:10.0.0.11:1:4 kube-b:10.0.0.12:1:4 \
+  kube-c:10.0.0.13:1:4 other:10.0.0.14:0:4 >"$tmp/api.err" 2>&1 ||
+  { fail "the test API server did not start: $(cat "$tmp/api.err")"; finish kube_live; }
 
 # Another user's Pod holds three of kube-a's four GPUs (the device plugin
 # gave them; gpusched sees a count).

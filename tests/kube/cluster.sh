@@ -1,0 +1,91 @@
+# The stand-in Kubernetes cluster of the tests and benches (sourced): the
+# API server and simulated kubelet of tests/kube/apiserver.cc, serving HTTPS
+# with a CA of its own and a bearer token, its nodes, and a kubeconfig for
+# gpusched. Uses $tmp (tests/lib.sh).
+#   kube_cluster_up APISERVER_BINARY NODE...   NODE: name:ip:managed(0|1):gpus
+#     sets kpid, kurl, token; writes $tmp/kubeconfig, $tmp/ca.crt; records
+#     every request body under $tmp/record and Pod output under $tmp/podlogs
+#   kube METHOD PATH [curl args]     the API as the test's admin
+#   testing METHOD PATH [curl args]  the stand-in's /testing endpoints
+#   kube_cluster_down
+
+kube_cluster_up() {  # apiserver node...
+  local apiserver="$1"
+  shift
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
+    -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$tmp/san.ext"
+  openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
+    -CAcreateserial -days 2 -extfile "$tmp/san.ext" -out "$tmp/server.crt" 2>/dev/null
+  token="test-token-$RANDOM$RANDOM"
+  python3 - "$tmp/nodes.json" "$@" <<'PY'
+import json, sys
+def node(name, ip, managed, gpus):
+    labels = {"kubernetes.io/hostname": name,
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+              "nvidia.com/gpu.memory": "81559",
+              "nvidia.com/gpu.count": str(gpus)}
+    if managed:
+        labels["gpusched.io/managed"] = "true"
+    res = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [{"key": "gpusched.io/dedicated", "value": "true",
+                                  "effect": "NoSchedule"}]},
+            "status": {"capacity": res, "allocatable": res,
+                       "addresses": [{"type": "InternalIP", "address": ip},
+                                     {"type": "Hostname", "address": name}],
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "reason": "KubeletReady",
+                                       "message": "kubelet is posting ready status"}]}}
+items = []
+for spec in sys.argv[2:]:
+    name, ip, managed, gpus = spec.split(":")
+    items.append(node(name, ip, managed == "1", int(gpus)))
+json.dump({"apiVersion": "v1", "kind": "NodeList", "items": items}, open(sys.argv[1], "w"))
+PY
+  mkdir -p "$tmp/record" "$tmp/podlogs"
+  rm -f "$tmp/api.port"
+  "$apiserver" --nodes "$tmp/nodes.json" --port-file "$tmp/api.port" \
+    --cert "$tmp/server.crt" --key "$tmp/server.key" --token "$token" \
+    --record-dir "$tmp/record" --log-dir "$tmp/podlogs" >"$tmp/api.log" 2>&1 &
+  kpid=$!
+  for _ in $(seq 1 200); do
+    [ -s "$tmp/api.port" ] && break
+    kill -0 "$kpid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -s "$tmp/api.port" ] || { cat "$tmp/api.log"; return 1; }
+  kurl="https://127.0.0.1:$(cat "$tmp/api.port")"
+  cat >"$tmp/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+current-context: test
+clusters:
+- name: test
+  cluster:
+    server: $kurl
+    certificate-authority-data: $(base64 -w0 "$tmp/ca.crt")
+contexts:
+- name: test
+  context: {cluster: test, user: gpusched, namespace: gpusched}
+users:
+- name: gpusched
+  user: {token: $token}
+YAML
+}
+
+kube_cluster_down() {  # the API server ends the Pod processes it started
+  [ -n "${kpid:-}" ] && kill -TERM "$kpid" 2>/dev/null && wait "$kpid" 2>/dev/null
+  kpid=""
+}
+
+kube() {  # method path [curl args]: the API server as the test's admin
+  curl -s -m 10 --cacert "$tmp/ca.crt" -H "Authorization: Bearer $token" \
+    -X "$1" "$kurl$2" "${@:3}"
+}
+testing() {  # method path [curl args]: the stand-in's test endpoints
+  curl -s -m 10 --cacert "$tmp/ca.crt" -X "$1" "$kurl/testing$2" "${@:3}"
+}
