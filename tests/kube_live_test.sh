@@ -8,7 +8,8 @@
 #      holding nvidia.com/gpu is never double-booked; chat requests reach the
 #      engines at their Pod IPs.
 #   2. a Pod deleted by someone else under steady load -> replaced, 0 failed
-#      requests, the event says it was deleted outside gpusched.
+#      requests, the event says it was deleted outside gpusched; a Pod
+#      evicted by its kubelet -> replaced, the event says Evicted.
 #   3. a node NotReady -> its replicas move, the event says why.
 #   4. every watch expired (410 Gone) -> relisted: no replica exits or
 #      starts, no Pod is created twice.
@@ -168,6 +169,16 @@ wait_views_agree 30 4 || fail "after the delete: $(cat "$tmp/ours") vs $(cat "$t
 grep -qx "$victim" "$tmp/podnames" && fail "Pod $victim still runs"
 wait_event replica.exited 10 "deleted outside gpusched" ||
   fail "no event says $victim was deleted outside gpusched: $(api GET '/api/v1/events?kind=replica.exited&limit=5')"
+
+# An eviction under node pressure: the Pod ends Failed, reason Evicted.
+victim=$(awk 'NR==1' "$tmp/podnames")
+testing POST "/pods/gpusched/$victim/evict" | grep -q evicted || fail "could not evict $victim"
+wait_event replica.exited 30 "Evicted" ||
+  fail "no event says $victim was evicted: $(api GET '/api/v1/events?kind=replica.exited&limit=5')"
+wait_ready solo 2 60 && wait_ready tp 1 60 && wait_ready share 1 60 ||
+  fail "not every deployment ready after the eviction"
+wait_views_agree 30 4 || fail "after the eviction: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+grep -qx "$victim" "$tmp/podnames" && fail "the evicted Pod $victim still counts"
 
 # --- 3. A node NotReady --------------------------------------------------------
 down=$(awk '$1 ~ /^tp/ {print $2; exit}' "$tmp/ours")

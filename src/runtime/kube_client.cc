@@ -193,13 +193,14 @@ absl::StatusOr<std::string> DataOrFile(const YAML::Node& map,
 absl::StatusOr<KubeCredentials> KubeconfigCredentials(
     const std::string& path, const std::string& context) {
   ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(path, "kubeconfig"));
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kubeconfig ", path, ": ", e.what()));
-  }
+  return ParseKubeconfig(text, path, context);
+}
+
+namespace {
+
+absl::StatusOr<KubeCredentials> FromKubeconfig(const YAML::Node& root,
+                                               const std::string& path,
+                                               const std::string& context) {
   auto fail = [&](const absl::Status& st) {
     return absl::Status(st.code(),
                         absl::StrCat("kubeconfig ", path, ": ", st.message()));
@@ -261,6 +262,19 @@ absl::StatusOr<KubeCredentials> KubeconfigCredentials(
   c.namespace_name = Str(*ctx, "namespace");
   c.source = absl::StrCat("kubeconfig ", path, " (context ", ctx_name, ")");
   return c;
+}
+
+}  // namespace
+
+absl::StatusOr<KubeCredentials> ParseKubeconfig(const std::string& text,
+                                                const std::string& path,
+                                                const std::string& context) {
+  try {
+    return FromKubeconfig(YAML::Load(text), path, context);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kubeconfig ", path, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<KubeCredentials> ResolveKubeCredentials(

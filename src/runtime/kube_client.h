@@ -72,6 +72,11 @@ absl::StatusOr<KubeCredentials> InClusterKubeCredentials(
 // plugins.
 absl::StatusOr<KubeCredentials> KubeconfigCredentials(
     const std::string& path, const std::string& context = "");
+// The same from the file's text; `path` names it in errors and anchors its
+// relative paths.
+absl::StatusOr<KubeCredentials> ParseKubeconfig(const std::string& text,
+                                                const std::string& path,
+                                                const std::string& context);
 
 // `kubeconfig` when set; else in-cluster when KUBERNETES_SERVICE_HOST is set;
 // else $KUBECONFIG; else ~/.kube/config. `server`, when set, replaces the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -99,6 +100,9 @@ KubeLauncher::KubeLauncher(KubeLauncherOptions options,
       pods_client_(std::move(pods_client)),
       nodes_client_(std::move(nodes_client)),
       clock_(clock) {
+  std::random_device seed;
+  static constexpr char kChars[] = "bcdfghjklmnpqrstvwxz";
+  for (int i = 0; i < 4; ++i) run_.push_back(kChars[seed() % 20]);
   for (const inventory::KubeNode& n : nodes_at_start) {
     NodeInfo& info = nodes_[n.name];
     info.gpus = n.gpus;
@@ -201,8 +205,11 @@ absl::StatusOr<ProcessId> KubeLauncher::Start(const ProcessSpec& spec) {
     }
   }
   const ProcessId id = next_id_++;
-  const std::string pod_name = absl::StrCat(
-      DnsLabel(options_.instance, 20), "-", DnsLabel(spec.name, 32), "-", id);
+  // The run's tag keeps a name from meeting a Pod a previous run left
+  // (still terminating, or adopted under another replica name).
+  const std::string pod_name =
+      absl::StrCat(DnsLabel(options_.instance, 20), "-",
+                   DnsLabel(spec.name, 32), "-", run_, id);
   const std::string ns = options_.namespace_name;
   ++api_requests_;
   absl::StatusOr<KubeResponse> r =

@@ -55,7 +55,7 @@ inline constexpr char kKubeInstance[] = "gpusched.io/instance";
 struct KubeLauncherOptions {
   std::string namespace_name = "gpusched";  // where its Pods are created
   // gpusched.io/instance: one per gpusched on a cluster; Pods are named
-  // <instance>-<replica>-<n>.
+  // <instance>-<replica>-<run><n> (run: 4 letters, new at each start).
   std::string instance = "gpusched";
   std::string scheduler_name = "gpusched";
   // Taint keys its Pods tolerate (operator Exists), and that do not make a
@@ -154,6 +154,7 @@ class KubeLauncher : public Launcher {
   std::unique_ptr<KubeWatcher> node_watch_;
   const Clock* clock_;
 
+  std::string run_;  // 4 letters, new each run: part of every Pod name
   ProcessId next_id_ = 1;
   absl::flat_hash_map<ProcessId, Pod> pods_;
   absl::flat_hash_map<std::string, ProcessId> by_key_;

@@ -28,6 +28,8 @@
 //   POST /testing/expire-watches
 //   POST /testing/faults {"status":429|500|503,"count":N,"retryAfterSeconds":S}
 //   GET  /testing/stats, GET /testing/pods
+//   POST /testing/pods/{ns}/{name}/evict     (node-pressure eviction: the
+//        process is killed, the Pod Failed with reason Evicted)
 // With --record-dir every non-empty POST/PUT/PATCH/DELETE body of the API is
 // written as DIR/<6-digit seq>-<pods|binding|nodes|other>-<METHOD>.json,
 // byte for byte.
@@ -576,6 +578,14 @@ class Front {
     }
     if (method == "GET" && n == 2 && seg[1] == "pods") {
       return Json(200, kubelet_->Describe());
+    }
+    if (method == "POST" && n == 5 && seg[1] == "pods" && seg[4] == "evict") {
+      if (!kubelet_->Evict(seg[2], seg[3])) {
+        return StatusReply(
+            404, "NotFound",
+            absl::StrCat("no running Pod ", seg[2], "/", seg[3]));
+      }
+      return Json(200, {{"evicted", absl::StrCat(seg[2], "/", seg[3])}});
     }
     return StatusReply(404, "NotFound", "no such test endpoint");
   }

@@ -371,6 +371,10 @@ class Kubelet {
   void Wake();
   // The Pods it runs, for GET /testing/pods.
   json Describe() const;
+  // Evicts Pod ns/name as a kubelet under node pressure does: its processes
+  // are killed and it ends Failed, reason Evicted. False when it does not
+  // run here.
+  bool Evict(const std::string& ns, const std::string& name);
 
  private:
   struct Probe {
@@ -389,6 +393,7 @@ class Kubelet {
     pid_t pid = 0;  // the process group leader; 0: none
     std::map<std::string, int64_t> requests;  // admitted, in milli-units
     bool exited = false, posted_exit = false;
+    bool evicted = false;
     int wait_status = 0;
     std::string started_at, finished_at;
     // Graceful termination: SIGTERM sent, SIGKILL due at kill_at.

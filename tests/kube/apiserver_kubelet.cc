@@ -551,6 +551,18 @@ void Kubelet::SyncReady(const std::string& uid, bool ready) {
   });
 }
 
+bool Kubelet::Evict(const std::string& ns, const std::string& name) {
+  absl::MutexLock l(&mu_);
+  for (auto& [uid, p] : procs_) {
+    if (p.ns != ns || p.name != name || p.exited || p.pid <= 0) continue;
+    p.evicted = true;
+    kill(-p.pid, SIGKILL);
+    wake_ = true;
+    return true;
+  }
+  return false;
+}
+
 void Kubelet::PostExit(const std::string& uid) {
   Proc p;
   {
@@ -569,7 +581,13 @@ void Kubelet::PostExit(const std::string& uid) {
   }
   store_->UpdatePod(uid, [&](json& pod) {
     json& st = pod["status"];
-    st["phase"] = code == 0 ? "Succeeded" : "Failed";
+    st["phase"] = code == 0 && !p.evicted ? "Succeeded" : "Failed";
+    if (p.evicted) {
+      st["reason"] = "Evicted";
+      st["message"] =
+          "The node was low on resource: memory. Threshold quantity: 100Mi, "
+          "available: 20Mi.";
+    }
     SetCondition(st, "Ready", "False", "PodCompleted");
     SetCondition(st, "ContainersReady", "False", "PodCompleted");
     json term = {{"exitCode", code},
