@@ -302,7 +302,8 @@ void SlurmLauncher::Refresh(bool force) {
       ended.push_back(id);
     } else if (j.state == "RUNNING" && !job.running_reported) {
       job.running_reported = true;
-      assignments_.push_back({id, j.node, j.gpus});
+      assignments_.push_back(
+          {.id = id, .node = j.node, .gpus = j.gpus, .address = ""});
     }
   }
   for (ProcessId id : ended) jobs_.erase(id);
