@@ -173,7 +173,7 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
   o.default_memory_mib = cfg.default_memory_mib;
   *launcher = std::make_unique<runtime::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
-      *std::move(nodes), &runtime::SteadyClock::Get());
+      *std::move(nodes));
   return absl::OkStatus();
 }
 

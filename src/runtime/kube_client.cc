@@ -437,21 +437,6 @@ void KubeClient::Cancel() {
 
 namespace {
 
-// Runs the operation `start` begins on `io` to its end; the error it ended
-// with (operation_aborted when the client was cancelled).
-template <typename Start>
-beast::error_code Await(asio::io_context& io, Start&& start) {
-  beast::error_code out = asio::error::operation_aborted;
-  bool done = false;
-  start([&out, &done](beast::error_code ec, auto&&...) {
-    out = ec;
-    done = true;
-  });
-  io.restart();
-  io.run();
-  return done ? out : beast::error_code(asio::error::operation_aborted);
-}
-
 std::chrono::steady_clock::duration Dur(Micros us) {
   return std::chrono::microseconds(us);
 }
@@ -506,7 +491,7 @@ class KubeExchange {
             return absl::InternalError("no stream");
           } else {
             Lowest(s).expires_after(Dur(timeout_));
-            beast::error_code e = Await(io_, [&](auto h) {
+            beast::error_code e = Await([&](auto h) {
               Lowest(s).async_connect(
                   addrs,
                   [h](beast::error_code ec2, const tcp::endpoint&) { h(ec2); });
@@ -526,7 +511,7 @@ class KubeExchange {
     return Visit([&](auto& s) {
       Lowest(s).expires_after(Dur(timeout_));
       beast::error_code e =
-          Await(io_, [&](auto h) { http::async_write(s, req, std::move(h)); });
+          Await([&](auto h) { http::async_write(s, req, std::move(h)); });
       return e ? Failed(c_, "write", e) : absl::OkStatus();
     });
   }
@@ -537,9 +522,8 @@ class KubeExchange {
     parser.body_limit(kMaxKubeBody);
     absl::Status st = Visit([&](auto& s) {
       Lowest(s).expires_after(Dur(timeout_));
-      beast::error_code e = Await(io_, [&](auto h) {
-        http::async_read(s, buffer_, parser, std::move(h));
-      });
+      beast::error_code e = Await(
+          [&](auto h) { http::async_read(s, buffer_, parser, std::move(h)); });
       return e ? Failed(c_, "read", e) : absl::OkStatus();
     });
     if (!st.ok()) return st;
@@ -554,7 +538,7 @@ class KubeExchange {
     parser.body_limit(boost::none);
     absl::Status st = Visit([&](auto& s) {
       Lowest(s).expires_after(Dur(timeout_));
-      beast::error_code e = Await(io_, [&](auto h) {
+      beast::error_code e = Await([&](auto h) {
         http::async_read_header(s, buffer_, parser, std::move(h));
       });
       return e ? Failed(c_, "read", e) : absl::OkStatus();
@@ -564,7 +548,7 @@ class KubeExchange {
       parser.body_limit(kMaxKubeBody);
       st = Visit([&](auto& s) {
         Lowest(s).expires_after(Dur(timeout_));
-        beast::error_code e = Await(io_, [&](auto h) {
+        beast::error_code e = Await([&](auto h) {
           http::async_read(s, buffer_, parser, std::move(h));
         });
         return e ? Failed(c_, "read", e) : absl::OkStatus();
@@ -597,7 +581,7 @@ class KubeExchange {
       }
       st = Visit([&](auto& s) {
         Lowest(s).expires_after(Dur(idle));
-        beast::error_code e = Await(io_, [&](auto h) {
+        beast::error_code e = Await([&](auto h) {
           http::async_read_some(s, buffer_, parser, std::move(h));
         });
         return e ? Failed(c_, "watch", e) : absl::OkStatus();
@@ -607,6 +591,27 @@ class KubeExchange {
   }
 
  private:
+  // Runs the operation `start` begins to its end; the error it ended with
+  // (operation_aborted when the client was cancelled). The cancelled flag is
+  // read after restart(): a Cancel() that came before is seen here, and one
+  // that comes after stops run().
+  template <typename Start>
+  beast::error_code Await(Start&& start) {
+    beast::error_code out = asio::error::operation_aborted;
+    bool done = false;
+    start([&out, &done](beast::error_code ec, auto&&...) {
+      out = ec;
+      done = true;
+    });
+    io_.restart();
+    {
+      absl::MutexLock l(&impl_.mu);
+      if (impl_.cancelled) return asio::error::operation_aborted;
+    }
+    io_.run();
+    return done ? out : beast::error_code(asio::error::operation_aborted);
+  }
+
   absl::Status Handshake(TlsStream& s) {
     SSL* ssl = s.native_handle();
     const std::string& name =
@@ -622,7 +627,7 @@ class KubeExchange {
             absl::StrCat("cannot verify the server name ", name));
       }
     }
-    beast::error_code e = Await(io_, [&](auto h) {
+    beast::error_code e = Await([&](auto h) {
       s.async_handshake(ssl::stream_base::client, std::move(h));
     });
     return e ? Failed(c_, "TLS handshake", e) : absl::OkStatus();

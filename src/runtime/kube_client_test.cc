@@ -212,7 +212,7 @@ TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
     auto mk = [&] {
       return *KubeClient::Create(c, {.timeout = 200 * kMicrosPerMilli});
     };
-    KubeLauncher l(o, mk(), mk(), mk(), {}, nullptr);
+    KubeLauncher l(o, mk(), mk(), mk(), {});
     return l.PodObject(spec, "gpusched-chat-0-1");
   }();
   EXPECT_EQ(pod["spec"]["schedulerName"], "gpusched");

@@ -93,13 +93,11 @@ KubeLauncher::KubeLauncher(KubeLauncherOptions options,
                            std::unique_ptr<KubeClient> api,
                            std::unique_ptr<KubeClient> pods_client,
                            std::unique_ptr<KubeClient> nodes_client,
-                           std::vector<inventory::KubeNode> nodes_at_start,
-                           const Clock* clock)
+                           std::vector<inventory::KubeNode> nodes_at_start)
     : options_(std::move(options)),
       api_(std::move(api)),
       pods_client_(std::move(pods_client)),
-      nodes_client_(std::move(nodes_client)),
-      clock_(clock) {
+      nodes_client_(std::move(nodes_client)) {
   std::random_device seed;
   static constexpr char kChars[] = "bcdfghjklmnpqrstvwxz";
   for (int i = 0; i < 4; ++i) run_.push_back(kChars[seed() % 20]);

@@ -80,8 +80,7 @@ class KubeLauncher : public Launcher {
   KubeLauncher(KubeLauncherOptions options, std::unique_ptr<KubeClient> api,
                std::unique_ptr<KubeClient> pods_client,
                std::unique_ptr<KubeClient> nodes_client,
-               std::vector<inventory::KubeNode> nodes_at_start,
-               const Clock* clock);
+               std::vector<inventory::KubeNode> nodes_at_start);
   KubeLauncher(const KubeLauncher&) = delete;
   KubeLauncher& operator=(const KubeLauncher&) = delete;
   // Stops watching and leaves the Pods: a gpusched that stops cleanly has
@@ -152,7 +151,6 @@ class KubeLauncher : public Launcher {
   std::unique_ptr<KubeClient> nodes_client_;
   std::unique_ptr<KubeWatcher> pod_watch_;
   std::unique_ptr<KubeWatcher> node_watch_;
-  const Clock* clock_;
 
   std::string run_;  // 4 letters, new each run: part of every Pod name
   ProcessId next_id_ = 1;
