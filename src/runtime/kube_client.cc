@@ -466,6 +466,27 @@ class KubeExchange {
     impl_.active.erase(&io_);
   }
 
+  // Runs the operation `start` begins to its end; the error it ended with
+  // (operation_aborted when the client was cancelled). The cancelled flag is
+  // read after restart(): a Cancel() that came before is seen here, and one
+  // that comes after stops run().
+  template <typename Start>
+  beast::error_code Await(Start&& start) {
+    beast::error_code out = asio::error::operation_aborted;
+    bool done = false;
+    start([&out, &done](beast::error_code ec, auto&&...) {
+      out = ec;
+      done = true;
+    });
+    io_.restart();
+    {
+      absl::MutexLock l(&impl_.mu);
+      if (impl_.cancelled) return asio::error::operation_aborted;
+    }
+    io_.run();
+    return done ? out : beast::error_code(asio::error::operation_aborted);
+  }
+
   absl::Status Open() {
     {
       absl::MutexLock l(&impl_.mu);
@@ -591,27 +612,6 @@ class KubeExchange {
   }
 
  private:
-  // Runs the operation `start` begins to its end; the error it ended with
-  // (operation_aborted when the client was cancelled). The cancelled flag is
-  // read after restart(): a Cancel() that came before is seen here, and one
-  // that comes after stops run().
-  template <typename Start>
-  beast::error_code Await(Start&& start) {
-    beast::error_code out = asio::error::operation_aborted;
-    bool done = false;
-    start([&out, &done](beast::error_code ec, auto&&...) {
-      out = ec;
-      done = true;
-    });
-    io_.restart();
-    {
-      absl::MutexLock l(&impl_.mu);
-      if (impl_.cancelled) return asio::error::operation_aborted;
-    }
-    io_.run();
-    return done ? out : beast::error_code(asio::error::operation_aborted);
-  }
-
   absl::Status Handshake(TlsStream& s) {
     SSL* ssl = s.native_handle();
     const std::string& name =
