@@ -307,6 +307,23 @@ absl::StatusOr<KubeCredentials> ResolveKubeCredentials(
   return c;
 }
 
+const nlohmann::json& KubeField(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json* const kNull = new nlohmann::json();
+  if (!j.is_object()) return *kNull;
+  auto it = j.find(key);
+  return it == j.end() ? *kNull : *it;
+}
+
+std::string KubeStr(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = KubeField(j, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+int64_t KubeInt(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = KubeField(j, key);
+  return v.is_number_integer() ? v.get<int64_t>() : 0;
+}
+
 std::string KubeQueryEscape(absl::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
@@ -328,13 +345,9 @@ absl::Status KubeStatusError(const KubeResponse& r, absl::string_view what) {
   std::string reason, message;
   const nlohmann::json j =
       nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.value("kind", "") == "Status") {
-    if (j.contains("reason") && j["reason"].is_string()) {
-      reason = j["reason"].get<std::string>();
-    }
-    if (j.contains("message") && j["message"].is_string()) {
-      message = j["message"].get<std::string>();
-    }
+  if (KubeStr(j, "kind") == "Status") {
+    reason = KubeStr(j, "reason");
+    message = KubeStr(j, "message");
   }
   if (message.empty()) message = r.body.substr(0, 200);
   const std::string text = absl::StrCat(

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "nlohmann/json.hpp"
 
 namespace gpusched::runtime {
 
@@ -96,6 +97,13 @@ struct KubeResponse {
 // 409 AlreadyExists (reason AlreadyExists) or Aborted (Conflict), 410
 // OutOfRange (Expired/Gone), 429 ResourceExhausted, 5xx Unavailable.
 absl::Status KubeStatusError(const KubeResponse& r, absl::string_view what);
+
+// Reads of what the API server sent that never throw, whatever its types:
+// member `key` of `j` when `j` is an object and the member has the type;
+// else null, "" or 0.
+const nlohmann::json& KubeField(const nlohmann::json& j, const char* key);
+std::string KubeStr(const nlohmann::json& j, const char* key);
+int64_t KubeInt(const nlohmann::json& j, const char* key);
 
 // `s` percent-encoded for a query string (all but A-Z a-z 0-9 -._~).
 std::string KubeQueryEscape(absl::string_view s);

@@ -181,6 +181,16 @@ TEST(KubeStatusTest, MapsStatusObjectsOntoCodes) {
             "GET nodes: 429: slow down (retry after 3 s)");
 }
 
+TEST(KubeStatusTest, AStatusOfOddTypesIsStillAnError) {
+  // fuzz_kubeconfig found this: a numeric "kind" threw out of the parser.
+  KubeResponse r{.status = 409,
+                 .body = R"({"kind":103,"reason":5,"message":["x"]})",
+                 .retry_after = 0};
+  EXPECT_TRUE(absl::IsAborted(KubeStatusError(r, "POST pods")));
+  EXPECT_EQ(KubeInt(nlohmann::json::parse(R"({"code":"410"})"), "code"), 0);
+  EXPECT_EQ(KubeStr(nlohmann::json::array(), "x"), "");
+}
+
 TEST(KubeQueryTest, EscapesSelectors) {
   EXPECT_EQ(KubeQueryEscape("app.kubernetes.io/managed-by=gpusched,a!=b"),
             "app.kubernetes.io%2Fmanaged-by%3Dgpusched%2Ca%21%3Db");

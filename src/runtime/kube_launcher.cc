@@ -38,10 +38,7 @@ std::string LabelValue(const std::string& s) {
 }
 
 std::string Annotation(const json& pod, const char* key) {
-  const json& a = pod.value("metadata", json::object())
-                      .value("annotations", json::object());
-  auto it = a.find(key);
-  return it != a.end() && it->is_string() ? it->get<std::string>() : "";
+  return KubeStr(KubeField(KubeField(pod, "metadata"), "annotations"), key);
 }
 
 std::vector<int> ParseGpus(const std::string& s) {
@@ -56,22 +53,20 @@ std::vector<int> ParseGpus(const std::string& s) {
 
 // How the Pod's (first) container ended, from its status.
 void Terminated(const json& pod, ExitEvent* e) {
-  const json& st = pod.value("status", json::object());
-  const json cs = st.value("containerStatuses", json::array());
-  if (!cs.is_array() || cs.empty() || !cs[0].is_object()) return;
-  const json state = cs[0].value("state", json::object());
-  const json t = state.is_object() ? state.value("terminated", json()) : json();
+  const json& cs = KubeField(KubeField(pod, "status"), "containerStatuses");
+  if (!cs.is_array() || cs.empty()) return;
+  const json& t = KubeField(KubeField(cs[0], "state"), "terminated");
   if (!t.is_object()) return;
-  const int code = t.value("exitCode", 0);
-  const int sig = t.value("signal", 0);
+  const int64_t code = std::clamp<int64_t>(KubeInt(t, "exitCode"), -255, 255);
+  const int64_t sig = std::clamp<int64_t>(KubeInt(t, "signal"), 0, 64);
   if (sig > 0) {
     e->signaled = true;
-    e->signal = sig;
+    e->signal = static_cast<int>(sig);
   } else if (code > 128 && code < 160) {
     e->signaled = true;
-    e->signal = code - 128;
+    e->signal = static_cast<int>(code - 128);
   } else {
-    e->exit_code = code;
+    e->exit_code = static_cast<int>(code);
   }
 }
 
@@ -578,6 +573,11 @@ void KubeLauncher::Relabel(const std::string& key, const std::string& name) {
   auto it = all.find(key);
   if (it == all.end()) return;
   json pod = it->second;
+  if (!KubeField(pod, "metadata").is_object() ||
+      !KubeField(pod["metadata"], "labels").is_object() ||
+      !KubeField(pod["metadata"], "annotations").is_object()) {
+    return;  // not as gpusched wrote it: left as it is
+  }
   pod["metadata"]["labels"][kReplicaLabel] = LabelValue(name);
   pod["metadata"]["annotations"][kReplicaLabel] = name;
   pod.erase("status");

@@ -127,9 +127,9 @@ bool KubeWatcher::List() {
         return false;
       }
     }
-    const json& meta = list.value("metadata", json::object());
-    version = meta.value("resourceVersion", "");
-    cont = meta.value("continue", "");
+    const json& meta = KubeField(list, "metadata");
+    version = KubeStr(meta, "resourceVersion");
+    cont = KubeStr(meta, "continue");
     if (cont.empty()) break;
   }
   Succeeded();
@@ -173,15 +173,14 @@ void KubeWatcher::Watch() {
         const std::string type = ev["type"].get<std::string>();
         json& obj = ev["object"];
         if (type == "ERROR") {
-          const int code = obj.is_object() ? obj.value("code", 0) : 0;
+          const int64_t code = KubeInt(obj, "code");
           if (code == 410) {
             absl::MutexLock l(&mu_);
             ++stats_.relists;
             need_list_ = true;
           } else {
             Failed(absl::StrCat("watch ", options_.path, ": ",
-                                obj.is_object() ? obj.value("message", "")
-                                                : std::string()),
+                                KubeStr(obj, "message")),
                    0);
           }
           return false;
