@@ -20,6 +20,7 @@ rounds=${2:-5}
 bin="$build/gpusched"
 source "$here/tests/lib.sh"
 source "$here/tests/slurm/cluster.sh"
+source "$here/bench/cluster_bench.sh"
 if ! why=$(slurm_cluster_available); then
   echo "slurm_bench: cannot run: $why" >&2
   exit 2
@@ -34,56 +35,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-now() { date +%s.%N; }
-calc() { python3 -c "print(round($1, 3))"; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-api() { curl -s -m 10 -X "$1" "$url$2" -H "Authorization: Bearer $admin" "${@:3}"; }
-ready() { api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null; }
-engine='{template: reference, args: ["--hidden", "20"]}'
-
-# apply -> ready, ROUNDS times, one figure per line.
-apply_rounds() {
-  for _ in $(seq 1 "$rounds"); do
-    cat >"$tmp/d.yaml" <<YAML
-apiVersion: gpusched.io/v1
-kind: Deployment
-metadata: {name: bench}
-spec:
-  engine: $engine
-  resources: {whole: 1}
-  replicas: 4
-YAML
-    t0=$(now)
-    "$bin" apply -f "$tmp/d.yaml" --server "$url" --key "$admin" >/dev/null
-    for _ in $(seq 1 1200); do [ "$(ready bench)" = 4 ] && break; sleep 0.05; done
-    calc "$(now) - $t0"
-    "$bin" delete deployment bench --server "$url" --key "$admin" >/dev/null
-    for _ in $(seq 1 600); do
-      api GET /api/v1/deployments/bench | grep -q '"name":"bench"' || break
-      sleep 0.1
-    done
-    sleep 1
-  done
-}
-
-start() {  # config
-  serve_until_ready "$1"
-  [ -n "$url" ] || { echo "serve did not start: $(cat "$tmp/err")" >&2; exit 1; }
-  admin=$(cat "$tmp/keys/admin.key")
-}
-stop() {
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=""
-  rm -rf "$tmp/state.db" "$tmp/keys" "$tmp/logs"
-}
-
 slurm_cluster_up "$tmp/slurm" node1:h100:4:16:64000 node2:h100:4:16:64000 \
   node3:h100:4:16:64000 >"$tmp/cluster.log" 2>&1 ||
   { echo "the Slurm cluster did not start: $(cat "$tmp/cluster.log")" >&2; exit 1; }
-head="listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-drain_grace_s: 2"
 
 # --- Slurm ---
 printf '%s\nslurm: {poll_interval_ms: 300}\n' "$head" >"$tmp/slurm.yaml"
