@@ -134,16 +134,19 @@ class Parser : public SpecReader {
     }
     bool kind_known = false;
     if (const YAML::Node kind = doc["kind"]; !kind) {
-      Fail(doc, "kind", "required (Deployment or Tenant)");
+      Fail(doc, "kind", "required (Deployment, Tenant or ModelRoute)");
     } else if (String(kind, "kind", &s)) {
       kind_known = true;
       if (s == KindName(Manifest::Kind::kDeployment)) {
         m.kind = Manifest::Kind::kDeployment;
       } else if (s == KindName(Manifest::Kind::kTenant)) {
         m.kind = Manifest::Kind::kTenant;
+      } else if (s == KindName(Manifest::Kind::kModelRoute)) {
+        m.kind = Manifest::Kind::kModelRoute;
       } else {
         Fail(kind, "kind",
-             absl::StrCat("must be Deployment or Tenant, got '", s, "'"));
+             absl::StrCat("must be Deployment, Tenant or ModelRoute, got '", s,
+                          "'"));
         kind_known = false;
       }
     }
@@ -165,10 +168,17 @@ class Parser : public SpecReader {
       m.deployment.labels = std::move(labels);
       ReadDeployment(spec, doc, "spec", {}, DefaultPriorityClasses(),
                      &m.deployment);
-    } else {
+    } else if (m.kind == Manifest::Kind::kTenant) {
       m.tenant.name = name;
       m.tenant.labels = std::move(labels);
       ReadTenant(spec, doc, "spec", {}, DefaultPriorityClasses(), &m.tenant);
+    } else {
+      m.route.name = name;
+      m.route.labels = std::move(labels);
+      ReadModelRoute(spec, doc, &m.route);
+      std::vector<std::string> problems;
+      CheckModelRoute(&m.route, &problems);
+      ReportProblems(problems, spec, doc, "spec");
     }
     if (!name.empty()) {
       auto [it, inserted] =
@@ -313,7 +323,15 @@ const std::vector<std::string>& DefaultPriorityClasses() {
 }
 
 const char* KindName(Manifest::Kind kind) {
-  return kind == Manifest::Kind::kDeployment ? "Deployment" : "Tenant";
+  switch (kind) {
+    case Manifest::Kind::kDeployment:
+      return "Deployment";
+    case Manifest::Kind::kTenant:
+      return "Tenant";
+    case Manifest::Kind::kModelRoute:
+      return "ModelRoute";
+  }
+  return "?";
 }
 
 void CheckDeployment(const DeploymentSpec& d,
@@ -393,13 +411,17 @@ absl::StatusOr<std::vector<Manifest>> ParseManifests(absl::string_view text,
 
 nlohmann::json ToJson(const Manifest& m) {
   const bool deployment = m.kind == Manifest::Kind::kDeployment;
-  const auto& labels = deployment ? m.deployment.labels : m.tenant.labels;
+  const bool tenant = m.kind == Manifest::Kind::kTenant;
+  const auto& labels = deployment ? m.deployment.labels
+                       : tenant   ? m.tenant.labels
+                                  : m.route.labels;
   return {
       {"apiVersion", kApiVersion},
       {"kind", KindName(m.kind)},
       {"metadata", {{"name", m.name()}, {"labels", labels}}},
       {"spec", deployment ? DeploymentSpecJson(m.deployment)
-                          : TenantSpecJson(m.tenant)},
+               : tenant   ? TenantSpecJson(m.tenant)
+                          : ModelRouteSpecJson(m.route)},
   };
 }
 

@@ -1,11 +1,13 @@
 // Kubernetes-style manifests for `gpusched apply` and the control API:
-// `kind: Deployment` and `kind: Tenant`, several per file separated by
+// `kind: Deployment`, `kind: Tenant` and `kind: ModelRoute`
+// (config/model_route.h), several per file separated by
 // `---`. The same spec structs back the `deployments:` and `tenants:` lists
 // of the serve config (config/serve_config.h), so a deployment is written the
 // same way in both places. Every field, with its default:
 //
 //   apiVersion: gpusched.io/v1       # required, exactly this
-//   kind: Deployment                 # required: Deployment | Tenant
+//   kind: Deployment                 # required: Deployment | Tenant |
+//                                    #   ModelRoute
 //   metadata:
 //     name: chat                     # required; [a-z0-9]([-a-z0-9.]*[a-z0-9])?
 //                                    #   at most 63 characters
@@ -109,6 +111,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "autoscale/autoscaler.h"
+#include "config/model_route.h"
 #include "nlohmann/json.hpp"
 #include "serving/admission.h"
 #include "serving/dispatcher.h"
@@ -213,21 +216,25 @@ struct TenantSpec {
 serving::TenantSpec ServingTenant(const TenantSpec& t);
 
 struct Manifest {
-  enum class Kind { kDeployment, kTenant };
+  enum class Kind { kDeployment, kTenant, kModelRoute };
   Kind kind = Kind::kDeployment;
   DeploymentSpec deployment;  // when kind == kDeployment
   TenantSpec tenant;          // when kind == kTenant
+  ModelRouteSpec route;       // when kind == kModelRoute
   int line = 0;               // 1-based line of the document's start
   const std::string& name() const {
-    return kind == Kind::kDeployment ? deployment.name : tenant.name;
+    return kind == Kind::kDeployment ? deployment.name
+           : kind == Kind::kTenant   ? tenant.name
+                                     : route.name;
   }
   // What the manifest says; `line` is only where it was read from.
   bool operator==(const Manifest& o) const {
-    return kind == o.kind && deployment == o.deployment && tenant == o.tenant;
+    return kind == o.kind && deployment == o.deployment && tenant == o.tenant &&
+           route == o.route;
   }
 };
 
-// "Deployment" or "Tenant".
+// "Deployment", "Tenant" or "ModelRoute".
 const char* KindName(Manifest::Kind kind);
 
 // At most this many manifests in one text (one apply).

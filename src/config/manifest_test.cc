@@ -278,7 +278,7 @@ TEST(ManifestTest, RejectsBadManifests) {
       {"apiVersion: gpusched.io/v2\nkind: Tenant\nmetadata: {name: t}\n",
        "m.yaml:1: apiVersion: must be gpusched.io/v1, got 'gpusched.io/v2'"},
       {"apiVersion: gpusched.io/v1\nkind: Pod\nmetadata: {name: t}\n",
-       "m.yaml:2: kind: must be Deployment or Tenant, got 'Pod'"},
+       "m.yaml:2: kind: must be Deployment, Tenant or ModelRoute, got 'Pod'"},
       {"kind: Tenant\nmetadata: {name: t}\n",
        "m.yaml:1: apiVersion: required (gpusched.io/v1)"},
       {"apiVersion: gpusched.io/v1\nkind: Tenant\nmetadata: {name: Chat}\n",

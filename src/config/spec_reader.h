@@ -19,6 +19,7 @@
 
 #include "absl/strings/string_view.h"
 #include "config/manifest.h"
+#include "config/model_route.h"
 #include "config/yaml_reader.h"
 #include "yaml-cpp/yaml.h"
 
@@ -50,6 +51,11 @@ class SpecReader : public YamlReader {
                   const std::vector<absl::string_view>& extra,
                   const std::vector<std::string>& classes, TenantSpec* t);
 
+  // Reads a ModelRoute's `spec` (config/model_route.h) into `r`, whose
+  // name is set; `at` gives the line when `spec` is missing.
+  void ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
+                      ModelRouteSpec* r);
+
   // A required object name (ValidObjectName) at `map[key]`.
   void ReadName(const YAML::Node& map, const char* key, const std::string& path,
                 std::string* out);
@@ -67,6 +73,9 @@ class SpecReader : public YamlReader {
            int* out);
   bool Number(const YAML::Node& n, const std::string& path, double lo,
               bool lo_open, double* out);
+  // A number in lo..hi.
+  bool Bounded(const YAML::Node& n, const std::string& path, double lo,
+               double hi, double* out);
   bool StringList(const YAML::Node& n, const std::string& path,
                   std::vector<std::string>* out);
   bool StringMap(const YAML::Node& n, const std::string& path,

@@ -69,14 +69,130 @@ absl::StatusOr<serving::ModelId> Gateway::NewQueue(const Model& m) {
   if (!id.ok()) return id.status();
   queues_.push_back({*id, spec.name, {}});
   for (const auto& [name, t] : tenants_) {
-    const auto& models = t.config->models;
-    if (!t.deleted &&
-        (models.empty() ||
-         std::find(models.begin(), models.end(), spec.name) != models.end())) {
+    if (!t.deleted && Grants(t, spec.name))
       dispatcher_->DeclareTenant(*id, t.id);
-    }
   }
   return *id;
+}
+
+// --- Routes
+// -------------------------------------------------------------------
+
+absl::Status Gateway::UpsertRoute(const GatewayRoute& route) {
+  std::vector<int> weights;
+  for (const GatewayRouteTarget& t : route.targets) weights.push_back(t.weight);
+  auto split = serving::WeightedSplit::Create(weights);
+  if (!split.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route '", route.name, "': ", split.status().message()));
+  }
+  Route r{route, *std::move(split), {}};
+  for (const GatewayRouteTarget& t : route.targets) {
+    r.cells.push_back(config_.metrics
+                          ? config_.metrics->RouteCell(route.name, t.version)
+                          : nullptr);
+  }
+  absl::MutexLock lock(&mu_);
+  if (auto it = models_.find(route.name);
+      it != models_.end() && !it->second.deleted) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route '", route.name, "': a deployment has this name"));
+  }
+  routes_.insert_or_assign(route.name, std::move(r));
+  for (const GatewayRouteTarget& t : route.targets)
+    DeclareTenants(t.deployment);
+  return absl::OkStatus();
+}
+
+void Gateway::RemoveRoute(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  routes_.erase(name);
+}
+
+absl::Status Gateway::ServeRoute(const config::ModelRouteSpec& spec,
+                                 const std::vector<int>& weights) {
+  if (weights.size() != spec.targets.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route '", spec.name, "': ", weights.size(),
+                     " weights for ", spec.targets.size(), " targets"));
+  }
+  GatewayRoute r;
+  r.name = spec.name;
+  r.sticky = spec.sticky;
+  for (size_t i = 0; i < spec.targets.size(); ++i) {
+    r.targets.push_back(
+        {spec.targets[i].deployment, spec.targets[i].version, weights[i]});
+  }
+  return UpsertRoute(r);
+}
+
+std::vector<control::VersionSample> Gateway::SamplesSince(
+    const std::string& deployment, Micros since) {
+  return stats_.SamplesSince(deployment, since);
+}
+
+void Gateway::DeclareTenants(const std::string& deployment) {
+  auto it = models_.find(deployment);
+  if (it == models_.end() || it->second.deleted) return;
+  for (const auto& [name, t] : tenants_) {
+    if (!t.deleted && Grants(t, deployment)) {
+      dispatcher_->DeclareTenant(it->second.current, t.id);
+    }
+  }
+}
+
+std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
+    const Tenant& t, const std::string& name, const std::string& version,
+    const std::string& session) {
+  absl::MutexLock lock(&mu_);
+  auto it = routes_.find(name);
+  if (it == routes_.end() || !Listed(t, name)) return std::nullopt;
+  const Route& r = it->second;
+  int i = -1;
+  std::vector<std::string> versions;
+  if (!version.empty()) {
+    for (size_t j = 0; j < r.config.targets.size(); ++j) {
+      versions.push_back(r.config.targets[j].version);
+      if (r.config.targets[j].version == version) i = static_cast<int>(j);
+    }
+    if (i < 0) {
+      return absl::StatusOr<RouteChoice>(absl::NotFoundError(
+          absl::StrCat("model '", name, "' has no version '", version,
+                       "'; its versions: ", absl::StrJoin(versions, ", "))));
+    }
+  } else {
+    uint64_t key = 0;
+    if (r.config.sticky == "tenant") {
+      key = serving::StickyHash(t.config->spec.name);
+    } else if (r.config.sticky == "session" && !session.empty()) {
+      key = serving::StickyHash(session);
+    } else {
+      key =
+          serving::StickyHash(absl::StrCat(config_.seed, ":", route_draws_++));
+    }
+    i = r.split.Pick(key);
+  }
+  versions.clear();
+  for (const GatewayRouteTarget& x : r.config.targets) {
+    versions.push_back(x.version);
+  }
+  const GatewayRouteTarget& target = r.config.targets[i];
+  return absl::StatusOr<RouteChoice>(RouteChoice{
+      target.deployment, target.version, r.cells[i], std::move(versions)});
+}
+
+bool Gateway::RouteReady(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = routes_.find(name);
+  if (it == routes_.end()) return false;
+  for (const GatewayRouteTarget& t : it->second.config.targets) {
+    if (t.weight == 0) continue;
+    auto m = models_.find(t.deployment);
+    if (m == models_.end() || m->second.deleted || m->second.ready.empty()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
@@ -536,6 +652,9 @@ void Gateway::Proxy(Job job) {
       NoteMigration(deployment, tenant, from, migrated,
                     migrated ? why : absl::StrCat(why, "; ", not_why));
       if (!migrated) {
+        finish.now = NowMicros();
+        finish.ok = false;
+        stats_.RecordFinished(finish);
         GatewayMetrics::Finished(cells, false, stream, req.arrival,
                                  relay->first_byte, NowMicros(), 0,
                                  resume->tokens_sent());
@@ -562,6 +681,9 @@ void Gateway::Proxy(Job job) {
         DispatchLocked(&jobs);
       }
       if (!retried) {
+        finish.now = NowMicros();
+        finish.ok = false;
+        stats_.RecordFinished(finish);
         GatewayMetrics::Finished(cells, false, stream, req.arrival, 0,
                                  NowMicros(), 0, 0);
         Reject(

@@ -54,6 +54,7 @@
 #include "runtime/data_plane.h"
 #include "runtime/store.h"
 #include "serving/dispatcher.h"
+#include "serving/split.h"
 
 namespace gpusched::gateway {
 
@@ -75,6 +76,23 @@ struct GatewayTenant {
   serving::TenantSpec spec;
   std::string priority;             // class name; "" = the second class
   std::vector<std::string> models;  // deployments it may use; empty = all
+};
+
+// A public model name that routes to deployments by weight
+// (config::ModelRouteSpec; docs/versions.md). Requests name `name`; each
+// goes to one target, picked by weight from a sticky key (sticky: session:
+// the X-Gpusched-Session header, else the OpenAI `user` field; tenant: the
+// tenant) or at random. KServe /v2/models/{name}/versions/{v} addresses the
+// target of version v.
+struct GatewayRouteTarget {
+  std::string deployment;
+  std::string version;
+  int weight = 0;
+};
+struct GatewayRoute {
+  std::string name;
+  std::vector<GatewayRouteTarget> targets;
+  std::string sticky = "none";  // none | session | tenant
 };
 
 struct GatewayConfig {
@@ -132,6 +150,16 @@ class Gateway : public runtime::DataPlane {
   absl::Status ServeTenant(const config::TenantSpec& spec) override;
   std::vector<double> TtftSince(const std::string& deployment,
                                 Micros since) override;
+  std::vector<control::VersionSample> SamplesSince(
+      const std::string& deployment, Micros since) override;
+
+  // Creates or replaces the route (weights take effect for new requests).
+  // InvalidArgument when its name is a deployment's or no target has
+  // weight > 0.
+  absl::Status UpsertRoute(const GatewayRoute& route);
+  void RemoveRoute(const std::string& name) override;
+  absl::Status ServeRoute(const config::ModelRouteSpec& spec,
+                          const std::vector<int>& weights) override;
 
   // Engine-reported load of the replica at `ep` (for the routers).
   void UpdateEngineLoad(const net::Endpoint& ep,
@@ -189,6 +217,18 @@ class Gateway : public runtime::DataPlane {
     // Metric cells by tenant id * classes + class, made at first use.
     std::vector<GatewayMetrics::RequestCells*> cells;
   };
+  struct Route {
+    GatewayRoute config;
+    serving::WeightedSplit split;
+    std::vector<metrics::Counter*> cells;  // per target; null: no metrics
+  };
+  // Where a request for a route goes.
+  struct RouteChoice {
+    std::string deployment;
+    std::string version;
+    metrics::Counter* cell = nullptr;
+    std::vector<std::string> versions;  // all of the route's
+  };
   struct Tenant {
     std::shared_ptr<const GatewayTenant> config;  // replaced, never mutated
     serving::TenantId id = 0;
@@ -245,6 +285,8 @@ class Gateway : public runtime::DataPlane {
   void Reject(Protocol protocol, const std::shared_ptr<net::Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);
+  // The session a request names (X-Gpusched-Session), "" when none.
+  static std::string Session(const net::HttpRequest& req);
   void Submit(Protocol protocol, net::HttpRequest& req,
               std::shared_ptr<net::Responder> r, const std::string& model,
               std::string engine_target, bool stream, int64_t max_tokens,
@@ -255,10 +297,36 @@ class Gateway : public runtime::DataPlane {
   std::optional<Tenant> Authenticate(const net::HttpRequest& req,
                                      Protocol protocol,
                                      const std::shared_ptr<net::Responder>& r);
-  // May the tenant use the live deployment `model`?
+  // May the tenant use the live deployment `model`? (Listed in its
+  // models, or a target of a route that is.)
   bool Allowed(const Tenant& t, const std::string& model) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Is `name` (a deployment or a route) in the tenant's models (empty:
+  // all)?
+  static bool Listed(const Tenant& t, const std::string& name);
+  // Listed, or a target of a route that is (the deployment need not exist).
+  bool Grants(const Tenant& t, const std::string& deployment) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The deployments the tenant may use (Allowed).
   std::vector<std::string> AllowedModels(const Tenant& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the tenant sees (/v1/models, 404 messages): its routes and the
+  // deployments that are no route's target.
+  std::vector<std::string> PublicModels(const Tenant& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The target a request of `tenant` for route `name` goes to: the one of
+  // `version` when given, else picked by weight, sticky by `session` (the
+  // X-Gpusched-Session header or the OpenAI user; "" : random) or by the
+  // tenant as the route says.
+  // nullopt when `name` is no route the tenant may use; NotFound when the
+  // version is not one of the route's.
+  std::optional<absl::StatusOr<RouteChoice>> PickRoute(
+      const Tenant& t, const std::string& name, const std::string& version,
+      const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
+  // A route is ready when every target with weight > 0 has a ready replica.
+  bool RouteReady(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Declares every tenant allowed `deployment` to its current queue.
+  void DeclareTenants(const std::string& deployment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<serving::ModelId> NewQueue(const Model& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -292,6 +360,8 @@ class Gateway : public runtime::DataPlane {
   std::map<std::string, Model> models_ ABSL_GUARDED_BY(mu_);
   std::vector<Queue> queues_ ABSL_GUARDED_BY(mu_);  // by ModelId
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
+  uint64_t route_draws_ ABSL_GUARDED_BY(mu_) = 0;  // random keys' counter
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_
       ABSL_GUARDED_BY(mu_);
   std::vector<serving::Assignment> assigned_

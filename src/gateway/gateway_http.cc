@@ -41,12 +41,27 @@ void Gateway::Reject(Protocol protocol,
   r->Send(std::move(res));
 }
 
+bool Gateway::Listed(const Tenant& t, const std::string& name) {
+  const auto& models = t.config->models;
+  return models.empty() ||
+         std::find(models.begin(), models.end(), name) != models.end();
+}
+
+bool Gateway::Grants(const Tenant& t, const std::string& deployment) const {
+  if (Listed(t, deployment)) return true;
+  for (const auto& [name, r] : routes_) {
+    if (!Listed(t, name)) continue;
+    for (const GatewayRouteTarget& target : r.config.targets) {
+      if (target.deployment == deployment) return true;
+    }
+  }
+  return false;
+}
+
 bool Gateway::Allowed(const Tenant& t, const std::string& model) const {
   auto it = models_.find(model);
   if (it == models_.end() || it->second.deleted) return false;
-  const auto& models = t.config->models;
-  return models.empty() ||
-         std::find(models.begin(), models.end(), model) != models.end();
+  return Grants(t, model);
 }
 
 std::vector<std::string> Gateway::AllowedModels(const Tenant& t) const {
@@ -55,6 +70,27 @@ std::vector<std::string> Gateway::AllowedModels(const Tenant& t) const {
     if (Allowed(t, name)) allowed.push_back(name);
   }
   return allowed;
+}
+
+std::vector<std::string> Gateway::PublicModels(const Tenant& t) const {
+  std::vector<std::string> names;
+  for (const auto& [name, r] : routes_) {
+    if (Listed(t, name)) names.push_back(name);
+  }
+  for (const auto& [name, m] : models_) {
+    if (!Allowed(t, name)) continue;
+    const bool targeted =
+        std::any_of(routes_.begin(), routes_.end(), [&](const auto& route) {
+          const auto& targets = route.second.config.targets;
+          return std::any_of(targets.begin(), targets.end(),
+                             [&](const GatewayRouteTarget& x) {
+                               return x.deployment == name;
+                             });
+        });
+    if (!targeted) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::optional<Gateway::Tenant> Gateway::Authenticate(
@@ -124,7 +160,7 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     json data = json::array();
     {
       absl::MutexLock lock(&mu_);
-      for (const std::string& m : AllowedModels(*tenant)) {
+      for (const std::string& m : PublicModels(*tenant)) {
         data.push_back(
             {{"id", m}, {"object", "model"}, {"owned_by", "gpusched"}});
       }
@@ -166,8 +202,27 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     return;
   }
   if (target == "/v1/embeddings") max_tokens = 0;
-  Submit(Protocol::kOpenAi, req, std::move(r), *f.model, target,
+  std::string model = *f.model;
+  std::string session = Session(req);
+  if (session.empty() && f.user) session = *f.user;
+  if (auto choice = PickRoute(*tenant, model, "", session)) {
+    // A public name: the engine serves the version under its deployment's
+    // name.
+    json body = json::parse(req.body(), nullptr, false);
+    if (body.is_object()) {
+      body["model"] = (*choice)->deployment;
+      req.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    model = (*choice)->deployment;
+    if ((*choice)->cell) (*choice)->cell->Add();
+  }
+  Submit(Protocol::kOpenAi, req, std::move(r), model, target,
          f.stream.value_or(false), max_tokens, *tenant);
+}
+
+std::string Gateway::Session(const net::HttpRequest& req) {
+  const auto h = req["X-Gpusched-Session"];
+  return std::string(h.data(), std::min<size_t>(h.size(), 256));
 }
 
 void Gateway::HandleKServe(net::HttpRequest& req,
@@ -200,26 +255,43 @@ void Gateway::HandleKServe(net::HttpRequest& req,
   }
   const std::optional<Tenant> tenant = Authenticate(req, Protocol::kKServe, r);
   if (!tenant) return;
+  // A route's name: its version `version`, else one picked by weight.
+  std::string deployment = model;
+  std::vector<std::string> versions;  // set: `model` is a route
+  if (auto choice = PickRoute(*tenant, model, version, Session(req))) {
+    if (!choice->ok()) {
+      Reject(Protocol::kKServe, r, http::status::not_found,
+             std::string(choice->status().message()), "not_found_error");
+      return;
+    }
+    deployment = (*choice)->deployment;
+    versions = (*choice)->versions;
+    if (action == "infer" && (*choice)->cell) (*choice)->cell->Add();
+  }
+  const bool routed = !versions.empty();
   std::vector<net::Endpoint> ready;
   {
     absl::MutexLock lock(&mu_);
-    if (!Allowed(*tenant, model)) {
+    if (!Allowed(*tenant, deployment)) {
       Reject(Protocol::kKServe, r, http::status::not_found,
              absl::StrCat("model '", model,
                           "' does not exist or is not yours; your models: ",
-                          absl::StrJoin(AllowedModels(*tenant), ", ")),
+                          absl::StrJoin(PublicModels(*tenant), ", ")),
              "not_found_error");
       return;
     }
-    ready = models_.at(model).ready;
+    ready = models_.at(deployment).ready;
   }
-  const std::string engine_target =
-      absl::StrCat("/v2/models/", model, version.empty() ? "" : "/versions/",
-                   version, action.empty() ? "" : "/", action);
+  // The engine serves a version under its deployment's name.
+  const std::string engine_target = absl::StrCat(
+      "/v2/models/", deployment, version.empty() || routed ? "" : "/versions/",
+      routed ? "" : version, action.empty() ? "" : "/", action);
   if (action == "ready") {
+    const bool is_ready =
+        routed && version.empty() ? RouteReady(model) : !ready.empty();
     net::HttpResponse res = JsonResponse(
-        ready.empty() ? http::status::service_unavailable : http::status::ok,
-        json{{"name", model}, {"ready", !ready.empty()}});
+        is_ready ? http::status::ok : http::status::service_unavailable,
+        json{{"name", model}, {"ready", is_ready}});
     r->Send(std::move(res));
     return;
   }
@@ -244,7 +316,7 @@ void Gateway::HandleKServe(net::HttpRequest& req,
       *status = h.result_int();
     };
     cb.on_data = [body](std::string d) { *body += d; };
-    cb.on_done = [this, r, body, status](absl::Status st) {
+    cb.on_done = [this, r, body, status, model, versions](absl::Status st) {
       if (!st.ok()) {
         Reject(Protocol::kKServe, r, http::status::bad_gateway,
                absl::StrCat("replica failed: ", st.message()), "server_error");
@@ -252,6 +324,15 @@ void Gateway::HandleKServe(net::HttpRequest& req,
       }
       net::HttpResponse res{static_cast<http::status>(*status), 11};
       res.set(http::field::content_type, "application/json");
+      json meta = versions.empty() || *status != 200
+                      ? json()
+                      : json::parse(*body, nullptr, false);
+      if (meta.is_object()) {
+        // A route's metadata: its public name and versions.
+        meta["name"] = model;
+        meta["versions"] = versions;
+        *body = meta.dump(-1, ' ', false, json::error_handler_t::replace);
+      }
       res.body() = std::move(*body);
       r->Send(std::move(res));
     };
@@ -275,8 +356,8 @@ void Gateway::HandleKServe(net::HttpRequest& req,
            std::string(st.message()), "invalid_request_error");
     return;
   }
-  Submit(Protocol::kKServe, req, std::move(r), model, engine_target, false, 0,
-         *tenant);
+  Submit(Protocol::kKServe, req, std::move(r), deployment, engine_target, false,
+         0, *tenant);
 }
 
 void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
@@ -286,6 +367,9 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
   const Micros now = NowMicros();
   serving::Request sr;
   sr.arrival = now;
+  if (const std::string session = Session(req); !session.empty()) {
+    sr.session = serving::StickyHash(session);
+  }
   // Class: the header, else the tenant's, else the second class.
   std::string cls_name(req["X-Gpusched-Priority"]);
   if (cls_name.empty()) cls_name = tenant.config->priority;
@@ -342,7 +426,7 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
   {
     absl::MutexLock lock(&mu_);
     known = Allowed(tenant, model);
-    if (!known) allowed = AllowedModels(tenant);
+    if (!known) allowed = PublicModels(tenant);
     if (known) {
       sr.tenant = tenant.id;
       Model& m = models_.at(model);

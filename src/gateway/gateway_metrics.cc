@@ -83,6 +83,16 @@ GatewayMetrics::GatewayMetrics(metrics::Registry* r) {
       "another replica (outcome=migrated) or ended with an error event "
       "(outcome=failed).",
       {"deployment", "outcome"});
+  routed_ = r->AddCounter(
+      "gpusched_route_requests_total",
+      "Requests for a ModelRoute's public name, by the version (target "
+      "deployment) the split sent them to.",
+      {"route", "version"});
+}
+
+metrics::Counter* GatewayMetrics::RouteCell(const std::string& route,
+                                            const std::string& version) {
+  return routed_->With({route, version});
 }
 
 GatewayMetrics::DeploymentCells* GatewayMetrics::Deployment(

@@ -73,6 +73,10 @@ class GatewayMetrics {
   void Invalid(const char* reason);
   // A stream's replica failed mid-stream: migrated, or ended with an error.
   void Migration(const std::string& deployment, bool migrated);
+  // The counter of requests a route sent to `version` (takes a mutex:
+  // call once per target).
+  metrics::Counter* RouteCell(const std::string& route,
+                              const std::string& version);
 
   // The deployment's SLO (milliseconds, 0: none).
   void SetSlo(const std::string& deployment, double ttft_ms, double tpot_ms);
@@ -98,6 +102,7 @@ class GatewayMetrics {
   metrics::CounterFamily* held_;
   metrics::HistogramFamily* hold_;
   metrics::CounterFamily* migrations_;
+  metrics::CounterFamily* routed_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<DeploymentCells>> deployments_

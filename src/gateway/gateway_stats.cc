@@ -55,9 +55,31 @@ std::vector<double> GatewayStats::TtftSince(const std::string& deployment,
   auto it = deployments_.find(deployment);
   if (it == deployments_.end()) return out;
   for (const Sample& s : it->second.ring) {
-    if (s.time > since) out.push_back(ToSeconds(s.ttft));
+    if (s.ok && s.time > since) out.push_back(ToSeconds(s.ttft));
   }
   return out;
+}
+
+std::vector<control::VersionSample> GatewayStats::SamplesSince(
+    const std::string& deployment, Micros since) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<control::VersionSample> out;
+  auto it = deployments_.find(deployment);
+  if (it == deployments_.end()) return out;
+  for (const Sample& s : it->second.ring) {
+    if (s.time > since)
+      out.push_back({ToSeconds(s.ttft), ToSeconds(s.e2e), s.ok});
+  }
+  return out;
+}
+
+void GatewayStats::Deployment::Keep(const Sample& s) {
+  if (ring.size() < kSamples) {
+    ring.push_back(s);
+  } else {
+    ring[next] = s;
+    next = (next + 1) % kSamples;
+  }
 }
 
 void GatewayStats::RecordFinished(const Finish& f) {
@@ -71,19 +93,14 @@ void GatewayStats::RecordFinished(const Finish& f) {
   if (!f.ok) {
     ++d.errors;
     ++t.errors;
+    d.Keep({f.now, 0, 0, false});
     return;
   }
   ++d.completed;
   d.input_tokens += f.input_tokens;
   d.output_tokens += f.output_tokens;
   d.rate.Add(f.now, f.output_tokens);
-  const Sample s{f.now, f.ttft, f.e2e};
-  if (d.ring.size() < kSamples) {
-    d.ring.push_back(s);
-  } else {
-    d.ring[d.next] = s;
-    d.next = (d.next + 1) % kSamples;
-  }
+  d.Keep({f.now, f.ttft, f.e2e, true});
 }
 
 void GatewayStats::RecordRejected(const std::string& deployment,
@@ -99,7 +116,7 @@ json GatewayStats::Json(Micros now) const {
   for (const auto& [name, d] : deployments_) {
     std::vector<Micros> ttft, e2e;
     for (const Sample& s : d.ring) {
-      if (s.time < now - kWindow) continue;
+      if (!s.ok || s.time < now - kWindow) continue;
       ttft.push_back(s.ttft);
       e2e.push_back(s.e2e);
     }

@@ -21,6 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "control/rollout.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched::gateway {
@@ -58,6 +59,10 @@ class GatewayStats {
   std::vector<double> TtftSince(const std::string& deployment,
                                 Micros since) const;
   nlohmann::json Json() const;  // now: the steady clock, as the gateway's
+  // The deployment's requests finished after `since` (within the last
+  // kSamples), failed ones included: what a rollout's analysis reads.
+  std::vector<control::VersionSample> SamplesSince(
+      const std::string& deployment, Micros since) const;
 
  private:
   struct Bucket {
@@ -73,6 +78,7 @@ class GatewayStats {
   };
   struct Sample {
     Micros time = 0, ttft = 0, e2e = 0;
+    bool ok = true;  // failed requests are samples too, without latencies
   };
   struct Deployment {
     int64_t completed = 0, errors = 0, rejected = 0;
@@ -80,6 +86,7 @@ class GatewayStats {
     std::vector<Sample> ring;  // up to kSamples; next_ is the oldest when full
     size_t next = 0;
     Rate rate;
+    void Keep(const Sample& s);  // into the ring
   };
   struct Tenant {
     int64_t requests = 0, errors = 0, rejected = 0;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -85,7 +86,8 @@ class GatewayTest : public ::testing::Test {
   }
   net::HttpResponse Call(const std::string& key, const std::string& target,
                          const std::string& body,
-                         http::verb verb = http::verb::post) {
+                         http::verb verb = http::verb::post,
+                         const std::string& session = "") {
     asio::io_context ioc;
     tcp::socket socket(ioc);
     socket.connect(
@@ -93,6 +95,7 @@ class GatewayTest : public ::testing::Test {
     net::HttpRequest req{verb, target, 11};
     req.set(http::field::host, "127.0.0.1");
     if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
+    if (!session.empty()) req.set("X-Gpusched-Session", session);
     req.body() = body;
     req.prepare_payload();
     http::write(socket, req);
@@ -211,6 +214,99 @@ TEST_F(GatewayTest, KServeV2InferMetadataAndReady) {
   ASSERT_EQ(server.result(), http::status::ok) << server.body();
   EXPECT_EQ(json::parse(server.body())["name"], "gpusched");
   EXPECT_TRUE(json::parse(server.body())["extensions"].is_array());
+}
+
+// A public name over two versions (docs/versions.md).
+TEST_F(GatewayTest, RoutesSplitByWeightStickAndAddressVersions) {
+  Start(false);
+  StartEngine("chat-v1");
+  StartEngine("chat-v2");
+  for (int v = 1; v <= 2; ++v) {
+    GatewayDeployment d;
+    d.spec.name = "chat-v" + std::to_string(v);
+    ASSERT_TRUE(gateway_->UpsertDeployment(d).ok());
+    gateway_->SetReplicas(d.spec.name,
+                          {{"127.0.0.1", engines_[v + 1]->port()}});
+  }
+  GatewayRoute route;
+  route.name = "assistant";
+  route.targets = {{"chat-v1", "1", 70}, {"chat-v2", "2", 30}};
+  ASSERT_TRUE(gateway_->UpsertRoute(route).ok());
+  // A route may not take a deployment's name, nor have no weight.
+  EXPECT_FALSE(gateway_->UpsertRoute({"chat", route.targets, "none"}).ok());
+  EXPECT_FALSE(
+      gateway_->UpsertRoute({"x", {{"chat-v1", "1", 0}}, "none"}).ok());
+  // Carol may use the public name only; its versions come with it.
+  GatewayTenant carol;
+  carol.spec.name = "carol";
+  carol.models = {"assistant"};
+  ASSERT_TRUE(store_->PutTenant("carol", "{}", 1, 0).ok());
+  const std::string key = store_->CreateApiKey("carol", "k", 0)->secret;
+  ASSERT_TRUE(gateway_->UpsertTenant(carol).ok());
+  auto models = Call(key, "/v1/models", "", http::verb::get);
+  ASSERT_EQ(models.result(), http::status::ok);
+  const json listed = json::parse(models.body())["data"];
+  ASSERT_EQ(listed.size(), 1u) << models.body();
+  EXPECT_EQ(listed[0]["id"], "assistant");
+
+  const std::string body =
+      R"({"model":"assistant","prompt":"x","max_tokens":1})";
+  int v2 = 0;
+  constexpr int kRequests = 200;
+  for (int i = 0; i < kRequests; ++i) {
+    auto res = Call(key, "/v1/completions", body);
+    ASSERT_EQ(res.result(), http::status::ok) << res.body();
+    v2 += json::parse(res.body())["model"] == "chat-v2";
+  }
+  // 30% of 200: mean 60, sd 6.5; 4.5 sd either side.
+  EXPECT_GT(v2, 31);
+  EXPECT_LT(v2, 89);
+  EXPECT_FALSE(gateway_->SamplesSince("chat-v2", 0).empty());
+
+  // Sticky by session: every request of one session on one version.
+  route.sticky = "session";
+  ASSERT_TRUE(gateway_->UpsertRoute(route).ok());
+  for (int s = 0; s < 5; ++s) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 8; ++i) {
+      auto res = Call(key, "/v1/completions", body, http::verb::post,
+                      "session-" + std::to_string(s));
+      ASSERT_EQ(res.result(), http::status::ok) << res.body();
+      seen.insert(json::parse(res.body())["model"].get<std::string>());
+    }
+    EXPECT_EQ(seen.size(), 1u) << "session " << s;
+  }
+
+  // KServe addresses one version directly, and shows the public name.
+  const std::string infer =
+      R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[1],)"
+      R"("data":["hello"]}]})";
+  auto direct = Call(key, "/v2/models/assistant/versions/2/infer", infer);
+  ASSERT_EQ(direct.result(), http::status::ok) << direct.body();
+  EXPECT_EQ(json::parse(direct.body())["model_name"], "chat-v2");
+  auto unknown = Call(key, "/v2/models/assistant/versions/9/infer", infer);
+  EXPECT_EQ(unknown.result(), http::status::not_found);
+  EXPECT_THAT(unknown.body(), HasSubstr("its versions: 1, 2"));
+  auto meta = Call(key, "/v2/models/assistant", "", http::verb::get);
+  ASSERT_EQ(meta.result(), http::status::ok) << meta.body();
+  EXPECT_EQ(json::parse(meta.body())["name"], "assistant");
+  EXPECT_EQ(json::parse(meta.body())["versions"], json({"1", "2"}));
+  EXPECT_EQ(
+      Call(key, "/v2/models/assistant/ready", "", http::verb::get).result(),
+      http::status::ok);
+
+  // All weight to v2 (a promotion): every request goes there.
+  route.targets[0].weight = 0;
+  route.targets[1].weight = 100;
+  ASSERT_TRUE(gateway_->UpsertRoute(route).ok());
+  for (int i = 0; i < 20; ++i) {
+    auto res = Call(key, "/v1/completions", body, http::verb::post,
+                    "session-" + std::to_string(i));
+    EXPECT_EQ(json::parse(res.body())["model"], "chat-v2");
+  }
+  gateway_->RemoveRoute("assistant");
+  EXPECT_EQ(Call(key, "/v1/completions", body).result(),
+            http::status::not_found);
 }
 
 TEST_F(GatewayTest, DeploymentsAndTenantsChangeAtRunTime) {

@@ -81,6 +81,8 @@ class OpenAiScan : public json::json_sax_t {
       } else if (kind != Kind::kNull) {
         out_->stream_wrong_type = true;
       }
+    } else if (key_ == "user") {
+      if (kind == Kind::kString) out_->user = std::move(*s);
     } else if (key_ == "max_tokens" || key_ == "max_completion_tokens") {
       if (kind != Kind::kNull) {
         out_->max_tokens[key_ == "max_tokens" ? 0 : 1] =

@@ -40,6 +40,8 @@ struct OpenAiFields {
   bool model_wrong_type = false;
   std::optional<bool> stream;
   bool stream_wrong_type = false;
+  // The end user (OpenAI `user`), when a string: a sticky key for routes.
+  std::optional<std::string> user;
   // max_tokens, max_completion_tokens: value, or -1 when of a wrong type.
   std::optional<int64_t> max_tokens[2];
 };

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "config/manifest.h"
+#include "control/rollout.h"
 #include "net/upstream.h"
 #include "serving/dispatcher.h"
 
@@ -64,6 +65,19 @@ class DataPlane {
   // after `since` (steady clock).
   virtual std::vector<double> TtftSince(const std::string& deployment,
                                         Micros since) = 0;
+  // The finished requests of `deployment` after `since` (steady clock),
+  // failed ones included, for a rollout's analysis (control/rollout.h).
+  virtual std::vector<control::VersionSample> SamplesSince(
+      const std::string& deployment, Micros since) = 0;
+
+  // Serves the route under its name with these weights (one per target, in
+  // spec order; a rollout's, or the spec's); creates or replaces it.
+  // InvalidArgument naming the problem (nothing changes then).
+  virtual absl::Status ServeRoute(const config::ModelRouteSpec& spec,
+                                  const std::vector<int>& weights) = 0;
+  // Requests for the name are refused from now on.
+  virtual void RemoveRoute(const std::string& name) = 0;
+
   // Expires queued requests past their timeout; called every pass.
   virtual void Tick() = 0;
 

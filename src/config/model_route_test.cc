@@ -1,0 +1,142 @@
+#include "config/model_route.h"
+
+#include <string>
+#include <vector>
+
+#include "config/manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpusched::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kHead[] =
+    "apiVersion: gpusched.io/v1\nkind: ModelRoute\nmetadata: {name: chat}\n"
+    "spec:\n";
+
+TEST(ModelRouteTest, ParsesEveryFieldAndRoundTrips) {
+  const std::string text = std::string(kHead) + R"(  sticky: session
+  targets:
+    - {deployment: chat-v1, version: "1"}
+    - {deployment: chat-v2, version: "2"}
+  rollout:
+    canary: chat-v2
+    steps:
+      - {weight: 10, pauseS: 30}
+      - {weight: 50, pauseS: 0, manual: true}
+    analysis: {windowS: 20, minRequests: 5, percentile: 90, maxTtftRatio: 2,
+               maxE2eRatio: 0, maxTtftMs: 500, maxE2eMs: 4000,
+               maxErrorRate: 0.1, minSloAttainment: 0.9}
+    scaleDownStable: false
+)";
+  auto got = ParseManifests(text, "r.yaml");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  const Manifest& m = got->front();
+  ASSERT_EQ(m.kind, Manifest::Kind::kModelRoute);
+  EXPECT_EQ(m.name(), "chat");
+  const ModelRouteSpec& r = m.route;
+  EXPECT_EQ(r.sticky, "session");
+  ASSERT_EQ(r.targets.size(), 2u);
+  EXPECT_EQ(r.targets[1].version, "2");
+  EXPECT_EQ(r.targets[1].weight, -1);
+  ASSERT_TRUE(r.rollout);
+  EXPECT_EQ(r.Stable(), "chat-v1");
+  ASSERT_EQ(r.rollout->steps.size(), 2u);
+  EXPECT_EQ(r.rollout->steps[0].weight, 10);
+  EXPECT_EQ(r.rollout->steps[0].pause_s, 30);
+  EXPECT_TRUE(r.rollout->steps[1].manual);
+  EXPECT_EQ(r.rollout->analysis.min_requests, 5);
+  EXPECT_EQ(r.rollout->analysis.max_ttft_ms, 500);
+  EXPECT_EQ(r.rollout->analysis.min_slo_attainment, 0.9);
+  EXPECT_FALSE(r.rollout->scale_down_stable);
+  auto back = ManifestFromJson(ToJson(m), "json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, m);
+}
+
+TEST(ModelRouteTest, Defaults) {
+  auto got = ParseManifests(
+      std::string(kHead) + "  targets: [{deployment: chat-v1}]\n", "r.yaml");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const ModelRouteSpec& r = got->front().route;
+  EXPECT_EQ(r.sticky, "none");
+  EXPECT_EQ(r.targets[0].version, "chat-v1");
+  EXPECT_EQ(r.targets[0].weight, 100);
+  EXPECT_FALSE(r.rollout);
+
+  auto ro = ParseManifests(std::string(kHead) +
+                               "  targets: [{deployment: a}, {deployment: b}]\n"
+                               "  rollout: {canary: b}\n",
+                           "r.yaml");
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  const RolloutSpec& s = *ro->front().route.rollout;
+  EXPECT_EQ(s.steps, DefaultRolloutSteps());
+  EXPECT_EQ(s.analysis, AnalysisSpec{});
+  EXPECT_TRUE(s.scale_down_stable);
+}
+
+TEST(ModelRouteTest, RejectsBadRoutes) {
+  struct Case {
+    std::string spec;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"  targets: []\n", "spec.targets: must be a list of 1..8 targets"},
+      {"  sticky: user\n  targets: [{deployment: a}]\n",
+       "spec.sticky: must be none, session or tenant, got 'user'"},
+      {"  targets: [{deployment: a, weight: 60}, {deployment: b, weight: "
+       "30}]\n",
+       "spec.targets: the weights must add up to 100, got 90"},
+      {"  targets: [{deployment: a, weight: 60}, {deployment: b}]\n",
+       "spec.targets[1].weight: required with several targets"},
+      {"  targets: [{deployment: a, weight: 101}]\n",
+       "spec.targets[0].weight: must be an integer in 0..100"},
+      {"  targets: [{deployment: chat}]\n",
+       "spec.targets[0].deployment: the route cannot target its own name"},
+      {"  targets: [{deployment: a, weight: 50}, {deployment: a, weight: "
+       "50}]\n",
+       "spec.targets[1].deployment: 'a' is targeted twice"},
+      {"  targets: [{deployment: a, version: x, weight: 50}, {deployment: b, "
+       "version: x, weight: 50}]\n",
+       "spec.targets[1].version: 'x' is used twice"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: c}\n",
+       "spec.rollout.canary: 'c' is not one of spec.targets"},
+      {"  targets: [{deployment: a}]\n  rollout: {canary: a}\n",
+       "spec.rollout: a rollout needs exactly two targets, the stable and the "
+       "canary; got 1 (no stable version)"},
+      {"  targets: [{deployment: a, weight: 100}, {deployment: b}]\n"
+       "  rollout: {canary: b}\n",
+       "spec.targets[0].weight: set by spec.rollout; leave it out"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, steps: [{weight: 50}, {weight: 20}]}\n",
+       "spec.rollout.steps[1].weight: must rise (20 after 50)"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, analysis: {maxErrorRate: 2}}\n",
+       "spec.rollout.analysis.maxErrorRate: must be in 0..1, got 2"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, steps: [{pauseS: 5}]}\n",
+       "spec.rollout.steps[0].weight: required"},
+      {"  targets: [{deployment: a, colour: red}]\n",
+       "unknown field 'colour' in spec.targets[0]"},
+  };
+  for (const Case& c : cases) {
+    auto got = ParseManifests(std::string(kHead) + c.spec, "r.yaml");
+    ASSERT_FALSE(got.ok()) << c.spec;
+    EXPECT_THAT(got.status().message(), HasSubstr(c.error)) << c.spec;
+  }
+  std::string many = std::string(kHead) + "  targets:\n";
+  for (int i = 0; i < kMaxRouteTargets + 1; ++i) {
+    many += "    - {deployment: d" + std::to_string(i) + "}\n";
+  }
+  auto got = ParseManifests(many, "r.yaml");
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("spec.targets: at most 8 targets, got 9"));
+}
+
+}  // namespace
+}  // namespace gpusched::config

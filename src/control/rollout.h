@@ -1,0 +1,148 @@
+// Canary rollouts as a policy core (no threads, no I/O, no clock reads):
+// the live controller (runtime/controller_routes.cc) and the simulator
+// (sim/serve_sim.cc) drive the same Rollout with their own clocks and the
+// request samples their data planes measured.
+//
+// A Rollout walks config::RolloutSpec's steps. At each step the canary gets
+// the step's weight (the stable the rest) for at least the step's pause;
+// the step ends when the analysis over the last `windowS` of the step
+// passes (or, for a manual step, when Promote() is called). After the last
+// step the canary gets 100 (promoted). Whenever the analysis fails, at any
+// step and also while paused, the canary gets 0 at once (rolled back).
+// Abort() is a manual rollback; Retry() starts again from the first step.
+//
+// The analysis (Analyze) compares the canary with the stable over the same
+// window: error share, percentile TTFT and end-to-end latency (ratios to
+// the stable's, and absolute caps), and SLO attainment; a verdict needs
+// minRequests of each version the check reads.
+// Thread-compatible.
+#ifndef GPUSCHED_CONTROL_ROLLOUT_H_
+#define GPUSCHED_CONTROL_ROLLOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "config/model_route.h"
+#include "nlohmann/json.hpp"
+
+namespace gpusched::control {
+
+// One finished request of one version.
+struct VersionSample {
+  double ttft_s = 0;
+  double e2e_s = 0;
+  bool ok = true;
+};
+
+// A version's figures over a window.
+struct VersionFigures {
+  int64_t requests = 0;
+  int64_t errors = 0;
+  double error_rate = 0;
+  double ttft_s = 0;  // percentile of the ok requests (0 without any)
+  double e2e_s = 0;
+  double slo_attainment = -1;  // share with TTFT within the SLO; -1: no SLO
+  nlohmann::json Json() const;
+};
+
+// `percentile` in 1..100 (nearest rank); `ttft_slo_s` 0: no SLO.
+VersionFigures Summarize(const std::vector<VersionSample>& samples,
+                         double percentile, double ttft_slo_s);
+
+enum class Verdict { kInconclusive, kPass, kFail };
+const char* VerdictName(Verdict v);
+
+struct Analysis {
+  Verdict verdict = Verdict::kInconclusive;
+  std::string why;  // the failed checks, or what data is missing
+  VersionFigures stable, canary;
+  nlohmann::json Json() const;
+};
+
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionFigures& stable,
+                 const VersionFigures& canary);
+
+enum class RolloutPhase {
+  kProgressing,
+  kPaused,
+  kPromoted,
+  kRolledBack,
+  kAborted
+};
+const char* RolloutPhaseName(RolloutPhase p);
+absl::StatusOr<RolloutPhase> ParseRolloutPhase(std::string_view name);
+
+// What a Step or a manual action changed, for the event log.
+struct RolloutChange {
+  std::string kind;  // rollout.step, rollout.promoted, rollout.rolled_back,
+                     // rollout.paused, rollout.resumed, rollout.aborted,
+                     // rollout.analysis (inconclusive at a step's end)
+  int canary_weight = 0;
+  std::string message;
+  nlohmann::json details;
+};
+
+class Rollout {
+ public:
+  Rollout(config::RolloutSpec spec, Micros now);
+  // Resumes a persisted rollout (State()); its step restarts at `now`.
+  static absl::StatusOr<Rollout> Restore(config::RolloutSpec spec,
+                                         const nlohmann::json& state,
+                                         Micros now);
+
+  // Where the analysis window starts now: the later of the step's start
+  // and now - windowS. The caller summarizes both versions from there.
+  Micros WindowStart(Micros now) const;
+  // One evaluation: rolls back on a failed analysis, moves to the next step
+  // when the step's pause is over and its analysis passed. Returns the
+  // changes (usually none).
+  std::vector<RolloutChange> Step(Micros now, const VersionFigures& stable,
+                                  const VersionFigures& canary);
+  // When Step can next change something by itself (the step's pause end),
+  // or kNever. The analysis can fail at any time, so drivers also call
+  // Step whenever samples arrive (the live controller: every pass).
+  Micros NextDeadline() const;
+
+  // Manual actions; FailedPrecondition when the phase does not allow them.
+  // Promote: the next step now, or with `full` straight to 100.
+  absl::StatusOr<RolloutChange> Promote(Micros now, bool full);
+  absl::StatusOr<RolloutChange> Pause(Micros now);
+  absl::StatusOr<RolloutChange> Resume(Micros now);
+  absl::StatusOr<RolloutChange> Abort(Micros now, const std::string& why);
+  absl::StatusOr<RolloutChange> Retry(Micros now);
+
+  RolloutPhase phase() const { return phase_; }
+  bool done() const {
+    return phase_ == RolloutPhase::kPromoted ||
+           phase_ == RolloutPhase::kRolledBack ||
+           phase_ == RolloutPhase::kAborted;
+  }
+  int step() const { return step_; }
+  int canary_weight() const;
+  const config::RolloutSpec& spec() const { return spec_; }
+  const std::string& reason() const { return reason_; }
+  const Analysis& last_analysis() const { return last_; }
+  Micros step_started() const { return step_started_; }
+
+  // {"phase","step","canaryWeight","reason"}: what Restore reads.
+  nlohmann::json State() const;
+
+ private:
+  RolloutChange Advance(Micros now, const std::string& why);
+  RolloutChange Change(const std::string& kind, std::string message) const;
+
+  config::RolloutSpec spec_;
+  RolloutPhase phase_ = RolloutPhase::kProgressing;
+  int step_ = 0;
+  Micros step_started_ = 0;
+  std::string reason_;
+  Analysis last_;
+  bool noted_inconclusive_ = false;
+};
+
+}  // namespace gpusched::control
+
+#endif  // GPUSCHED_CONTROL_ROLLOUT_H_
