@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -141,6 +142,10 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
       {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
       {V::get, "queues", kAdmin, &ControlApi::ListQueues},
+      {V::get, "routes", kAdmin, &ControlApi::ListRoutes},
+      {V::get, "routes/{}", kAdmin, &ControlApi::GetRoute},
+      {V::delete_, "routes/{}", kAdmin, &ControlApi::DeleteRoute},
+      {V::post, "routes/{}/rollout", kAdmin, &ControlApi::PostRollout},
       {V::get, "stats", kAdmin, &ControlApi::GetStats},
       {V::get, "events", kAdmin, &ControlApi::ListEvents},
       {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
@@ -252,11 +257,14 @@ void ControlApi::PostDelete(Call& c) {
   if (!manifests.has_value()) return;
   std::vector<std::string> missing;
   for (const config::Manifest& m : *manifests) {
-    const bool tenant = m.kind == config::Manifest::Kind::kTenant;
-    if (tenant ? !controller_->HasTenant(m.name())
-               : !controller_->HasDeployment(m.name())) {
-      missing.push_back(
-          absl::StrCat(tenant ? "tenant/" : "deployment/", m.name()));
+    const bool known = m.kind == config::Manifest::Kind::kTenant
+                           ? controller_->HasTenant(m.name())
+                       : m.kind == config::Manifest::Kind::kDeployment
+                           ? controller_->HasDeployment(m.name())
+                           : !controller_->RoutesJson(m.name()).empty();
+    if (!known) {
+      missing.push_back(absl::StrCat(
+          absl::AsciiStrToLower(config::KindName(m.kind)), "/", m.name()));
     }
   }
   if (!missing.empty()) {
@@ -282,7 +290,7 @@ std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(Call& c) {
   if (manifests->empty()) {
     c.Fail(http::status::unprocessable_entity,
            "the body holds no manifest (expected YAML or JSON documents with "
-           "kind Deployment or Tenant)");
+           "kind Deployment, Tenant or ModelRoute)");
     return std::nullopt;
   }
   return *std::move(manifests);
@@ -413,6 +421,44 @@ void ControlApi::GetTenant(Call& c) {
 
 void ControlApi::DeleteTenant(Call& c) {
   DeleteOne(c, config::Manifest::Kind::kTenant);
+}
+
+// --- routes
+// -------------------------------------------------------------------
+
+void ControlApi::ListRoutes(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->RoutesJson()}});
+}
+
+void ControlApi::GetRoute(Call& c) {
+  SendOne(c, controller_->RoutesJson(c.name()), "route");
+}
+
+void ControlApi::DeleteRoute(Call& c) {
+  DeleteOne(c, config::Manifest::Kind::kModelRoute);
+}
+
+void ControlApi::PostRollout(Call& c) {
+  json body = json::parse(c.req.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("action") ||
+      !body["action"].is_string()) {
+    return c.Fail(http::status::bad_request,
+                  "the body must be {\"action\": \"promote\" | "
+                  "\"promote-full\" | \"pause\" | \"resume\" | "
+                  "\"abort\" | \"retry\", \"reason\": \"...\"}");
+  }
+  std::string reason;
+  if (auto it = body.find("reason"); it != body.end()) {
+    if (!it->is_string() || it->get<std::string>().size() > 1024) {
+      return c.Fail(http::status::bad_request,
+                    "reason: must be a string of at most 1024 bytes");
+    }
+    reason = it->get<std::string>();
+  }
+  auto route = controller_->RolloutAction(
+      c.name(), body["action"].get<std::string>(), reason);
+  if (!route.ok()) return c.Fail(route.status());
+  c.Send(http::status::ok, *route);
 }
 
 void ControlApi::SendKeys(Call& c, const std::string& tenant) {

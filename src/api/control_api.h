@@ -69,6 +69,10 @@ class ControlApi {
   void ListGpus(Call& c);
   void ListNodes(Call& c);
   void ListQueues(Call& c);
+  void ListRoutes(Call& c);
+  void GetRoute(Call& c);
+  void DeleteRoute(Call& c);
+  void PostRollout(Call& c);
   void GetStats(Call& c);
   void ListEvents(Call& c);
   void ListTenants(Call& c);

@@ -28,6 +28,9 @@ enum Collected {
   kGpuUtilization,
   kGpuAllocatedMilli,
   kGpuHealthy,
+  kRouteWeight,
+  kRolloutPhase,
+  kRolloutStep,
   kNumCollected
 };
 
@@ -101,6 +104,21 @@ std::vector<FamilyDesc> CollectedFamilies() {
                     "1 when the GPU is healthy (NVML; declared GPUs are).",
                     g,
                     {"node", "gpu"}};
+  f[kRouteWeight] = {"gpusched_route_weight",
+                     "The share (percent) of a ModelRoute's requests each "
+                     "version gets now (the spec's, or the rollout's).",
+                     g,
+                     {"route", "version"}};
+  f[kRolloutPhase] = {"gpusched_rollout_phase",
+                      "1 for the phase a route's rollout is in "
+                      "(progressing, paused, promoted, rolled_back, "
+                      "aborted).",
+                      g,
+                      {"route", "phase"}};
+  f[kRolloutStep] = {"gpusched_rollout_step",
+                     "The step (1-based) a route's rollout is at.",
+                     g,
+                     {"route"}};
   return f;
 }
 
@@ -339,6 +357,15 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
     }
     o[kGpuAllocatedMilli].push_back({{g.node, index}, 1.0 * g.allocated_milli});
     o[kGpuHealthy].push_back({{g.node, index}, g.healthy ? 1.0 : 0.0});
+  }
+  for (const Snapshot::Route& r : snap.routes) {
+    for (const auto& [version, weight] : r.weights) {
+      o[kRouteWeight].push_back({{r.name, version}, 1.0 * weight});
+    }
+    if (!r.phase.empty()) {
+      o[kRolloutPhase].push_back({{r.name, r.phase}, 1});
+      o[kRolloutStep].push_back({{r.name}, 1.0 * r.step});
+    }
   }
 }
 

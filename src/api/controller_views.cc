@@ -34,6 +34,7 @@ struct Controller::DeploymentView {
   bool autoscaled = false, deleting = false;
   std::vector<ReplicaView> replicas;
   int ready = 0;
+  std::string parked_by;  // the route holding it at 0 replicas
 };
 
 Controller::ReplicaView Controller::ViewOf(const Deployment& d,
@@ -70,6 +71,7 @@ Controller::DeploymentView Controller::ViewOf(const Deployment& d) const {
                   : static_cast<int>(d.spec.endpoints.size());
   v.autoscaled = scaling_.has(d.spec.name);
   v.deleting = d.deleting;
+  v.parked_by = d.parked_by;
   for (const Row& r : Rows(d)) {
     v.replicas.push_back(ViewOf(d, r));
     v.ready += r.ready();
@@ -114,6 +116,7 @@ json Controller::DeploymentJson(DeploymentView v) const {
       {"queued", load.queued},           {"inFlight", load.in_flight},
       {"deleting", v.deleting},          {"message", message},
       {"replicaStatus", std::move(reps)}};
+  if (!v.parked_by.empty()) j["status"]["parkedBy"] = v.parked_by;
   return j;
 }
 
@@ -372,6 +375,18 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
     for (int g = 0; g < cluster_state_.spec(n).gpu_count; ++g) {
       snap.gpus.push_back(GpuView(n, g));
     }
+  }
+  for (const auto& [name, r] : routes_) {
+    runtime::DriverMetrics::Snapshot::Route sr;
+    sr.name = name;
+    for (size_t i = 0; i < r.spec.targets.size() && i < r.weights.size(); ++i) {
+      sr.weights.emplace_back(r.spec.targets[i].version, r.weights[i]);
+    }
+    if (r.rollout) {
+      sr.phase = control::RolloutPhaseName(r.rollout->phase());
+      sr.step = r.rollout->step() + 1;
+    }
+    snap.routes.push_back(std::move(sr));
   }
   return snap;
 }

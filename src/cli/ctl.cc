@@ -443,6 +443,34 @@ int RunDelete(const CtlOptions& o, const std::string& kind,
   return kExitOk;
 }
 
+int RunRollout(const CtlOptions& o, const std::string& action,
+               const std::string& route, const std::string& reason,
+               std::ostream& out, std::ostream& err) {
+  static const std::vector<std::string> kActions = {
+      "status", "promote", "promote-full", "pause", "resume", "abort", "retry"};
+  if (std::find(kActions.begin(), kActions.end(), action) == kActions.end()) {
+    err << "error: rollout " << action << ": want one of "
+        << absl::StrJoin(kActions, ", ") << "\n";
+    return kExitUsage;
+  }
+  Client c(o);
+  const std::string path = absl::StrCat("/api/v1/routes/", Escape(route));
+  const Answer a =
+      action == "status"
+          ? c.Call(http::verb::get, path)
+          : c.Call(http::verb::post, path + "/rollout",
+                   Json{{"action", action}, {"reason", reason}}.dump(),
+                   "application/json");
+  if (!a.ok()) return Fail(a, o, err);
+  const Json j = Json::parse(a.body, nullptr, false);
+  if (!j.is_object()) {
+    err << "error: the server's answer is not a JSON object\n";
+    return kExitServerError;
+  }
+  DescribeRollout(j, out);
+  return kExitOk;
+}
+
 int RunLogs(const CtlOptions& o, const LogsQuery& q, std::ostream& out,
             std::ostream& err) {
   if (!q.stream.empty() && q.stream != "stdout" && q.stream != "stderr") {
@@ -583,6 +611,19 @@ void AddCtlCommands(CLI::App& app) {
         std::cerr << "error: delete takes KIND NAME, or -f FILE\n";
         Exit(kExitUsage);
       }
+    });
+  }
+  {
+    auto [cmd, f] = add("rollout",
+                        "Show or steer a ModelRoute's canary rollout: "
+                        "status | promote | promote-full | pause | resume | "
+                        "abort | retry");
+    cmd->add_option("ACTION", f->kind, "What to do")->required();
+    cmd->add_option("ROUTE", f->name, "The ModelRoute's name")->required();
+    cmd->add_option("--reason", f->file, "Why (kept in the abort event)");
+    cmd->callback([f = f] {
+      Exit(RunRollout(Options(f->common), f->kind, f->name, f->file, std::cout,
+                      std::cerr));
     });
   }
   {

@@ -87,7 +87,14 @@ struct EventsQuery {
 int RunEvents(const CtlOptions& o, const EventsQuery& q,
               const std::string& output, std::ostream& out, std::ostream& err);
 
-// Registers the six subcommands on `app`. --server defaults to
+// `rollout ACTION ROUTE`: status (GET), or promote, promote-full, pause,
+// resume, abort, retry (POST /api/v1/routes/ROUTE/rollout); prints the
+// route's rollout after it. `reason` goes with abort.
+int RunRollout(const CtlOptions& o, const std::string& action,
+               const std::string& route, const std::string& reason,
+               std::ostream& out, std::ostream& err);
+
+// Registers the subcommands on `app`. --server defaults to
 // $GPUSCHED_SERVER, --key to $GPUSCHED_KEY. A non-zero status leaves
 // through CLI::RuntimeError.
 void AddCtlCommands(CLI::App& app);

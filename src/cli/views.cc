@@ -269,6 +269,71 @@ Rows QueueRows(const Json& items, absl::Time) {
   return rows;
 }
 
+Rows RouteRows(const Json& items, absl::Time now) {
+  Rows rows = {{"NAME", "VERSIONS", "STICKY", "ROLLOUT", "AGE"}};
+  for (const Json& r : items) {
+    std::vector<std::string> split;
+    for (const Json& t : Array(r, {"targets"})) {
+      split.push_back(absl::StrCat(Text(t, {"version"}), "=",
+                                   Text(t, {"weight"}, "0"), "%"));
+    }
+    std::string rollout = "-";
+    if (Find(r, {"rollout"}) != nullptr) {
+      rollout = absl::StrCat(Text(r, {"rollout", "phase"}), " ",
+                             Text(r, {"rollout", "step"}), "/",
+                             Array(r, {"rollout", "steps"}).size());
+    }
+    rows.push_back({Text(r, {"name"}), absl::StrJoin(split, " "),
+                    Text(r, {"sticky"}), rollout,
+                    Age(r, {"manifest", "metadata", "created"}, now)});
+  }
+  return rows;
+}
+
+void DescribeRollout(const Json& r, std::ostream& out) {
+  out << "Route:     " << Text(r, {"name"}) << "\n";
+  std::vector<std::string> split;
+  for (const Json& t : Array(r, {"targets"})) {
+    split.push_back(absl::StrCat(Text(t, {"version"}), " (",
+                                 Text(t, {"deployment"}), ") ",
+                                 Text(t, {"weight"}, "0"), "%"));
+  }
+  out << "Weights:   " << absl::StrJoin(split, ", ") << "\n";
+  if (Find(r, {"rollout"}) == nullptr) {
+    out << "Rollout:   none\n";
+    return;
+  }
+  const Json& ro = r["rollout"];
+  std::vector<std::string> steps;
+  for (const Json& s : Array(ro, {"steps"})) steps.push_back(Dump(s) + "%");
+  out << "Canary:    " << Text(ro, {"canary"}) << " (stable "
+      << Text(ro, {"stable"}) << ")\n"
+      << "Phase:     " << Text(ro, {"phase"}) << ", step " << Text(ro, {"step"})
+      << " of " << steps.size() << " (" << absl::StrJoin(steps, " -> ")
+      << "), canary at " << Text(ro, {"canaryWeight"}) << "%\n";
+  if (const Json* next = Find(ro, {"nextStepInSeconds"});
+      next != nullptr && next->is_number()) {
+    out << "Next step: analysis due in "
+        << static_cast<int64_t>(next->get<double>()) << " s\n";
+  }
+  if (!Text(ro, {"reason"}).empty()) {
+    out << "Reason:    " << Text(ro, {"reason"}) << "\n";
+  }
+  const Json* a = Find(ro, {"analysis"});
+  if (a != nullptr) {
+    out << "Analysis:  " << Text(*a, {"verdict"}) << ": " << Text(*a, {"why"})
+        << "\n";
+    for (const char* v : {"stable", "canary"}) {
+      out << "  " << v << ": " << Text(*a, {v, "requests"}, "0")
+          << " requests, " << Text(*a, {v, "errors"}, "0") << " errors, TTFT "
+          << static_cast<int64_t>(Number(*a, {v, "ttftSeconds"}) * 1000)
+          << " ms, end-to-end "
+          << static_cast<int64_t>(Number(*a, {v, "e2eSeconds"}) * 1000)
+          << " ms\n";
+    }
+  }
+}
+
 // The server lists newest first; a terminal reads oldest first.
 Rows EventRows(const Json& items, absl::Time) {
   Rows rows = {{"TIME", "KIND", "DEPLOYMENT", "MESSAGE"}};
@@ -286,6 +351,7 @@ constexpr KindInfo kKinds[] = {
     {"gpus", "gpu", false, nullptr, "node", GpuRows},
     {"nodes", "node", false, nullptr, "name", NodeRows},
     {"queues", "queue", false, nullptr, "deployment", QueueRows},
+    {"routes", "route", true, nullptr, nullptr, RouteRows},
     {"events", "event", false, "deployment", nullptr, EventRows},
 };
 

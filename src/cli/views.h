@@ -59,6 +59,9 @@ Rows GpuRows(const Json& items, absl::Time);
 Rows NodeRows(const Json& items, absl::Time);
 Rows QueueRows(const Json& items, absl::Time);
 Rows EventRows(const Json& items, absl::Time);
+Rows RouteRows(const Json& items, absl::Time now);
+// A route's weights and rollout (`gpusched rollout status`).
+void DescribeRollout(const Json& route, std::ostream& out);
 const KindInfo* FindKind(const std::string& name);
 std::string KnownKinds();
 std::string Labels(const Json& obj);

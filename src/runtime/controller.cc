@@ -264,6 +264,7 @@ absl::Status Controller::Start() {
       }
     }
   }
+  RETURN_IF_ERROR(RestoreRoutes());
   // Autoscaled deployments resume at the count last decided for them (the
   // newest deployment.autoscaled or replica.evicted event says it), not
   // at their manifest's initial count.
@@ -282,10 +283,11 @@ absl::Status Controller::Start() {
     scaling_.Resume(name, details[key].get<int>());
   }
   PlanLeftovers(Now());
-  Event("server.started", "",
-        absl::StrCat("restored ", deployments.size(), " deployments and ",
-                     tenants.size(), " tenants; ", cluster_.nodes.size(),
-                     " nodes (", cluster_.source, ")"));
+  Event(
+      "server.started", "",
+      absl::StrCat("restored ", deployments.size(), " deployments, ",
+                   tenants.size(), " tenants and ", routes_.size(), " routes; ",
+                   cluster_.nodes.size(), " nodes (", cluster_.source, ")"));
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -422,6 +424,7 @@ void Controller::Reconcile(Micros now) {
   }
   Autoscale(now);
   next_wake_ = std::min(next_wake_, scaling_.NextDeadline());
+  ProgressRollouts(now);
   // Higher classes first: they take GPUs freed in this pass. Before them,
   // a deployment with a replica whose victims are gone: it takes the GPUs
   // it made room for (another pending replica must not).
@@ -673,6 +676,7 @@ void Controller::PushReady(Deployment& d) {
 }
 
 int Controller::ReplicaTarget(const Deployment& d) const {
+  if (!d.parked_by.empty()) return 0;  // a promoted rollout's old stable
   const int target = scaling_.target(d.spec.name);
   return target >= 0 ? target : d.spec.replicas;
 }

@@ -46,6 +46,7 @@
 #include "config/manifest.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
+#include "control/rollout.h"
 #include "control/scaling.h"
 #include "inventory/cluster_state.h"
 #include "inventory/nvml.h"
@@ -157,6 +158,16 @@ class Controller {
   nlohmann::json GpusJson();
   nlohmann::json NodesJson();
   nlohmann::json QueuesJson();
+  // ModelRoutes with their weights and rollouts (controller_routes.cc).
+  nlohmann::json RoutesJson(const std::string& only = "");
+  // A manual action on route `name`'s rollout: promote (the next step),
+  // promote-full (100 now), pause, resume, abort (`why` in the event),
+  // retry. Returns the route (RoutesJson's item). NotFound, or
+  // FailedPrecondition when the route has no rollout or its phase does not
+  // allow the action.
+  absl::StatusOr<nlohmann::json> RolloutAction(const std::string& name,
+                                               const std::string& action,
+                                               const std::string& why = "");
   // For the metrics collector (one lock per scrape).
   runtime::DriverMetrics::Snapshot MetricsSnapshot();
   bool HasDeployment(const std::string& name);
@@ -251,6 +262,17 @@ class Controller {
     std::vector<std::string> pushed;  // ready endpoints the gateway has
     std::optional<ColdStart> cold;
     Micros ttft_seen = 0;  // slo policy: TTFT samples taken up to here
+    // The route whose promoted rollout holds it at 0 replicas
+    // (spec.rollout.scaleDownStable), "" when none.
+    std::string parked_by;
+  };
+  struct Route {
+    config::ModelRouteSpec spec;
+    nlohmann::json manifest;  // canonical
+    int64_t generation = 0;
+    Micros created = 0, updated = 0;  // wall
+    std::optional<control::Rollout> rollout;
+    std::vector<int> weights;  // what the gateway splits by now
   };
   struct Tenant {
     config::TenantSpec spec;
@@ -258,6 +280,43 @@ class Controller {
     int64_t generation = 0;
     Micros created = 0, updated = 0;
   };
+
+  // --- Routes (controller_routes.cc) ---
+  // Problems of a route that only the runtime sees: unknown target
+  // deployments, targets that are routes, a name a deployment has.
+  void CheckRoute(const config::ModelRouteSpec& r,
+                  const std::vector<config::Manifest>& batch,
+                  std::vector<std::string>* problems)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `state`: a stored rollout state to resume (restart), else none.
+  absl::Status ApplyRoute(const config::ModelRouteSpec& spec,
+                          ApplyResult* result, bool persist,
+                          const nlohmann::json* state = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteRoute(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RestoreRoutes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The weights per target: the spec's, or the rollout's.
+  std::vector<int> Weights(const Route& r) const;
+  // Sends changed weights to the gateway.
+  absl::Status PushRoute(const std::string& name, Route& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks the stable of a promoted rollout (scaleDownStable), unparks
+  // what the route no longer holds.
+  void SyncParking(const std::string& name, Route& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rollout change: weights to the gateway, the event, the stored state.
+  void NoteRollout(const std::string& name, Route& r,
+                   const control::RolloutChange& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every running rollout evaluated on the gateway's samples.
+  void ProgressRollouts(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first route that targets `deployment`, or "".
+  std::string RouteOf(const std::string& deployment) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json RouteWeightsJson(const Route& r) const;
+  nlohmann::json RouteJson(const std::string& name, const Route& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Controller() = default;
   Micros Now() const { return options_.clock->Now(); }
@@ -397,6 +456,7 @@ class Controller {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Deployment> deployments_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
   inventory::ClusterState cluster_state_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<placement::Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   // Where weights are local (a replica loaded them there, or they exist on

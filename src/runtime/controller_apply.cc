@@ -126,11 +126,16 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
   std::vector<std::string> problems;
   absl::MutexLock lock(&mu_);
   for (const config::Manifest& m : manifests) {
-    const std::string where = absl::StrCat(
-        m.kind == config::Manifest::Kind::kDeployment ? "Deployment/"
-                                                      : "Tenant/",
-        m.name());
+    const std::string where =
+        absl::StrCat(config::KindName(m.kind), "/", m.name());
+    if (m.kind == config::Manifest::Kind::kModelRoute) {
+      CheckRoute(m.route, manifests, &problems);
+    }
     if (m.kind == config::Manifest::Kind::kDeployment) {
+      if (routes_.contains(m.name())) {
+        problems.push_back(
+            absl::StrCat(where, ": metadata.name: a ModelRoute has this name"));
+      }
       CheckRuntime(m.deployment, where, &problems);
       if (!m.deployment.tenant.empty() &&
           !tenants_.count(m.deployment.tenant) &&
@@ -154,14 +159,26 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
     return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
   }
   std::vector<ApplyResult> results;
-  // Tenants first, so a deployment's tenants are known when it starts.
-  for (int pass = 0; pass < 2; ++pass) {
+  // Tenants first, so a deployment's tenants are known when it starts;
+  // routes last, over their deployments.
+  constexpr config::Manifest::Kind kOrder[] = {
+      config::Manifest::Kind::kTenant, config::Manifest::Kind::kDeployment,
+      config::Manifest::Kind::kModelRoute};
+  for (const config::Manifest::Kind kind : kOrder) {
     for (const config::Manifest& m : manifests) {
-      const bool tenant = m.kind == config::Manifest::Kind::kTenant;
-      if (tenant != (pass == 0)) continue;
+      if (m.kind != kind) continue;
       ApplyResult r;
-      RETURN_IF_ERROR(tenant ? ApplyTenant(m.tenant, &r, true)
-                             : ApplyDeployment(m.deployment, &r, true));
+      switch (kind) {
+        case config::Manifest::Kind::kTenant:
+          RETURN_IF_ERROR(ApplyTenant(m.tenant, &r, true));
+          break;
+        case config::Manifest::Kind::kDeployment:
+          RETURN_IF_ERROR(ApplyDeployment(m.deployment, &r, true));
+          break;
+        case config::Manifest::Kind::kModelRoute:
+          RETURN_IF_ERROR(ApplyRoute(m.route, &r, true));
+          break;
+      }
       results.push_back(r);
     }
   }
@@ -275,9 +292,12 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
 absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
                                                const std::string& name) {
   absl::MutexLock lock(&mu_);
-  ApplyResult result{
-      kind == config::Manifest::Kind::kTenant ? "Tenant" : "Deployment", name,
-      "deleted"};
+  ApplyResult result{config::KindName(kind), name, "deleted"};
+  if (kind == config::Manifest::Kind::kModelRoute) {
+    RETURN_IF_ERROR(DeleteRoute(name));
+    dirty_ = true;
+    return result;
+  }
   if (kind == config::Manifest::Kind::kTenant) {
     if (!tenants_.count(name)) {
       return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
@@ -294,6 +314,11 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
   if (it == deployments_.end() || it->second.deleting) {
     return absl::NotFoundError(
         absl::StrCat("deployment '", name, "' not found"));
+  }
+  if (const std::string route = RouteOf(name); !route.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("deployment '", name, "' is a target of ModelRoute '",
+                     route, "'; change or delete the route first"));
   }
   { RETURN_IF_ERROR(store_->DeleteDeployment(name)); }
   gateway_->RemoveDeployment(name);

@@ -43,9 +43,16 @@ class DriverMetrics {
       int64_t nvml_memory_used_mib = 0;
       int nvml_utilization_pct = -1;
     };
+    struct Route {
+      std::string name;
+      std::vector<std::pair<std::string, int>> weights;  // version -> %
+      std::string phase;  // the rollout's, "" without one
+      int step = 0;       // 1-based
+    };
     std::vector<Deployment> deployments;
     std::vector<Replica> replicas;
     std::vector<Gpu> gpus;
+    std::vector<Route> routes;
   };
 
   virtual ~DriverMetrics() = default;

@@ -71,9 +71,22 @@ CREATE INDEX events_tenant_time ON events(tenant, time_us);
 CREATE INDEX events_kind_time ON events(kind, time_us);
 )sql";
 
-const char* Table(bool deployment) {
-  return deployment ? "deployments" : "tenants";
-}
+// Schema version 2: ModelRoutes (config/model_route.h) and their rollouts'
+// state, added to a version-1 database in place.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE routes (
+  name TEXT PRIMARY KEY,
+  manifest TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  created_us INTEGER NOT NULL,
+  updated_us INTEGER NOT NULL
+) STRICT;
+CREATE TABLE route_states (
+  name TEXT PRIMARY KEY REFERENCES routes(name) ON DELETE CASCADE,
+  state TEXT NOT NULL,
+  updated_us INTEGER NOT NULL
+) STRICT;
+)sql";
 
 absl::Status RandomBytes(size_t n, std::string* out) {
   out->assign(n, '\0');
@@ -340,13 +353,18 @@ absl::Status Store::InitSchema() {
           Query q(this, stmt, "looking up schema_version");
           ASSIGN_OR_RETURN(exists, q.Step());
         }
-        if (!exists) {
-          // sqlite3_exec runs the multi-statement script; no statement is
-          // cached.
+        // sqlite3_exec runs a multi-statement script; no statement is
+        // cached.
+        auto script = [&](const char* sql, const char* what)
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
           char* err = nullptr;
-          const int rc = sqlite3_exec(db_, kSchemaV1, nullptr, nullptr, &err);
+          const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
           sqlite3_free(err);
-          if (rc != SQLITE_OK) return Error(rc, "creating schema version 1");
+          return rc == SQLITE_OK ? absl::OkStatus() : Error(rc, what);
+        };
+        if (!exists) {
+          RETURN_IF_ERROR(script(kSchemaV1, "creating schema version 1"));
+          RETURN_IF_ERROR(script(kSchemaV2, "creating schema version 2"));
           ASSIGN_OR_RETURN(
               sqlite3_stmt * stmt,
               Prepare("INSERT INTO schema_version(version) VALUES (?)",
@@ -371,6 +389,16 @@ absl::Status Store::InitSchema() {
               " is newer than this gpusched supports (", kStoreSchemaVersion,
               "); run a newer gpusched or point it at another state file"));
         }
+        if (version == 1) {
+          RETURN_IF_ERROR(script(kSchemaV2, "upgrading to schema version 2"));
+          ASSIGN_OR_RETURN(
+              sqlite3_stmt * up,
+              Prepare("INSERT INTO schema_version(version) VALUES (?)",
+                      "recording schema version"));
+          return Query(this, up, "recording schema version")
+              .Int(kStoreSchemaVersion)
+              .Run();
+        }
         if (version < kStoreSchemaVersion) {
           return absl::DataLossError(absl::StrCat(
               "store: database schema version ", version, " is unknown"));
@@ -384,8 +412,7 @@ absl::Status Store::InitSchema() {
 absl::Status Store::PutDocument(DocKind kind, const std::string& name,
                                 const std::string& manifest_json,
                                 int64_t generation, Micros now) {
-  const bool dep = kind == DocKind::kDeployment;
-  const char* what = dep ? "deployment" : "tenant";
+  const char* what = What(kind);
   if (name.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("store: ", what, " name is empty"));
@@ -406,7 +433,7 @@ absl::Status Store::PutDocument(DocKind kind, const std::string& name,
         {
           ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
                            Prepare(absl::StrCat("SELECT generation FROM ",
-                                                Table(dep), " WHERE name = ?"),
+                                                Table(kind), " WHERE name = ?"),
                                    purpose));
           Query q(this, stmt, purpose);
           q.Text(name);
@@ -422,7 +449,7 @@ absl::Status Store::PutDocument(DocKind kind, const std::string& name,
         if (!stored.has_value()) {
           ASSIGN_OR_RETURN(
               sqlite3_stmt * stmt,
-              Prepare(absl::StrCat("INSERT INTO ", Table(dep),
+              Prepare(absl::StrCat("INSERT INTO ", Table(kind),
                                    "(name, manifest, generation, created_us, "
                                    "updated_us) VALUES (?, ?, ?, ?, ?)"),
                       purpose));
@@ -437,7 +464,7 @@ absl::Status Store::PutDocument(DocKind kind, const std::string& name,
         ASSIGN_OR_RETURN(
             sqlite3_stmt * stmt,
             Prepare(
-                absl::StrCat("UPDATE ", Table(dep),
+                absl::StrCat("UPDATE ", Table(kind),
                              " SET manifest = ?, generation = ?, updated_us = "
                              "? WHERE name = ?"),
                 purpose));
@@ -452,14 +479,13 @@ absl::Status Store::PutDocument(DocKind kind, const std::string& name,
 
 absl::StatusOr<Document> Store::GetDocument(DocKind kind,
                                             const std::string& name) {
-  const bool dep = kind == DocKind::kDeployment;
-  const char* what = dep ? "deployment" : "tenant";
+  const char* what = What(kind);
   const std::string purpose = absl::StrCat("reading ", what, " '", name, "'");
   ASSIGN_OR_RETURN(
       sqlite3_stmt * stmt,
       Prepare(absl::StrCat("SELECT manifest, generation, created_us, "
                            "updated_us FROM ",
-                           Table(dep), " WHERE name = ?"),
+                           Table(kind), " WHERE name = ?"),
               purpose));
   Query q(this, stmt, purpose);
   q.Text(name);
@@ -471,13 +497,12 @@ absl::StatusOr<Document> Store::GetDocument(DocKind kind,
 }
 
 absl::StatusOr<std::vector<Document>> Store::ListDocuments(DocKind kind) {
-  const bool dep = kind == DocKind::kDeployment;
-  const std::string purpose = absl::StrCat("listing ", Table(dep));
+  const std::string purpose = absl::StrCat("listing ", Table(kind));
   ASSIGN_OR_RETURN(
       sqlite3_stmt * stmt,
       Prepare(absl::StrCat("SELECT name, manifest, generation, created_us, "
                            "updated_us FROM ",
-                           Table(dep), " ORDER BY name"),
+                           Table(kind), " ORDER BY name"),
               purpose));
   Query q(this, stmt, purpose);
   std::vector<Document> out;
@@ -491,19 +516,97 @@ absl::StatusOr<std::vector<Document>> Store::ListDocuments(DocKind kind) {
 }
 
 absl::Status Store::DeleteDocument(DocKind kind, const std::string& name) {
-  const bool dep = kind == DocKind::kDeployment;
-  const char* what = dep ? "deployment" : "tenant";
+  const char* what = What(kind);
   const std::string purpose = absl::StrCat("deleting ", what, " '", name, "'");
   // One statement (plus the cascade to api_keys) is atomic on its own.
   ASSIGN_OR_RETURN(
       sqlite3_stmt * stmt,
-      Prepare(absl::StrCat("DELETE FROM ", Table(dep), " WHERE name = ?"),
+      Prepare(absl::StrCat("DELETE FROM ", Table(kind), " WHERE name = ?"),
               purpose));
   RETURN_IF_ERROR(Query(this, stmt, purpose).Text(name).Run());
   if (sqlite3_changes(db_) == 0) {
     return absl::NotFoundError(absl::StrCat(what, " '", name, "' not found"));
   }
   return absl::OkStatus();
+}
+
+const char* Store::Table(DocKind kind) {
+  switch (kind) {
+    case DocKind::kDeployment:
+      return "deployments";
+    case DocKind::kTenant:
+      return "tenants";
+    case DocKind::kRoute:
+      return "routes";
+  }
+  return "?";
+}
+
+const char* Store::What(DocKind kind) {
+  switch (kind) {
+    case DocKind::kDeployment:
+      return "deployment";
+    case DocKind::kTenant:
+      return "tenant";
+    case DocKind::kRoute:
+      return "route";
+  }
+  return "?";
+}
+
+absl::Status Store::PutRoute(const std::string& name,
+                             const std::string& manifest_json,
+                             int64_t generation, Micros now) {
+  absl::MutexLock lock(&mu_);
+  return PutDocument(DocKind::kRoute, name, manifest_json, generation, now);
+}
+absl::StatusOr<Document> Store::GetRoute(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return GetDocument(DocKind::kRoute, name);
+}
+absl::StatusOr<std::vector<Document>> Store::ListRoutes() {
+  absl::MutexLock lock(&mu_);
+  return ListDocuments(DocKind::kRoute);
+}
+absl::Status Store::DeleteRoute(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return DeleteDocument(DocKind::kRoute, name);  // its state cascades
+}
+
+absl::Status Store::PutRouteState(const std::string& name,
+                                  const std::string& state_json, Micros now) {
+  absl::MutexLock lock(&mu_);
+  if (!nlohmann::json::accept(state_json)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: route '", name, "': state is not valid JSON"));
+  }
+  const std::string purpose =
+      absl::StrCat("putting the state of route '", name, "'");
+  ASSIGN_OR_RETURN(
+      sqlite3_stmt * stmt,
+      Prepare("INSERT INTO route_states(name, state, updated_us) VALUES (?, "
+              "?, ?) ON CONFLICT(name) DO UPDATE SET state = excluded.state, "
+              "updated_us = excluded.updated_us",
+              purpose));
+  // A route that is not stored fails the foreign key.
+  return Query(this, stmt, purpose).Text(name).Text(state_json).Int(now).Run();
+}
+
+absl::StatusOr<std::string> Store::GetRouteState(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  const std::string purpose =
+      absl::StrCat("reading the state of route '", name, "'");
+  ASSIGN_OR_RETURN(
+      sqlite3_stmt * stmt,
+      Prepare("SELECT state FROM route_states WHERE name = ?", purpose));
+  Query q(this, stmt, purpose);
+  q.Text(name);
+  ASSIGN_OR_RETURN(const bool row, q.Step());
+  if (!row) {
+    return absl::NotFoundError(
+        absl::StrCat("route '", name, "' has no stored state"));
+  }
+  return q.ColText(0);
 }
 
 absl::Status Store::PutDeployment(const std::string& name,

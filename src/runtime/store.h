@@ -45,7 +45,7 @@ namespace gpusched::runtime {
 
 // The schema version this build reads and writes. A database with a newer
 // version is refused at Open (never downgraded or partially read).
-inline constexpr int kStoreSchemaVersion = 1;
+inline constexpr int kStoreSchemaVersion = 2;
 
 // A deployment or tenant: the validated manifest as JSON text plus
 // bookkeeping. `generation` only grows (see Store::PutDeployment).
@@ -138,6 +138,20 @@ class Store {
   absl::StatusOr<std::vector<Document>> ListTenants();
   absl::Status DeleteTenant(const std::string& name);
 
+  // ModelRoutes, same contract; a route's rollout state (JSON,
+  // control::Rollout::State) is kept beside it and goes with it.
+  absl::Status PutRoute(const std::string& name,
+                        const std::string& manifest_json, int64_t generation,
+                        Micros now);
+  absl::StatusOr<Document> GetRoute(const std::string& name);
+  absl::StatusOr<std::vector<Document>> ListRoutes();
+  absl::Status DeleteRoute(const std::string& name);
+  // FailedPrecondition-like error when the route is not stored.
+  absl::Status PutRouteState(const std::string& name,
+                             const std::string& state_json, Micros now);
+  // NotFound when none was put.
+  absl::StatusOr<std::string> GetRouteState(const std::string& name);
+
   // --- API keys ------------------------------------------------------------
   // Secrets look like "gs-" + 40 URL-safe base64 characters (240 random
   // bits). The first 8 characters after "gs-" are the key id: not secret,
@@ -191,7 +205,9 @@ class Store {
 
  private:
   class Query;
-  enum class DocKind { kDeployment, kTenant };
+  enum class DocKind { kDeployment, kTenant, kRoute };
+  static const char* Table(DocKind kind);  // its table
+  static const char* What(DocKind kind);   // for messages
   struct StmtDeleter {
     void operator()(sqlite3_stmt* stmt) const;
   };

@@ -158,7 +158,7 @@ TEST(StoreTest, NewerSchemaVersionIsRefused) {
   { ASSERT_NE(OpenOrDie(path), nullptr); }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 2", nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 3", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
@@ -166,8 +166,46 @@ TEST(StoreTest, NewerSchemaVersionIsRefused) {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(store.status().message(), HasSubstr("schema version 2"));
+  EXPECT_THAT(store.status().message(), HasSubstr("schema version 3"));
   EXPECT_THAT(store.status().message(), HasSubstr("newer"));
+}
+
+TEST(StoreTest, RoutesAndTheirStateAndTheUpgradeFromVersion1) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutDeployment("chat", "{}", 1, 10).ok());
+  }
+  // A version-1 database: no route tables.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE route_states; DROP TABLE routes; DELETE "
+                         "FROM schema_version; INSERT INTO "
+                         "schema_version(version) VALUES (1)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->GetDeployment("chat").ok());         // kept
+  EXPECT_FALSE(store->PutRouteState("r", "{}", 1).ok());  // no such route
+  ASSERT_TRUE(store->PutRoute("r", R"({"kind":"ModelRoute"})", 1, 5).ok());
+  EXPECT_EQ(store->GetRouteState("r").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store->PutRouteState("r", R"({"step":1})", 6).ok());
+  ASSERT_TRUE(store->PutRouteState("r", R"({"step":2})", 7).ok());
+  EXPECT_EQ(*store->GetRouteState("r"), R"({"step":2})");
+  EXPECT_FALSE(store->PutRouteState("r", "{", 8).ok());
+  auto routes = store->ListRoutes();
+  ASSERT_TRUE(routes.ok());
+  ASSERT_EQ(routes->size(), 1u);
+  EXPECT_EQ((*routes)[0].generation, 1);
+  ASSERT_TRUE(store->DeleteRoute("r").ok());
+  EXPECT_EQ(store->GetRouteState("r").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->DeleteRoute("r").code(), absl::StatusCode::kNotFound);
 }
 
 TEST(StoreTest, NotADatabaseIsAnError) {
