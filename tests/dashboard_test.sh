@@ -7,7 +7,9 @@
 # shows each replica on the GPUs /api/v1/gpus says, the charts and counters
 # move while traffic flows, a deployment applied through /api/v1/apply
 # shows up in the events feed (deployment.created, replica.placed) and on
-# the map, and a screenshot is saved to SOURCE_DIR/out/dashboard.png.
+# the map, a ModelRoute applied the same way shows its weight split in the
+# model routes panel, and a screenshot is saved to
+# SOURCE_DIR/out/dashboard.png.
 # Skipped only where node or chromium is absent (scripts/install-deps.sh
 # installs both and runs `npm ci` in tests/e2e).
 # Usage: dashboard_test.sh GPUSCHED_BINARY SOURCE_DIR

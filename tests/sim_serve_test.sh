@@ -113,4 +113,26 @@ printf 'cluster: {gpus: 1}\ndeployments: [{name: x, model: llama-2-7b, gpu: A100
 [ $? -eq 2 ] || fail "unknown class: expected exit status 2"
 expect_contains "$tmp/err" "class.yaml:2: deployment 'x': unknown priority class 'gold'"
 
+# 5. Rollouts in the simulator (the live rollout code): the slower canary
+# is rolled back with under 5% of its route's requests on it, the healthy
+# one promoted to 100%.
+"$bin" sim serve --config "$golden/canary_rollout.yaml" --out "$tmp/rollout.json" \
+  2>"$tmp/err" || fail "rollout run: $(cat "$tmp/err")"
+python3 - "$tmp/rollout.json" <<'PY' || fail "rollout outcomes"
+import json, sys
+r = json.load(open(sys.argv[1]))
+routes, events = r["routes"], r["route_events"]
+assert routes["chat"]["rollout_phase"] == "rolled_back", routes["chat"]
+assert routes["assist"]["rollout_phase"] == "promoted", routes["assist"]
+assert [v["weight"] for v in routes["assist"]["versions"]] == [0, 100]
+chat = routes["chat"]["versions"]
+exposed = chat[1]["requests"] / (chat[0]["requests"] + chat[1]["requests"])
+assert exposed < 0.05, exposed
+back = [e for e in events if e["kind"] == "rollout.rolled_back"]
+assert len(back) == 1 and back[0]["route"] == "chat", back
+assert back[0]["analysis"]["verdict"] == "fail", back[0]
+print(f"sim rollout: slow canary rolled back at {back[0]['t']} s with "
+      f"{exposed:.1%} of its route's requests exposed")
+PY
+
 finish sim_serve

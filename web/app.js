@@ -1,5 +1,6 @@
 // gpusched dashboard: reads /api/v1 every second with an admin key and draws
-// the GPU map, deployments, live charts (uPlot), tenants and the events feed.
+// the GPU map, deployments, model routes, live charts (uPlot), tenants and
+// the events feed.
 // Plain browser JavaScript, no build step; served from the binary (web/).
 "use strict";
 
@@ -82,8 +83,8 @@
     if (!res.ok) throw new Error(path + ": HTTP " + res.status);
     return res.json();
   }
-  // The stats endpoint is newer than the rest: a server without it still
-  // gets a dashboard (no rates or latencies).
+  // The stats and routes endpoints are newer than the rest: a server without
+  // them still gets a dashboard (no rates or latencies, no routes).
   async function getOptional(path, fallback) {
     try { return await get(path); } catch (e) {
       if (e instanceof AuthError) throw e;
@@ -124,14 +125,16 @@
     if (state.paused || state.busy || !state.key) return;
     state.busy = true;
     try {
-      const [gpus, nodes, deployments, replicas, queues, tenants, stats] = await Promise.all([
+      const [gpus, nodes, deployments, replicas, queues, tenants, stats, routes] = await Promise.all([
         get("/gpus"), get("/nodes"), get("/deployments"), get("/replicas"), get("/queues"),
         get("/tenants"), getOptional("/stats", { deployments: [], tenants: [] }),
+        getOptional("/routes", { items: [] }),
       ]);
       await pollEvents();
       const data = {
         gpus: gpus.items, nodes: nodes.items, deployments: deployments.items,
         replicas: replicas.items, queues: queues.items, tenants: tenants.items, stats,
+        routes: routes.items,
       };
       state.data = data;
       state.polls++;
@@ -184,6 +187,7 @@
     renderTiles(d);
     renderGpuMap(d);
     renderDeployments(d);
+    renderRoutes(d);
     renderTenants(d);
     updateCharts(d);
   }
@@ -364,6 +368,62 @@
         el("td", "num done", s ? num(s.completed) : "0"),
       ];
       tr.append(...cells);
+      body.appendChild(tr);
+    }
+  }
+
+  // A rollout's analysis figures for one version: requests, error rate and
+  // the analysis percentile's TTFT and end-to-end latency.
+  function figuresText(who, f) {
+    if (!f) return who + ": –";
+    return `${who}: ${num(f.requests)} req · ${num(100 * f.errorRate, 1)}% errors · ` +
+      `TTFT ${num(1000 * f.ttftSeconds)} ms · e2e ${num(1000 * f.e2eSeconds)} ms`;
+  }
+
+  function rolloutCells(ro) {
+    if (!ro) return [el("td", "muted", "none"), el("td", "muted", "–")];
+    const phase = el("td");
+    const chip = el("span", "chip ph-" + ro.phase, ro.phase.replace(/_/g, " "));
+    chip.dataset.phase = ro.phase;
+    phase.append(chip, " ", `step ${ro.step} of ${(ro.steps || []).length}`);
+    phase.appendChild(el("div", "sub", "steps " + (ro.steps || []).map((w) => w + "%").join(" → ")));
+    const next = typeof ro.nextStepInSeconds === "number" ? ` · next in ${num(ro.nextStepInSeconds)} s` : "";
+    phase.appendChild(el("div", "sub", `canary ${ro.canary} at ${ro.canaryWeight}% · stable ${ro.stable}${next}`));
+    if (ro.reason) phase.appendChild(el("div", "sub", ro.reason));
+    const a = ro.analysis;
+    const analysis = el("td");
+    if (!a) {
+      analysis.textContent = "–";
+    } else {
+      const v = el("span", "chip v-" + a.verdict, a.verdict);
+      v.dataset.verdict = a.verdict;
+      analysis.appendChild(v);
+      if (a.why) analysis.append(" ", el("span", "sub", a.why));
+      analysis.append(el("div", "sub", figuresText("canary", a.canary)),
+        el("div", "sub", figuresText("stable", a.stable)));
+    }
+    return [phase, analysis];
+  }
+
+  function renderRoutes(d) {
+    const body = $("routes").tBodies[0];
+    body.textContent = "";
+    if (d.routes.length === 0) emptyRow(body, "No routes. Apply a ModelRoute to split a model name over versions.");
+    for (const r of d.routes) {
+      const tr = el("tr");
+      tr.dataset.route = r.name;
+      const nameCell = el("td");
+      nameCell.append(el("b", null, r.name), el("div", "sub", "generation " + r.generation));
+      const split = el("td", "route-split");
+      const bar = el("div", "bar");
+      for (const t of r.targets || []) {
+        if (!t.weight) continue;  // a 0% version would still draw its padding
+        const label = `${t.version} (${t.deployment}) ${t.weight}%`;
+        segment(bar, t.weight / 100, colorOf(t.deployment), label, label,
+          { deployment: t.deployment, version: t.version, weight: t.weight });
+      }
+      split.appendChild(bar);
+      tr.append(nameCell, split, el("td", null, r.sticky), ...rolloutCells(r.rollout));
       body.appendChild(tr);
     }
   }

@@ -41,14 +41,17 @@ bool SpecReader::Bounded(const YAML::Node& n, const std::string& path,
 }
 
 void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
-                                ModelRouteSpec* r) {
+                                ModelRouteSpec* r,
+                                const std::vector<absl::string_view>& extra) {
   const std::string path = "spec";
   if (!spec) {
     Fail(at, "spec.targets", "required: the deployments the name routes to");
     return;
   }
   if (!Map(spec, path)) return;
-  CheckKeys(spec, path, {"targets", "sticky", "rollout"});
+  std::vector<absl::string_view> keys = {"targets", "sticky", "rollout"};
+  keys.insert(keys.end(), extra.begin(), extra.end());
+  CheckKeys(spec, path, keys);
   if (const YAML::Node n = spec["sticky"]) String(n, "spec.sticky", &r->sticky);
   if (const YAML::Node t = spec["targets"]; !t) {
     Fail(spec, "spec.targets", "required: the deployments the name routes to");

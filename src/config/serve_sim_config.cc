@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "config/manifest.h"
+#include "config/spec_reader.h"
 #include "config/yaml_reader.h"
 
 namespace gpusched::config {
@@ -59,7 +60,7 @@ class Parser : public YamlReader {
     CheckKeys(root, "the config",
               {"seed", "fairness_window_s", "load_sample_s", "priority_classes",
                "deployments", "tenants", "tenant_defaults", "workload",
-               "cluster", "cold_start", "autoscaling_interval_s"});
+               "cluster", "cold_start", "autoscaling_interval_s", "routes"});
     int64_t seed = static_cast<int64_t>(cfg.seed);
     OptInt(root, "seed", 0, kBigInt, &seed);
     cfg.seed = static_cast<uint64_t>(seed);
@@ -120,6 +121,44 @@ class Parser : public YamlReader {
         }
       }
       if (deps.size() == 0) Error(deps, "deployments is empty");
+    }
+
+    if (const YAML::Node rs = root["routes"]; rs && IsList(rs, "routes")) {
+      std::set<std::string> deployments, names;
+      for (const SimDeploymentSpec& d : cfg.deployments) {
+        deployments.insert(d.name);
+      }
+      if (rs.size() > 256) Error(rs, "routes: at most 256 routes");
+      for (size_t i = 0; i < rs.size() && i < 256; ++i) {
+        const YAML::Node& r = rs[i];
+        if (!IsMap(r, "a route")) continue;
+        ModelRouteSpec route;
+        SpecReader spec(source());
+        spec.ReadName(r, "name", absl::StrCat("routes[", i, "].name"),
+                      &route.name);
+        spec.ReadModelRoute(r, r, &route, {"name"});
+        // Unknown targets first: a problem about spec.targets as a whole
+        // would hide those about its items.
+        std::vector<std::string> problems;
+        for (size_t t = 0; t < route.targets.size(); ++t) {
+          if (!route.targets[t].deployment.empty() &&
+              !deployments.contains(route.targets[t].deployment)) {
+            problems.push_back(
+                absl::StrCat("spec.targets[", t, "].deployment: '",
+                             route.targets[t].deployment, "' is not declared"));
+          }
+        }
+        CheckModelRoute(&route, &problems);
+        if (deployments.contains(route.name)) {
+          problems.push_back("spec: a deployment has the route's name");
+        }
+        if (!route.name.empty() && !names.insert(route.name).second) {
+          problems.push_back("spec: the route is declared twice");
+        }
+        spec.ReportProblems(problems, r, r, absl::StrCat("routes[", i, "]"));
+        TakeErrors(spec);
+        cfg.routes.push_back(std::move(route));
+      }
     }
 
     if (const YAML::Node td = root["tenant_defaults"]) {
@@ -545,6 +584,7 @@ class Parser : public YamlReader {
     for (const SimDeploymentSpec& d : cfg.deployments) {
       found |= d.name == ws.deployment;
     }
+    for (const ModelRouteSpec& r : cfg.routes) found |= r.name == ws.deployment;
     if (!found) {
       Error(w["deployment"], absl::StrCat("workload.deployment '",
                                           ws.deployment, "' is not declared"));

@@ -31,6 +31,11 @@
 //       order: ""                  #   queue timeout; order overrides the
 //                                  #   deployment's queue order for the class
 //       preemptible: true          #   false: never evicted nor preempted
+//   routes:                        # optional: public names the workload's
+//     - name: chat                 #   requests may use, split over
+//       targets: [...]             #   deployments by weight, with a canary
+//       rollout: {...}             #   rollout: a ModelRoute's spec fields
+//                                  #   (config/model_route.h, camelCase)
 //   deployments:                   # required, at least one
 //     - name: chat                 # required, unique
 //       count: 1                   # > 1 or set: that many copies; "{i}" in
@@ -154,6 +159,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "autoscale/autoscaler.h"
+#include "config/model_route.h"
 #include "serving/admission.h"
 #include "serving/model_queue.h"
 #include "serving/router.h"
@@ -316,6 +322,9 @@ struct ServeSimConfig {
   double load_sample_s = 10;
   std::vector<PriorityClassSpec> classes;
   std::vector<SimDeploymentSpec> deployments;
+  // Public names over deployments, with optional canary rollouts
+  // (config/model_route.h; the ModelRoute spec's fields plus `name`).
+  std::vector<ModelRouteSpec> routes;
   std::vector<SimTenantSpec> tenants;
   SimTenantSpec tenant_defaults;
   SimWorkloadSpec workload;

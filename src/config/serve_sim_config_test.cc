@@ -40,6 +40,36 @@ TEST(ServeSimConfigTest, MinimalGetsDefaults) {
   EXPECT_EQ(cfg->tenant_defaults.priority, "standard");
 }
 
+TEST(ServeSimConfigTest, Routes) {
+  const std::string head = R"(
+deployments:
+  - {name: v1, model: llama-2-7b, gpu: A100-80GB}
+  - {name: v2, model: llama-2-7b, gpu: A100-80GB}
+workload:
+  deployment: chat
+  trace: {format: azure, path: trace.csv}
+routes:
+)";
+  auto cfg = ParseServeSimYaml(
+      head +
+          "  - name: chat\n    targets: [{deployment: v1}, {deployment: "
+          "v2}]\n    rollout: {canary: v2}\n",
+      "sim.yaml", "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_EQ(cfg->routes.size(), 1u);
+  EXPECT_EQ(cfg->routes[0].Stable(), "v1");
+  EXPECT_EQ(cfg->routes[0].rollout->steps, DefaultRolloutSteps());
+  auto bad = ParseServeSimYaml(
+      head +
+          "  - name: chat\n    targets: [{deployment: v1, weight: 50}, "
+          "{deployment: v3, weight: 40}]\n",
+      "sim.yaml", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(
+      bad.status().message(),
+      HasSubstr("routes[0].targets[1].deployment: 'v3' is not declared"));
+}
+
 TEST(ServeSimConfigTest, FullConfig) {
   auto cfg = ParseServeSimYaml(R"(
 seed: 7

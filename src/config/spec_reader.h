@@ -53,8 +53,10 @@ class SpecReader : public YamlReader {
 
   // Reads a ModelRoute's `spec` (config/model_route.h) into `r`, whose
   // name is set; `at` gives the line when `spec` is missing.
+  // `extra`: further keys the caller reads itself (the sim config's name).
   void ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
-                      ModelRouteSpec* r);
+                      ModelRouteSpec* r,
+                      const std::vector<absl::string_view>& extra = {});
 
   // A required object name (ValidObjectName) at `map[key]`.
   void ReadName(const YAML::Node& map, const char* key, const std::string& path,

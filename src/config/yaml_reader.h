@@ -46,6 +46,11 @@ class YamlReader {
   // OK, or every error collected, one per line, in file order.
   absl::Status Result() const;
   bool has_errors() const { return !errors_.empty(); }
+  // Takes every error another reader (over the same text) collected.
+  void TakeErrors(YamlReader& other) {
+    errors_.insert(errors_.end(), other.errors_.begin(), other.errors_.end());
+    other.errors_.clear();
+  }
 
   // The 1-based line of `n` in the whole text.
   int Line(const YAML::Node& n) const {

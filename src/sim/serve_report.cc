@@ -360,6 +360,31 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
         {"deployments", run.deployment_names},
         {"samples", load}}},
   };
+  if (!run.routes.empty()) {
+    json routes = json::object();
+    for (const RouteRun& r : run.routes) {
+      json versions = json::array();
+      for (size_t i = 0; i < r.versions.size(); ++i) {
+        versions.push_back({{"version", r.versions[i]},
+                            {"deployment", r.deployments[i]},
+                            {"weight", r.weights[i]},
+                            {"requests", r.requests[i]}});
+      }
+      routes[r.name] = {{"versions", versions}};
+      if (!r.phase.empty()) routes[r.name]["rollout_phase"] = r.phase;
+    }
+    json events = json::array();
+    for (const RouteEvent& e : run.route_events) {
+      events.push_back({{"t", R6(ToSeconds(e.t))},
+                        {"route", e.route},
+                        {"kind", e.kind},
+                        {"canary_weight", e.canary_weight},
+                        {"message", e.message},
+                        {"analysis", e.details.value("analysis", json())}});
+    }
+    report["routes"] = routes;
+    report["route_events"] = events;
+  }
   if (with_wall_time) report["wall_seconds"] = R6(run.wall_seconds);
   return report;
 }

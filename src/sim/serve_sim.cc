@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include "sim/replica_sim.h"
 #include "sim/serve_trace.h"
 #include "sim/sim_fleet.h"
+#include "sim/sim_routes.h"
 
 namespace gpusched::sim {
 namespace {
@@ -117,8 +119,16 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     cold_ = std::make_unique<ColdStartModel>(std::move(cold));
     RETURN_IF_ERROR(fleet_.Init());
     RETURN_IF_ERROR(Build(trace));
+    ASSIGN_OR_RETURN(
+        SimRoutes routes,
+        SimRoutes::Create(cfg_.routes, deployment_ids_,
+                          std::vector<double>(deps_.size(), 0), cfg_.seed,
+                          FromSeconds(cfg_.autoscaling_interval_s)));
+    routes_.emplace(std::move(routes));
     RETURN_IF_ERROR(MakeRequests(trace));
     Loop();
+    run_.routes = routes_->Results();
+    run_.route_events = routes_->events();
     run_.wall_seconds = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - wall_start)
                             .count();
@@ -146,6 +156,9 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       if (o.first_token < 0) o.first_token = now;
       dispatcher_.OnFinished(r->req, rep, r->output_tokens, now);
     }
+    routes_->Record(o.deployment, now,
+                    {ToSeconds(o.first_token - o.arrival),
+                     ToSeconds(now - o.arrival), !r->rejected_too_long});
     ++completions_[o.deployment];
     Left(rep, now);
   }
@@ -494,12 +507,23 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     sim_requests_.resize(n);
     run_.requests.resize(n);
     replica_of_.assign(n, 0);
+    route_of_.assign(n, -1);
     for (size_t i = 0; i < n; ++i) {
       TraceRequest& tr = trace.requests[i];
       const std::string& tenant =
           tr.tenant.empty() ? cfg_.workload.tenant : tr.tenant;
-      const std::string& model =
+      std::string model =
           tr.model.empty() ? cfg_.workload.deployment : tr.model;
+      // A route's name: the target is picked at arrival; its tenant may
+      // use every target.
+      if (const int route = routes_->Find(model); route >= 0) {
+        route_of_[i] = route;
+        for (const config::RouteTargetSpec& t : cfg_.routes[route].targets) {
+          dispatcher_.DeclareTenant(deployment_ids_.at(t.deployment),
+                                    tenant_ids_.at(tenant));
+        }
+        model = cfg_.routes[route].targets.front().deployment;
+      }
       auto dep = deployment_ids_.find(model);
       if (dep == deployment_ids_.end()) {
         return absl::InvalidArgumentError(
@@ -623,10 +647,15 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         if (t_deadline <= last_evaluate_) t_deadline = kNever;
         t_control = std::min(t_control, t_deadline);
       }
+      // Rollouts are stepped while requests come or run.
+      const Micros t_routes =
+          next_arrival < n || !events_.empty() ? routes_->NextStep() : kNever;
+      t_control = std::min(t_control, t_routes);
       now = std::max(now, std::min({t_event, t_arrival, t_timeout, t_control}));
       if (std::min({t_event, t_arrival, t_timeout, t_control}) == kNever) {
         break;
       }
+      if (now >= t_routes) routes_->Step(now);
       while (next_sample <= now) {
         Sample(next_sample);
         next_sample += sample_every;
@@ -654,6 +683,11 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       bool held_arrival = false;
       while (next_arrival < n &&
              sim_requests_[next_arrival].req.arrival == now) {
+        if (const int route = route_of_[next_arrival]; route >= 0) {
+          serving::Request& q = sim_requests_[next_arrival].req;
+          q.model = routes_->Pick(route, q.id, run_.tenant_names[q.tenant]);
+          run_.requests[q.id].deployment = q.model;
+        }
         const serving::Request& r = sim_requests_[next_arrival].req;
         ++arrivals_[r.model];
         const serving::Verdict v = dispatcher_.Submit(r, now);
@@ -763,6 +797,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   std::vector<SimRequest> sim_requests_;
   std::vector<std::vector<uint64_t>> blocks_;
   std::vector<ReplicaId> replica_of_;
+  std::vector<int> route_of_;  // per request: its route, -1 for none
+  std::optional<SimRoutes> routes_;
   std::vector<int64_t> arrivals_, completions_;
   std::vector<Dep> deps_;  // by ModelId
   control::Scaling scaling_;

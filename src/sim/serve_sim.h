@@ -30,6 +30,7 @@
 #include "config/serve_sim_config.h"
 #include "serving/admission.h"
 #include "serving/request.h"
+#include "sim/sim_routes.h"
 
 namespace gpusched::sim {
 
@@ -119,6 +120,9 @@ struct ServeSimRun {
   std::vector<DeploymentCapacity> capacity;
   bool elastic = false;
   std::vector<CapacityEvent> events;  // in time order
+  // Per route: the split and its rollout's events (sim/sim_routes.h).
+  std::vector<RouteRun> routes;
+  std::vector<RouteEvent> route_events;
   // When the last replica change happened or the last request finished.
   Micros capacity_end = 0;
   // Backlog intervals per tenant: [start, end) while it had queued requests.

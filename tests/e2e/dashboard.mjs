@@ -182,6 +182,22 @@ try {
     assert(same(await pageMap(page), await apiMap()), 'map and API differ after the apply');
   });
 
+  await step('the model routes panel shows an applied route\'s weight split', async () => {
+    const none = await page.textContent('#routes tbody');
+    assert(/no routes/i.test(none), `routes before any is applied: ${none}`);
+    await api('POST', '/apply', [
+      'apiVersion: gpusched.io/v1', 'kind: ModelRoute', 'metadata: {name: assistant}', 'spec:',
+      '  sticky: session',
+      '  targets: [{deployment: chat, version: "1", weight: 70}, {deployment: embed, version: "2", weight: 30}]',
+      ''].join('\n'));
+    await page.waitForSelector('#routes tr[data-route="assistant"] .seg[data-deployment="embed"]', { timeout: 15_000 });
+    const segs = await page.$$eval('#routes tr[data-route="assistant"] .seg',
+      (s) => s.map((x) => `${x.dataset.version}:${x.dataset.deployment}:${x.dataset.weight}`));
+    assert(segs.join() === '1:chat:70,2:embed:30', `segments: ${segs}`);
+    const row = await page.textContent('#routes tr[data-route="assistant"]');
+    assert(row.includes('1 (chat) 70%') && row.includes('session') && row.includes('none'), `route row: ${row}`);
+  });
+
   await step('no script errors', async () => {
     assert(errors.filter((e) => !/401/.test(e)).length === 0, errors.join(' | '));
   });

@@ -1,0 +1,138 @@
+#include "sim/sim_routes.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpusched::sim {
+
+absl::StatusOr<SimRoutes> SimRoutes::Create(
+    const std::vector<config::ModelRouteSpec>& routes,
+    const absl::flat_hash_map<std::string, uint32_t>& deployment_ids,
+    std::vector<double> slo_s, uint64_t seed, Micros interval) {
+  SimRoutes s;
+  s.slo_s_ = std::move(slo_s);
+  s.samples_.resize(s.slo_s_.size());
+  s.seed_ = seed;
+  s.interval_ = std::max<Micros>(1, interval);
+  for (const config::ModelRouteSpec& spec : routes) {
+    Route r;
+    r.spec = spec;
+    for (const config::RouteTargetSpec& t : spec.targets) {
+      auto it = deployment_ids.find(t.deployment);
+      if (it == deployment_ids.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("route '", spec.name, "': unknown deployment '",
+                         t.deployment, "'"));
+      }
+      r.targets.push_back(it->second);
+    }
+    r.requests.assign(r.targets.size(), 0);
+    if (spec.rollout) {
+      r.rollout.emplace(*spec.rollout, 0);
+      s.next_ = s.interval_;
+    }
+    s.SetWeights(r);
+    if (!r.split) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("route '", spec.name, "': no target has weight > 0"));
+    }
+    s.routes_.push_back(std::move(r));
+  }
+  return s;
+}
+
+void SimRoutes::SetWeights(Route& r) {
+  r.weights.clear();
+  for (const config::RouteTargetSpec& t : r.spec.targets) {
+    if (!r.rollout) {
+      r.weights.push_back(t.weight);
+    } else {
+      const int canary = r.rollout->canary_weight();
+      r.weights.push_back(
+          t.deployment == r.spec.rollout->canary ? canary : 100 - canary);
+    }
+  }
+  auto split = serving::WeightedSplit::Create(r.weights);
+  if (split.ok()) r.split = *std::move(split);
+}
+
+int SimRoutes::Find(const std::string& name) const {
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    if (routes_[i].spec.name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint32_t SimRoutes::Pick(int route, uint64_t id, const std::string& tenant) {
+  Route& r = routes_[route];
+  // No sessions in traces: sticky per tenant, else a draw per request.
+  const uint64_t key =
+      r.spec.sticky == "tenant"
+          ? serving::StickyHash(tenant)
+          : serving::StickyHash(absl::StrCat(seed_, ":", route, ":", id));
+  const int i = r.split->Pick(key);
+  ++r.requests[i];
+  return r.targets[i];
+}
+
+void SimRoutes::Record(uint32_t d, Micros t, const control::VersionSample& s) {
+  if (d < samples_.size() && !routes_.empty()) samples_[d].push_back({t, s});
+}
+
+std::vector<control::VersionSample> SimRoutes::Since(uint32_t d,
+                                                     Micros since) const {
+  std::vector<control::VersionSample> out;
+  const auto& v = samples_[d];
+  auto it = std::upper_bound(
+      v.begin(), v.end(), since,
+      [](Micros t, const auto& sample) { return t < sample.first; });
+  for (; it != v.end(); ++it) out.push_back(it->second);
+  return out;
+}
+
+Micros SimRoutes::NextStep() const { return next_; }
+
+void SimRoutes::Step(Micros now) {
+  bool running = false;
+  for (Route& r : routes_) {
+    if (!r.rollout || r.rollout->done()) continue;
+    const std::string& canary = r.spec.rollout->canary;
+    uint32_t c = 0, s = 0;
+    for (size_t i = 0; i < r.targets.size(); ++i) {
+      (r.spec.targets[i].deployment == canary ? c : s) = r.targets[i];
+    }
+    const Micros since = r.rollout->WindowStart(now);
+    const config::AnalysisSpec& a = r.spec.rollout->analysis;
+    const double slo = slo_s_[c];
+    for (const control::RolloutChange& ch : r.rollout->Step(
+             now, control::Summarize(Since(s, since), a.percentile, slo),
+             control::Summarize(Since(c, since), a.percentile, slo))) {
+      SetWeights(r);
+      events_.push_back({now, r.spec.name, ch.kind, ch.message,
+                         ch.canary_weight, ch.details});
+    }
+    running |= !r.rollout->done();
+  }
+  next_ = running ? now + interval_ : kNever;
+}
+
+std::vector<RouteRun> SimRoutes::Results() const {
+  std::vector<RouteRun> out;
+  for (const Route& r : routes_) {
+    RouteRun run;
+    run.name = r.spec.name;
+    for (const config::RouteTargetSpec& t : r.spec.targets) {
+      run.versions.push_back(t.version);
+      run.deployments.push_back(t.deployment);
+    }
+    run.weights = r.weights;
+    run.requests = r.requests;
+    if (r.rollout) run.phase = control::RolloutPhaseName(r.rollout->phase());
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+}  // namespace gpusched::sim
