@@ -140,13 +140,18 @@ api GET "/api/v1/routes/assistant" >"$tmp/r"
 [ "$(jq_py "j['rollout']['phase']" <"$tmp/r")" = rolled_back ] || fail "phase: $(cat "$tmp/r")"
 [ "$(jq_py "[t['weight'] for t in j['targets']]" <"$tmp/r")" = "[100, 0]" ] || fail "weights after rollback: $(cat "$tmp/r")"
 api GET "/api/v1/events?kind=rollout.rolled_back&limit=1" >"$tmp/ev"
+api GET "/api/v1/events?kind=rollout.started&limit=1" >"$tmp/ev0"
 expect_contains "$tmp/ev" "end-to-end"
-python3 - "$tmp/bad" "$tmp/ev" <<'PY'
-import json, sys
+# The figures docs/versions.md quotes.
+python3 - "$tmp/bad" "$tmp/ev" "$tmp/ev0" <<'PY'
+import datetime, json, sys
 lines = [l.split() for l in open(sys.argv[1]) if l.strip()]
 e = json.load(open(sys.argv[2]))["items"][0]
+s = json.load(open(sys.argv[3]))["items"][0]
+t = lambda x: datetime.datetime.fromisoformat(x["time"].replace("Z", "+00:00"))
 a = e["details"]["analysis"]
-print(f"rollback: canary p95 e2e {a['canary']['e2eSeconds']*1000:.0f} ms vs stable "
+print(f"rollback: {(t(e) - t(s)).total_seconds():.1f} s after the rollout started; canary p95 "
+      f"e2e {a['canary']['e2eSeconds']*1000:.0f} ms vs stable "
       f"{a['stable']['e2eSeconds']*1000:.0f} ms over {a['canary']['requests']} canary requests; "
       f"{sum(1 for l in lines if l[1] == 'chat-slow')} of {len(lines)} load requests reached the canary")
 PY

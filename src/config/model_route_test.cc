@@ -1,5 +1,7 @@
 #include "config/model_route.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,17 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
   ASSERT_FALSE(got.ok());
   EXPECT_THAT(got.status().message(),
               HasSubstr("spec.targets: at most 8 targets, got 9"));
+}
+
+TEST(ModelRouteTest, TheShippedExampleParses) {
+  std::ifstream f(GPUSCHED_SOURCE_DIR "/examples/versions.yaml");
+  std::stringstream text;
+  text << f.rdbuf();
+  auto got = ParseManifests(text.str(), "examples/versions.yaml");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 3u);
+  EXPECT_EQ((*got)[2].kind, Manifest::Kind::kModelRoute);
+  EXPECT_EQ((*got)[2].route.Stable(), "chat-v1");
 }
 
 }  // namespace

@@ -14,6 +14,11 @@
 //   Authorization: Bearer <api key>      the tenant (runtime::Store keys)
 //   X-Gpusched-Priority: <class name>    default: the tenant's class
 //   X-Gpusched-Deadline-Ms: <ms>         first-token deadline from arrival
+//   X-Gpusched-Session: <id>             session (first 256 bytes): the
+//                                        session-affinity router's key and a
+//                                        sticky route's (else OpenAI `user`)
+// A model name may be a route (GatewayRoute, docs/versions.md): the
+// request goes to one of its deployments, picked by weight.
 // Errors use each protocol's shape (OpenAI: {"error": {"message", "type"}};
 // KServe: {"error": "..."}): 401 bad key, 404 unknown model (listing the
 // tenant's models), 429 rate or queue limits (with Retry-After), 503

@@ -77,16 +77,15 @@ std::vector<std::string> Gateway::PublicModels(const Tenant& t) const {
   for (const auto& [name, r] : routes_) {
     if (Listed(t, name)) names.push_back(name);
   }
-  for (const auto& [name, m] : models_) {
+  for (const auto& entry : models_) {
+    const std::string& name = entry.first;
     if (!Allowed(t, name)) continue;
-    const bool targeted =
-        std::any_of(routes_.begin(), routes_.end(), [&](const auto& route) {
-          const auto& targets = route.second.config.targets;
-          return std::any_of(targets.begin(), targets.end(),
-                             [&](const GatewayRouteTarget& x) {
-                               return x.deployment == name;
-                             });
-        });
+    bool targeted = false;
+    for (const auto& [route, r] : routes_) {
+      for (const GatewayRouteTarget& x : r.config.targets) {
+        targeted = targeted || x.deployment == name;
+      }
+    }
     if (!targeted) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
