@@ -158,11 +158,13 @@ PY
 "$bin" rollout status assistant --server "$url" --key "$admin" >"$tmp/status" 2>&1
 expect_contains "$tmp/status" "Phase:     rolled_back"
 
-# 5. A healthy canary is promoted to 100%; the old version drains.
+# 5. A healthy canary is promoted to 100%; the old version drains. The
+# analysis is tolerant of a few slow requests on a loaded machine: p90 over
+# at least 30 requests per version, within 3x.
 apply "$(route '  targets: [{deployment: chat-v1}, {deployment: chat-v2}]' '  rollout:
     canary: chat-v2
     steps: [{weight: 50, pauseS: 3}]
-    analysis: {windowS: 20, minRequests: 10, maxTtftRatio: 0, maxE2eRatio: 2.5}')" >/dev/null
+    analysis: {windowS: 20, minRequests: 30, percentile: 90, maxTtftRatio: 0, maxE2eRatio: 3}')" >/dev/null
 [ "$(cat "$tmp/code")" = 200 ] || fail "the good rollout: $(cat "$tmp/body")"
 load "$tmp/good" 400 4 &
 load_pid=$!
