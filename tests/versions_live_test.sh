@@ -95,6 +95,10 @@ apply "$(route '  targets: [{deployment: chat-v1}]' '  rollout: {canary: chat-v1
 expect_contains "$tmp/body" "no stable version"
 apply "$(route '  targets: [{deployment: chat-v1}]')" >/dev/null
 [ "$(cat "$tmp/code")" = 200 ] || fail "a one-target route: $(cat "$tmp/code") $(cat "$tmp/body")"
+apply "$(route '  targets: [{deployment: chat-v1}]
+  shadow: {deployment: chat-v8, percent: 10}')" >/dev/null
+[ "$(cat "$tmp/code")" = 422 ] || fail "an unknown shadow: $(cat "$tmp/code")"
+expect_contains "$tmp/body" "spec.shadow.deployment: unknown deployment 'chat-v8'"
 printf 'apiVersion: gpusched.io/v1\nkind: ModelRoute\nmetadata: {name: loop}\nspec:\n  targets: [{deployment: assistant}]\n' >"$tmp/loop.yaml"
 apply "$(cat "$tmp/loop.yaml")" >/dev/null
 [ "$(cat "$tmp/code")" = 422 ] || fail "a route to a route: $(cat "$tmp/code")"
@@ -115,6 +119,21 @@ grep -q '"id":"chat-v1"' "$tmp/models" && fail "/v1/models lists a version: $(ca
 curl -s "$url/metrics" >"$tmp/metrics"
 expect_contains "$tmp/metrics" 'gpusched_route_weight{route="assistant",version="2"} 30'
 expect_contains "$tmp/metrics" 'gpusched_route_requests_total{route="assistant",version="2"}'
+
+# Shadow copies: every request also goes to chat-slow; clients get only
+# v1's and v2's answers, and the copies show in chat-slow's stats.
+apply "$(route '  targets: [{deployment: chat-v1, version: "1", weight: 70}, {deployment: chat-v2, version: "2", weight: 30}]
+  shadow: {deployment: chat-slow, percent: 100}')" >/dev/null
+[ "$(cat "$tmp/code")" = 200 ] || fail "the shadow route: $(cat "$tmp/body")"
+load "$tmp/shadow" 20 2
+[ "$(count "$tmp/shadow" chat-slow)" = 0 ] || fail "a client got the shadow's answer"
+[ "$(not_ok "$tmp/shadow")" = 0 ] || fail "shadowed requests failed"
+for _ in $(seq 1 50); do
+  done_slow=$(api GET /api/v1/stats | jq_py "[d['completed'] for d in j['deployments'] if d['deployment'] == 'chat-slow'] or [0]" | tr -d '[]')
+  [ "${done_slow:-0}" -ge 20 ] && break
+  sleep 0.2
+done
+[ "${done_slow:-0}" -ge 20 ] || fail "chat-slow completed ${done_slow:-0} shadow copies of 20"
 
 # 3. Stickiness: 20 sessions x 6 requests, each session on one version.
 apply "$(route '  sticky: session

@@ -49,7 +49,8 @@ void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
     return;
   }
   if (!Map(spec, path)) return;
-  std::vector<absl::string_view> keys = {"targets", "sticky", "rollout"};
+  std::vector<absl::string_view> keys = {"targets", "sticky", "rollout",
+                                         "shadow"};
   keys.insert(keys.end(), extra.begin(), extra.end());
   CheckKeys(spec, path, keys);
   if (const YAML::Node n = spec["sticky"]) String(n, "spec.sticky", &r->sticky);
@@ -82,6 +83,21 @@ void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
       }
       r->targets.push_back(std::move(target));
     }
+  }
+  if (const YAML::Node sh = spec["shadow"]; sh && Map(sh, "spec.shadow")) {
+    CheckKeys(sh, "spec.shadow", {"deployment", "percent"});
+    ShadowSpec shadow;
+    if (!sh["deployment"]) {
+      Fail(sh, "spec.shadow.deployment", "required: a Deployment's name");
+    } else {
+      ReadName(sh, "deployment", "spec.shadow.deployment", &shadow.deployment);
+    }
+    if (const YAML::Node n = sh["percent"]; !n) {
+      Fail(sh, "spec.shadow.percent", "required: 1..100");
+    } else {
+      Int(n, "spec.shadow.percent", 1, 100, &shadow.percent);
+    }
+    r->shadow = std::move(shadow);
   }
   const YAML::Node ro = spec["rollout"];
   if (!ro) return;
@@ -189,6 +205,11 @@ void CheckModelRoute(ModelRouteSpec* r, std::vector<std::string>* problems) {
       ++given;
     }
   }
+  if (r->shadow && deployments.contains(r->shadow->deployment)) {
+    problems->push_back(
+        absl::StrCat("spec.shadow.deployment: '", r->shadow->deployment,
+                     "' is a target; a shadow gets copies, not a share"));
+  }
   if (!r->rollout) {
     if (r->targets.size() == 1 && given == 0) {
       r->targets[0].weight = 100;
@@ -247,6 +268,10 @@ nlohmann::json ModelRouteSpecJson(const ModelRouteSpec& r) {
     targets.push_back(std::move(j));
   }
   json out = {{"targets", std::move(targets)}, {"sticky", r.sticky}};
+  if (r.shadow) {
+    out["shadow"] = {{"deployment", r.shadow->deployment},
+                     {"percent", r.shadow->percent}};
+  }
   if (r.rollout) {
     const RolloutSpec& ro = *r.rollout;
     json steps = json::array();

@@ -26,6 +26,12 @@
 //                                    #   stays on one version while the
 //                                    #   weights stand; a weight change
 //                                    #   moves only the keys it must
+//     shadow:                        # optional: copies of requests
+//       deployment: chat-v3          #   required: a Deployment, not a target
+//       percent: 10                  #   1..100: the share of the route's
+//                                    #   requests copied there; the copies'
+//                                    #   answers are discarded, their
+//                                    #   latencies measured (its metrics)
 //     rollout:                       # optional: a canary rollout
 //       canary: chat-v2              #   required: a target's deployment;
 //                                    #   the other target is the stable
@@ -108,12 +114,19 @@ struct RolloutSpec {
   bool operator==(const RolloutSpec&) const = default;
 };
 
+struct ShadowSpec {
+  std::string deployment;
+  int percent = 0;
+  bool operator==(const ShadowSpec&) const = default;
+};
+
 struct ModelRouteSpec {
   std::string name;
   std::map<std::string, std::string> labels;
   std::vector<RouteTargetSpec> targets;
   std::string sticky = "none";  // none | session | tenant
   std::optional<RolloutSpec> rollout;
+  std::optional<ShadowSpec> shadow;
   bool operator==(const ModelRouteSpec&) const = default;
 
   // The rollout's stable deployment ("" without a rollout or when no

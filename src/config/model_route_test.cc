@@ -23,6 +23,7 @@ TEST(ModelRouteTest, ParsesEveryFieldAndRoundTrips) {
   targets:
     - {deployment: chat-v1, version: "1"}
     - {deployment: chat-v2, version: "2"}
+  shadow: {deployment: chat-v3, percent: 10}
   rollout:
     canary: chat-v2
     steps:
@@ -54,6 +55,9 @@ TEST(ModelRouteTest, ParsesEveryFieldAndRoundTrips) {
   EXPECT_EQ(r.rollout->analysis.max_ttft_ms, 500);
   EXPECT_EQ(r.rollout->analysis.min_slo_attainment, 0.9);
   EXPECT_FALSE(r.rollout->scale_down_stable);
+  ASSERT_TRUE(r.shadow);
+  EXPECT_EQ(r.shadow->deployment, "chat-v3");
+  EXPECT_EQ(r.shadow->percent, 10);
   auto back = ManifestFromJson(ToJson(m), "json");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, m);
@@ -122,6 +126,10 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
       {"  targets: [{deployment: a}, {deployment: b}]\n"
        "  rollout: {canary: b, steps: [{pauseS: 5}]}\n",
        "spec.rollout.steps[0].weight: required"},
+      {"  targets: [{deployment: a}]\n  shadow: {deployment: a, percent: 5}\n",
+       "spec.shadow.deployment: 'a' is a target"},
+      {"  targets: [{deployment: a}]\n  shadow: {deployment: b, percent: 0}\n",
+       "spec.shadow.percent: must be an integer in 1..100"},
       {"  targets: [{deployment: a, colour: red}]\n",
        "unknown field 'colour' in spec.targets[0]"},
   };

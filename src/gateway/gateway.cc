@@ -34,6 +34,15 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
   g->upstream_options_ = upstream;
   g->upstreams_.push_back(std::make_unique<net::UpstreamClient>(upstream));
   g->dispatcher_ = std::make_unique<serving::Dispatcher>(config.seed);
+  serving::TenantSpec shadow;
+  shadow.name = kShadowTenant;
+  auto id = g->dispatcher_->AddTenant(shadow, NowMicros());
+  if (!id.ok()) return id.status();
+  GatewayTenant t;
+  t.spec = shadow;
+  Tenant& st = g->tenants_[kShadowTenant] =
+      Tenant{std::make_shared<const GatewayTenant>(t), *id, false};
+  g->shadow_tenant_ = st;
   return g;
 }
 
@@ -123,6 +132,10 @@ absl::Status Gateway::ServeRoute(const config::ModelRouteSpec& spec,
     r.targets.push_back(
         {spec.targets[i].deployment, spec.targets[i].version, weights[i]});
   }
+  if (spec.shadow) {
+    r.shadow_deployment = spec.shadow->deployment;
+    r.shadow_percent = spec.shadow->percent;
+  }
   return UpsertRoute(r);
 }
 
@@ -176,9 +189,18 @@ std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
   for (const GatewayRouteTarget& x : r.config.targets) {
     versions.push_back(x.version);
   }
+  std::string shadow;
+  if (!r.config.shadow_deployment.empty() &&
+      serving::StickyHash(
+          absl::StrCat(config_.seed, ":shadow:", route_draws_++)) %
+              100 <
+          static_cast<uint64_t>(r.config.shadow_percent)) {
+    shadow = r.config.shadow_deployment;
+  }
   const GatewayRouteTarget& target = r.config.targets[i];
-  return absl::StatusOr<RouteChoice>(RouteChoice{
-      target.deployment, target.version, r.cells[i], std::move(versions)});
+  return absl::StatusOr<RouteChoice>(
+      RouteChoice{target.deployment, target.version, r.cells[i],
+                  std::move(versions), std::move(shadow)});
 }
 
 bool Gateway::RouteReady(const std::string& name) {

@@ -98,7 +98,16 @@ struct GatewayRoute {
   std::string name;
   std::vector<GatewayRouteTarget> targets;
   std::string sticky = "none";  // none | session | tenant
+  // Copies of shadow_percent % of the route's requests go to
+  // shadow_deployment ("" : none) as the tenant kShadowTenant; their answers
+  // are dropped, their latencies recorded as that deployment's.
+  std::string shadow_deployment;
+  int shadow_percent = 0;
 };
+
+// The tenant shadow copies are queued as: they never count against the
+// client's tenant (its limits, its fair share).
+inline constexpr char kShadowTenant[] = "_shadow";
 
 struct GatewayConfig {
   std::vector<std::string> classes = {"critical", "standard", "batch",
@@ -233,6 +242,7 @@ class Gateway : public runtime::DataPlane {
     std::string version;
     metrics::Counter* cell = nullptr;
     std::vector<std::string> versions;  // all of the route's
+    std::string shadow;                 // copy it there too ("" : no)
   };
   struct Tenant {
     std::shared_ptr<const GatewayTenant> config;  // replaced, never mutated
@@ -290,6 +300,11 @@ class Gateway : public runtime::DataPlane {
   void Reject(Protocol protocol, const std::shared_ptr<net::Responder>& r,
               http::status status, const std::string& message,
               const std::string& type, Micros retry_after = 0);
+  // Queues a copy of the request for `deployment` (model field rewritten)
+  // as kShadowTenant, answered to nobody.
+  void Shadow(Protocol protocol, const net::HttpRequest& req,
+              const std::string& deployment, std::string engine_target,
+              bool stream, int64_t max_tokens);
   // The session a request names (X-Gpusched-Session), "" when none.
   static std::string Session(const net::HttpRequest& req);
   void Submit(Protocol protocol, net::HttpRequest& req,
@@ -366,6 +381,7 @@ class Gateway : public runtime::DataPlane {
   std::vector<Queue> queues_ ABSL_GUARDED_BY(mu_);  // by ModelId
   std::map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
+  std::optional<Tenant> shadow_tenant_ ABSL_GUARDED_BY(mu_);
   uint64_t route_draws_ ABSL_GUARDED_BY(mu_) = 0;  // random keys' counter
   absl::flat_hash_map<serving::ReplicaId, Replica> endpoints_
       ABSL_GUARDED_BY(mu_);

@@ -209,6 +209,13 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     // name.
     json body = json::parse(req.body(), nullptr, false);
     if (body.is_object()) {
+      if (!(*choice)->shadow.empty()) {
+        body["model"] = (*choice)->shadow;
+        net::HttpRequest copy = req;
+        copy.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
+        Shadow(Protocol::kOpenAi, copy, (*choice)->shadow, target,
+               f.stream.value_or(false), max_tokens);
+      }
       body["model"] = (*choice)->deployment;
       req.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
     }
@@ -217,6 +224,23 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
   }
   Submit(Protocol::kOpenAi, req, std::move(r), model, target,
          f.stream.value_or(false), max_tokens, *tenant);
+}
+
+void Gateway::Shadow(Protocol protocol, const net::HttpRequest& req,
+                     const std::string& deployment, std::string engine_target,
+                     bool stream, int64_t max_tokens) {
+  std::optional<Tenant> shadow;
+  {
+    absl::MutexLock lock(&mu_);
+    shadow = shadow_tenant_;
+  }
+  net::HttpRequest copy = req;
+  copy.erase("X-Gpusched-Priority");  // the shadow tenant's class
+  copy.set("X-Gpusched-Priority", config_.classes.size() > 1
+                                      ? config_.classes.back()
+                                      : config_.classes.front());
+  Submit(protocol, copy, net::Responder::Discarding(), deployment,
+         std::move(engine_target), stream, max_tokens, *shadow);
 }
 
 std::string Gateway::Session(const net::HttpRequest& req) {
@@ -256,6 +280,7 @@ void Gateway::HandleKServe(net::HttpRequest& req,
   if (!tenant) return;
   // A route's name: its version `version`, else one picked by weight.
   std::string deployment = model;
+  std::string shadow;                 // a copy of the request goes there too
   std::vector<std::string> versions;  // set: `model` is a route
   if (auto choice = PickRoute(*tenant, model, version, Session(req))) {
     if (!choice->ok()) {
@@ -266,6 +291,7 @@ void Gateway::HandleKServe(net::HttpRequest& req,
     deployment = (*choice)->deployment;
     versions = (*choice)->versions;
     if (action == "infer" && (*choice)->cell) (*choice)->cell->Add();
+    shadow = (*choice)->shadow;
   }
   const bool routed = !versions.empty();
   std::vector<net::Endpoint> ready;
@@ -354,6 +380,10 @@ void Gateway::HandleKServe(net::HttpRequest& req,
     Reject(Protocol::kKServe, r, http::status::bad_request,
            std::string(st.message()), "invalid_request_error");
     return;
+  }
+  if (!shadow.empty()) {
+    Shadow(Protocol::kKServe, req, shadow,
+           absl::StrCat("/v2/models/", shadow, "/infer"), false, 0);
   }
   Submit(Protocol::kKServe, req, std::move(r), deployment, engine_target, false,
          0, *tenant);

@@ -9,6 +9,7 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "engine/engine_server.h"
+#include "gateway/protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -304,6 +305,24 @@ TEST_F(GatewayTest, RoutesSplitByWeightStickAndAddressVersions) {
                     "session-" + std::to_string(i));
     EXPECT_EQ(json::parse(res.body())["model"], "chat-v2");
   }
+  // Shadow copies: every request also goes to chat, whose answers nobody
+  // gets; the client's answer is v2's, and carol's limits are not used.
+  const Micros before = NowMicros();
+  route.shadow_deployment = "chat";
+  route.shadow_percent = 100;
+  ASSERT_TRUE(gateway_->UpsertRoute(route).ok());
+  for (int i = 0; i < 10; ++i) {
+    auto res = Call(key, "/v1/completions", body);
+    ASSERT_EQ(res.result(), http::status::ok) << res.body();
+    EXPECT_EQ(json::parse(res.body())["model"], "chat-v2");
+  }
+  auto shadowed = Call(key, "/v2/models/assistant/infer", infer);
+  EXPECT_EQ(shadowed.result(), http::status::ok) << shadowed.body();
+  for (int i = 0; i < 200 && gateway_->SamplesSince("chat", before).size() < 11;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_EQ(gateway_->SamplesSince("chat", before).size(), 11u);
   gateway_->RemoveRoute("assistant");
   EXPECT_EQ(Call(key, "/v1/completions", body).result(),
             http::status::not_found);

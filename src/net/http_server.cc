@@ -552,7 +552,12 @@ Responder::Responder(std::shared_ptr<Connection> connection, unsigned version,
     : connection_(std::move(connection)),
       version_(version),
       keep_alive_(keep_alive),
-      gone_(connection_->gone()) {}
+      gone_(connection_ ? connection_->gone()
+                        : std::make_shared<std::atomic<bool>>(false)) {}
+
+std::shared_ptr<Responder> Responder::Discarding() {
+  return std::shared_ptr<Responder>(new Responder(nullptr, 11, false));
+}
 
 Responder::~Responder() {
   if (streaming_ && !ended_) EndStream();
@@ -568,6 +573,7 @@ void Responder::Send(HttpResponse response) {
   answered_ = true;
   response.version(version_);
   // A draining server closes the connection after this response.
+  if (!connection_) return;  // Discarding()
   response.keep_alive(keep_alive_ && response.keep_alive() &&
                       !connection_->draining());
   const bool keep = response.keep_alive();
@@ -579,18 +585,19 @@ void Responder::StartStream(HttpResponse head) {
   if (answered_) return;
   answered_ = true;
   head.version(version_);
+  streaming_ = true;
+  if (!connection_) return;  // Discarding()
   keep_alive_ = keep_alive_ && !connection_->draining();
   head.keep_alive(keep_alive_);
   head.body().clear();
   head.erase(http::field::content_length);
   head.chunked(true);
-  streaming_ = true;
   connection_->Write(FormatHead(head), false, keep_alive_);
 }
 
 void Responder::SendChunk(std::string data) {
   // An empty chunk would end the stream.
-  if (!streaming_ || ended_ || data.empty()) return;
+  if (!streaming_ || ended_ || data.empty() || !connection_) return;
   std::string framed;
   framed.reserve(data.size() + 20);
   absl::StrAppend(&framed, absl::Hex(data.size()), "\r\n", data, "\r\n");
@@ -600,7 +607,7 @@ void Responder::SendChunk(std::string data) {
 void Responder::EndStream() {
   if (!streaming_ || ended_) return;
   ended_ = true;
-  connection_->Write("0\r\n\r\n", true, keep_alive_);
+  if (connection_) connection_->Write("0\r\n\r\n", true, keep_alive_);
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(

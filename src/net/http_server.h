@@ -69,6 +69,9 @@ class Responder {
   void StartStream(HttpResponse head);
   void SendChunk(std::string data);
   void EndStream();
+  // A responder with no client: everything sent to it is dropped (the
+  // gateway's shadow copies of requests).
+  static std::shared_ptr<Responder> Discarding();
   // The client is gone (its chunks are dropped); for cancelling work.
   bool client_gone() const { return gone_->load(); }
 

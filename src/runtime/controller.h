@@ -288,6 +288,10 @@ class Controller {
                   const std::vector<config::Manifest>& batch,
                   std::vector<std::string>* problems)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckShadow(const config::ModelRouteSpec& r,
+                   const std::vector<config::Manifest>& batch,
+                   std::vector<std::string>* problems)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `state`: a stored rollout state to resume (restart), else none.
   absl::Status ApplyRoute(const config::ModelRouteSpec& spec,
                           ApplyResult* result, bool persist,
@@ -311,7 +315,7 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every running rollout evaluated on the gateway's samples.
   void ProgressRollouts(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The first route that targets `deployment`, or "".
+  // The first route that targets (or shadows) `deployment`, or "".
   std::string RouteOf(const std::string& deployment) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json RouteWeightsJson(const Route& r) const;

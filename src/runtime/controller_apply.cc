@@ -130,6 +130,7 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
         absl::StrCat(config::KindName(m.kind), "/", m.name());
     if (m.kind == config::Manifest::Kind::kModelRoute) {
       CheckRoute(m.route, manifests, &problems);
+      CheckShadow(m.route, manifests, &problems);
     }
     if (m.kind == config::Manifest::Kind::kDeployment) {
       if (routes_.contains(m.name())) {

@@ -50,6 +50,25 @@ void Controller::CheckRoute(const config::ModelRouteSpec& r,
   }
 }
 
+// (CheckRoute's tail: the shadow deployment.)
+void Controller::CheckShadow(const config::ModelRouteSpec& r,
+                             const std::vector<config::Manifest>& batch,
+                             std::vector<std::string>* problems) {
+  if (!r.shadow) return;
+  const std::string& dep = r.shadow->deployment;
+  const bool known =
+      (deployments_.contains(dep) && !deployments_.at(dep).deleting) ||
+      std::any_of(batch.begin(), batch.end(), [&](const config::Manifest& m) {
+        return m.kind == config::Manifest::Kind::kDeployment && m.name() == dep;
+      });
+  if (!known) {
+    problems->push_back(absl::StrCat("ModelRoute/", r.name,
+                                     ": spec.shadow.deployment: unknown "
+                                     "deployment '",
+                                     dep, "'"));
+  }
+}
+
 std::vector<int> Controller::Weights(const Route& r) const {
   std::vector<int> w;
   for (const config::RouteTargetSpec& t : r.spec.targets) {
@@ -212,6 +231,7 @@ absl::Status Controller::DeleteRoute(const std::string& name) {
 
 std::string Controller::RouteOf(const std::string& deployment) const {
   for (const auto& [name, r] : routes_) {
+    if (r.spec.shadow && r.spec.shadow->deployment == deployment) return name;
     for (const config::RouteTargetSpec& t : r.spec.targets) {
       if (t.deployment == deployment) return name;
     }
