@@ -163,17 +163,18 @@ std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
   const Route& r = it->second;
   int i = -1;
   std::vector<std::string> versions;
-  if (!version.empty()) {
-    for (size_t j = 0; j < r.config.targets.size(); ++j) {
-      versions.push_back(r.config.targets[j].version);
-      if (r.config.targets[j].version == version) i = static_cast<int>(j);
+  for (size_t j = 0; j < r.config.targets.size(); ++j) {
+    versions.push_back(r.config.targets[j].version);
+    if (!version.empty() && r.config.targets[j].version == version) {
+      i = static_cast<int>(j);
     }
-    if (i < 0) {
-      return absl::StatusOr<RouteChoice>(absl::NotFoundError(
-          absl::StrCat("model '", name, "' has no version '", version,
-                       "'; its versions: ", absl::StrJoin(versions, ", "))));
-    }
-  } else {
+  }
+  if (!version.empty() && i < 0) {
+    return absl::StatusOr<RouteChoice>(absl::NotFoundError(
+        absl::StrCat("model '", name, "' has no version '", version,
+                     "'; its versions: ", absl::StrJoin(versions, ", "))));
+  }
+  if (version.empty()) {
     uint64_t key = 0;
     if (r.config.sticky == "tenant") {
       key = serving::StickyHash(t.config->spec.name);
@@ -184,10 +185,6 @@ std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
           serving::StickyHash(absl::StrCat(config_.seed, ":", route_draws_++));
     }
     i = r.split.Pick(key);
-  }
-  versions.clear();
-  for (const GatewayRouteTarget& x : r.config.targets) {
-    versions.push_back(x.version);
   }
   std::string shadow;
   if (!r.config.shadow_deployment.empty() &&

@@ -211,10 +211,11 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     if (body.is_object()) {
       if (!(*choice)->shadow.empty()) {
         body["model"] = (*choice)->shadow;
-        net::HttpRequest copy = req;
-        copy.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
-        Shadow(Protocol::kOpenAi, copy, (*choice)->shadow, target,
+        std::string original = std::move(req.body());
+        req.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
+        Shadow(Protocol::kOpenAi, req, (*choice)->shadow, target,
                f.stream.value_or(false), max_tokens);
+        req.body() = std::move(original);
       }
       body["model"] = (*choice)->deployment;
       req.body() = body.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -235,10 +236,8 @@ void Gateway::Shadow(Protocol protocol, const net::HttpRequest& req,
     shadow = shadow_tenant_;
   }
   net::HttpRequest copy = req;
-  copy.erase("X-Gpusched-Priority");  // the shadow tenant's class
-  copy.set("X-Gpusched-Priority", config_.classes.size() > 1
-                                      ? config_.classes.back()
-                                      : config_.classes.front());
+  // The lowest class, never the client's.
+  copy.set("X-Gpusched-Priority", config_.classes.back());
   Submit(protocol, copy, net::Responder::Discarding(), deployment,
          std::move(engine_target), stream, max_tokens, *shadow);
 }
