@@ -19,7 +19,13 @@
 #   6. kill -9 gpusched and restart -> the same Pods are adopted by label (no
 #      new Pod, none twice), a Pod of its labels it no longer wants is
 #      deleted.
-#   7. a clean stop deletes its Pods.
+#   7. MIG (the mixed strategy): kube-m advertises 7 nvidia.com/mig-1g.10gb
+#      and another user's Pod holds 2 -> a MIG deployment of 6 replicas gets
+#      5 Pods, each asking the device plugin for one nvidia.com/mig-1g.10gb
+#      (the kubelet admits every one), the sixth waits for a free instance;
+#      /api/v1/gpus shows 2 instances foreign and 5 held; after kill -9 and a
+#      restart the same Pods are adopted; a delete ends them.
+#   8. a clean stop deletes its Pods.
 # Every object gpusched sent (Pods, Bindings; deletes carry no body) is validated
 # against the official Kubernetes JSON Schemas with ajv (tests/kube).
 # Figures: apply-to-ready, API requests per replica started.
@@ -44,18 +50,22 @@ trap 'exit 1' INT TERM
 # --- The stand-in cluster: three GPU nodes labelled for gpusched and one
 # that is not.
 kube_cluster_up "$apiserver" kube-a:10.0.0.11:1:4 kube-b:10.0.0.12:1:4 \
-  kube-c:10.0.0.13:1:4 other:10.0.0.14:0:4 >"$tmp/api.err" 2>&1 ||
+  kube-c:10.0.0.13:1:4 other:10.0.0.14:0:4 kube-m:10.0.0.15:1:0:1g.10gb=7 >"$tmp/api.err" 2>&1 ||
   { fail "the test API server did not start: $(cat "$tmp/api.err")"; finish kube_live; }
 
+# Another user's Pod on a node, holding `count` of a device plugin resource.
+other_users_pod() {  # name node resource count
+  kube POST /api/v1/namespaces/research/pods -H 'Content-Type: application/json' -d '{
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "'"$1"'", "namespace": "research"},
+    "spec": {"nodeName": "'"$2"'", "restartPolicy": "Never",
+             "containers": [{"name": "main", "image": "work:1", "command": ["sleep", "3600"],
+                             "resources": {"limits": {"'"$3"'": "'"$4"'"}}}]}}' >"$tmp/$1.json"
+  grep -q '"uid"' "$tmp/$1.json" || fail "the other user's Pod $1 was refused: $(cat "$tmp/$1.json")"
+}
 # Another user's Pod holds three of kube-a's four GPUs (the device plugin
 # gave them; gpusched sees a count).
-kube POST /api/v1/namespaces/research/pods -H 'Content-Type: application/json' -d '{
-  "apiVersion": "v1", "kind": "Pod",
-  "metadata": {"name": "training", "namespace": "research"},
-  "spec": {"nodeName": "kube-a", "restartPolicy": "Never",
-           "containers": [{"name": "main", "image": "trainer:1", "command": ["sleep", "3600"],
-                           "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}}' >"$tmp/foreign.json"
-grep -q '"uid"' "$tmp/foreign.json" || fail "the other user's Pod was refused: $(cat "$tmp/foreign.json")"
+other_users_pod training kube-a nvidia.com/gpu 3
 
 cat >"$tmp/serve.yaml" <<YAML
 listen: 127.0.0.1:0
@@ -96,7 +106,7 @@ for p in json.load(sys.stdin)["items"]:
         continue
     env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
     print(p["metadata"]["annotations"]["gpusched.io/replica"], p["spec"]["nodeName"],
-          env["NVIDIA_VISIBLE_DEVICES"], p["status"]["podIP"])
+          env.get("NVIDIA_VISIBLE_DEVICES", "(device plugin)"), p["status"]["podIP"])
     print(p["metadata"]["name"], file=names)
 ' "$tmp/podnames" | sort
 }
@@ -134,7 +144,7 @@ api GET /api/v1/nodes >"$tmp/nodes.out"
 python3 - "$tmp/nodes.out" <<'PY' || fail "the nodes view is wrong: $(cat "$tmp/nodes.out")"
 import json, sys
 n = {x["name"]: x for x in json.load(open(sys.argv[1]))["items"]}
-ok = (set(n) == {"kube-a", "kube-b", "kube-c"} and len(n["kube-a"]["foreignGpus"]) == 3
+ok = (set(n) == {"kube-a", "kube-b", "kube-c", "kube-m"} and len(n["kube-a"]["foreignGpus"]) == 3
       and all(x["usable"] and x["address"].startswith("10.0.0.") for x in n.values()))
 sys.exit(0 if ok else 1)
 PY
@@ -283,7 +293,70 @@ kube GET /api/v1/namespaces/gpusched/pods/gpusched-ghost-0-99 | grep -q '"code":
   fail "the ghost Pod is still there"
 [ "$(chat solo)" = 200 ] || fail "the demo key no longer works after restart"
 
-# --- 7. A clean stop deletes its Pods -------------------------------------------
+# --- 7. MIG devices of the mixed strategy ---------------------------------------
+other_users_pod mig-user kube-m nvidia.com/mig-1g.10gb 2
+wait_event node.mig_foreign 30 || fail "no node.mig_foreign event for the other user's MIG Pod"
+[ "$(apply_mig slim 1g.10gb 6)" = 200 ] || fail "apply slim: $(cat "$tmp/apply.out")"
+wait_ready slim 5 60 || fail "slim: not 5 ready MIG replicas: $(api GET /api/v1/deployments/slim)"
+# The Pods: one nvidia.com/mig-1g.10gb each, all admitted by the kubelet,
+# five different instances; and gpusched's view of kube-m.
+slim_pods() {
+  kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=gpusched.io%2Fdeployment%3Dslim" >"$tmp/slim.pods"
+  python3 - "$tmp/slim.pods" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1]))["items"]
+for p in sorted(items, key=lambda p: p["metadata"]["name"]):
+    c = p["spec"]["containers"][0]
+    env = [e["name"] for e in c["env"]]
+    print(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
+          c["resources"].get("limits", {}).get("nvidia.com/mig-1g.10gb"),
+          p["metadata"]["annotations"].get("gpusched.io/mig"),
+          "pinned" if "NVIDIA_VISIBLE_DEVICES" in env else "plugin")
+PY
+}
+slim_pods >"$tmp/slim.view"
+[ "$(grep -c ' kube-m Running 1 1g.10gb@[0-9]* plugin$' "$tmp/slim.view")" = 5 ] ||
+  fail "slim's Pods are not 5 running MIG Pods on kube-m: $(cat "$tmp/slim.view")"
+[ "$(awk '{print $5}' "$tmp/slim.view" | sort -u | wc -l)" = 5 ] ||
+  fail "slim's Pods share an instance: $(cat "$tmp/slim.view")"
+api GET /api/v1/deployments/slim | jq_py "j['status']['message']" >"$tmp/slim.msg"
+expect_contains "$tmp/slim.msg" "no free MIG slot"
+api GET /api/v1/gpus >"$tmp/gpus.json"
+python3 - "$tmp/gpus.json" <<'PY' || fail "kube-m's MIG instances are not 2 foreign and 5 held: $(cat "$tmp/gpus.json")"
+import json, sys
+gpus = json.load(open(sys.argv[1]))
+gpus = gpus.get("items", gpus) if isinstance(gpus, dict) else gpus
+inst = [m for g in gpus if g["node"] == "kube-m" for m in g.get("migInstances", [])]
+foreign = sum(m["foreign"] for m in inst)
+held = sum(bool(m["replica"]) for m in inst)
+both = sum(m["foreign"] and bool(m["replica"]) for m in inst)
+sys.exit(0 if (len(inst), foreign, held, both) == (7, 2, 5, 0) else 1)
+PY
+[ "$(chat slim)" = 200 ] || fail "chat slim through the gateway failed"
+# Five, so that a restarted gpusched has every replica ready; the same Pods.
+[ "$(apply_mig slim 1g.10gb 5)" = 200 ] || fail "apply slim 5: $(cat "$tmp/apply.out")"
+wait_status slim "s['replicas'] == 5 and s['readyReplicas'] == 5" 30 ||
+  fail "slim is not 5 of 5: $(api GET /api/v1/deployments/slim)"
+slim_pods >"$tmp/slim.before"
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+serve
+wait_ready slim 5 60 || fail "after restart: slim not 5 ready"
+slim_pods >"$tmp/slim.view"
+cmp -s "$tmp/slim.before" "$tmp/slim.view" ||
+  fail "slim's Pods were not adopted as they were: before $(cat "$tmp/slim.before") after $(cat "$tmp/slim.view")"
+[ "$(chat slim)" = 200 ] || fail "chat slim after the restart failed"
+api DELETE /api/v1/deployments/slim >/dev/null
+for _ in $(seq 1 150); do
+  [ "$(kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=gpusched.io%2Fdeployment%3Dslim" | jq_py "len(j['items'])")" = 0 ] && break
+  sleep 0.2
+done
+[ "$(kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=gpusched.io%2Fdeployment%3Dslim" | jq_py "len(j['items'])")" = 0 ] ||
+  fail "slim's Pods outlived its delete"
+kube DELETE /api/v1/namespaces/research/pods/mig-user?gracePeriodSeconds=0 >/dev/null
+
+# --- 8. A clean stop deletes its Pods -------------------------------------------
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null
 pid=""

@@ -141,6 +141,19 @@ chat() {  # deployment -> status code
     -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \
     -d "{\"model\":\"$1\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 }
+# Applies a deployment of the reference engine on one MIG slice through the
+# control API; prints the HTTP status, the body goes to $tmp/apply.out.
+apply_mig() {  # name profile replicas
+  curl -s -o "$tmp/apply.out" -w '%{http_code}' -m 10 -X POST "$url/api/v1/apply" \
+    -H "Authorization: Bearer $admin" --data-binary "apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: $1}
+spec:
+  model: $1
+  engine: {template: reference, args: [\"--hidden\", \"20\"]}
+  resources: {mig: $2}
+  replicas: $3"
+}
 ready_count() {  # deployment
   api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null
 }

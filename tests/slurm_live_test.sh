@@ -19,6 +19,13 @@
 #   6. slurmctld stopped, then started again -> one manager.unreachable
 #      event, the replicas keep serving, manager.reachable once it answers,
 #      the same jobs.
+#   7. MIG: node3 has, after its 4 H100s, four 1g.10gb MIG devices as typed
+#      GRES; another user's job holds one. A MIG deployment runs as jobs
+#      with --gres=gpu:1g.10gb:1; gpusched's instance of each replica is the
+#      device Slurm gave (its k-th 1g.10gb device is the k-th instance in
+#      /api/v1/gpus), the other user's is shown foreign and never used, chat
+#      works; after kill -9 and a restart the same jobs are adopted; a delete
+#      ends them.
 # Skips only where network namespaces cannot be made (not root).
 # Usage: slurm_live_test.sh GPUSCHED_BINARY
 set -u
@@ -42,9 +49,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM  # through the EXIT trap: a killed test leaves nothing
 
-# 100 gres/shard per GPU on every node, for fractions.
+# 100 gres/shard per GPU on every node, for fractions; node3 has four MIG
+# devices too (Slurm's indexes 4-7, after its H100s).
 if ! slurm_cluster_up "$cluster" node1:h100:4:16:64000:100 \
-  node2:h100:4:16:64000:100 node3:h100:4:16:64000:100 >"$tmp/cluster.log" 2>&1; then
+  node2:h100:4:16:64000:100 node3:h100:4:16:64000:100:1g.10gb=4 >"$tmp/cluster.log" 2>&1; then
   fail "the Slurm cluster did not start: $(cat "$tmp/cluster.log")"
   tail -20 "$cluster"/log/*.log
   finish slurm_live
@@ -277,6 +285,90 @@ wait_event manager.reachable 60 || fail "no manager.reachable event after slurmc
 wait_views_agree 30 4 || fail "after slurmctld came back: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
 [ "$(awk '{print $4}' "$tmp/before" | sort)" = "$(awk '{print $4}' "$tmp/ours" | sort)" ] ||
   fail "jobs changed while slurmctld was away: $(cat "$tmp/ours")"
+
+# --- 7. MIG devices as typed GRES ---------------------------------------------
+su nobody -s /bin/sh -c "SLURM_CONF=$SLURM_CONF sbatch --parsable \
+  --job-name=other-mig --nodelist=node3 --gres=gpu:1g.10gb:1 -c 1 --mem=100 \
+  -o /dev/null --wrap='sleep 3600'" >"$tmp/foreign_mig.id" 2>"$tmp/foreign_mig.err" ||
+  fail "the other user's MIG job was refused: $(cat "$tmp/foreign_mig.err")"
+wait_event node.mig_foreign 30 || fail "no node.mig_foreign event for the other user's MIG job"
+[ "$(apply_mig slim 1g.10gb 2)" = 200 ] || fail "apply slim: $(cat "$tmp/apply.out")"
+wait_ready slim 2 60 || fail "slim: not 2 ready MIG replicas: $(api GET /api/v1/deployments/slim)"
+# gpusched's instance of each replica against the device Slurm gave its job
+# (Slurm's index - 4 = the instance's place among node3's 1g.10gb ones),
+# and the other user's device shown foreign.
+mig_views() {  # prints "agree" or what differs
+  api GET /api/v1/gpus >"$tmp/gpus.json"
+  api GET /api/v1/deployments/slim >"$tmp/slim.json"
+  scontrol show job -d --oneliner >"$tmp/jobs.txt"
+  python3 - "$tmp/gpus.json" "$tmp/slim.json" "$tmp/jobs.txt" "$(cat "$tmp/foreign_mig.id")" <<'PY'
+import json, re, sys
+gpus = json.load(open(sys.argv[1]))
+gpus = gpus.get("items", gpus) if isinstance(gpus, dict) else gpus
+inst = []  # node3's 1g.10gb instances, in order
+for g in sorted((g for g in gpus if g["node"] == "node3" and g.get("migInstances")), key=lambda g: g["index"]):
+    for m in sorted(g["migInstances"], key=lambda m: m["start"]):
+        if m["profile"] == "1g.10gb":
+            inst.append((g["index"], m["start"], m["replica"], m["foreign"]))
+slim = json.load(open(sys.argv[2]))
+ours = {}
+for r in slim["status"]["replicaStatus"]:
+    if r["state"] == "ready":
+        s = r["gpuShare"][0]
+        ours[str(r["pid"])] = (r["node"], s["gpu"], s.get("migStart"), r["name"])
+jobs = {}
+for line in open(sys.argv[3]):
+    f = dict(re.findall(r"(\S+?)=(\S*)", line))
+    m = re.search(r" GRES=gpu:1g\.10gb:1\(IDX:(\d+)\)", line)
+    if m and f.get("JobState") == "RUNNING":
+        jobs[f["JobId"]] = int(m.group(1)) - 4
+problems = []
+if len(inst) != 4:
+    problems.append(f"node3 shows {len(inst)} 1g.10gb instances, not 4")
+if len(ours) != 2:
+    problems.append(f"{len(ours)} ready slim replicas")
+for pid, (node, gpu, start, name) in ours.items():
+    k = jobs.get(pid)
+    if node != "node3" or k is None or k >= len(inst) or inst[k][:2] != (gpu, start) or inst[k][2] != name:
+        problems.append(f"{name} (job {pid}) holds GPU {gpu} slot {start} on {node}; Slurm gave device {k}")
+k = jobs.get(sys.argv[4])
+if k is None or k >= len(inst) or not inst[k][3] or inst[k][2]:
+    problems.append(f"the other user's device {k} is not shown foreign and free of replicas")
+print("; ".join(problems) + f" (instances {inst}, jobs {jobs})" if problems else "agree")
+PY
+}
+for _ in $(seq 1 150); do
+  [ "$(mig_views)" = agree ] && break
+  sleep 0.2
+done
+[ "$(mig_views)" = agree ] || fail "MIG: gpusched and Slurm disagree: $(mig_views)"
+scontrol show job -d --oneliner | grep "JobName=gpusched.slim" >"$tmp/slim.jobs"
+[ "$(grep -c "GRES=gpu:1g.10gb:1(IDX:" "$tmp/slim.jobs")" = 2 ] ||
+  fail "slim's jobs do not hold one 1g.10gb device each: $(cat "$tmp/slim.jobs")"
+for _ in 1 2 3; do
+  [ "$(chat slim)" = 200 ] || fail "chat slim through the gateway failed"
+done
+slim_jobs=$(squeue -h -o '%i %j' | awk '$2 ~ /^gpusched\.slim/ {print $1}' | sort)
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+serve
+wait_ready slim 2 60 || fail "after restart: slim not ready"
+for _ in $(seq 1 150); do
+  [ "$(mig_views)" = agree ] && break
+  sleep 0.2
+done
+[ "$(mig_views)" = agree ] || fail "MIG after restart: $(mig_views)"
+[ "$(squeue -h -o '%i %j' | awk '$2 ~ /^gpusched\.slim/ {print $1}' | sort)" = "$slim_jobs" ] ||
+  fail "slim's jobs were not adopted: before $slim_jobs, now $(squeue -o '%i %j %T')"
+[ "$(chat slim)" = 200 ] || fail "chat slim after the restart failed"
+api DELETE /api/v1/deployments/slim >/dev/null
+for _ in $(seq 1 150); do
+  squeue -h -o %j | grep -q '^gpusched\.slim' || break
+  sleep 0.2
+done
+squeue -h -o %j | grep -q '^gpusched\.slim' && fail "slim's jobs outlived its delete: $(squeue)"
+scancel "$(cat "$tmp/foreign_mig.id")"
 
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null

@@ -10,9 +10,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +25,7 @@
 #include "gateway/gateway.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 #include "net/upstream.h"
 #include "runtime/store.h"
 
@@ -99,6 +103,15 @@ class InProcessLauncher : public runtime::Launcher {
     absl::MutexLock lock(&mu_);
     return std::exchange(assignments_, {});
   }
+  // Says, as a cluster manager does, what a node holds for others.
+  void Report(runtime::NodeReport r) {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(std::move(r));
+  }
+  std::vector<runtime::NodeReport> NodeReports() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(reports_, {});
+  }
   std::vector<std::chrono::steady_clock::time_point> start_times() const {
     absl::MutexLock lock(&mu_);
     return start_times_;
@@ -133,6 +146,7 @@ class InProcessLauncher : public runtime::Launcher {
   std::map<runtime::ProcessId, Engine> engines_ ABSL_GUARDED_BY(mu_);
   std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
   std::vector<runtime::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
+  std::vector<runtime::NodeReport> reports_ ABSL_GUARDED_BY(mu_);
   runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::chrono::steady_clock::time_point> start_times_
@@ -182,6 +196,8 @@ class ControllerTest : public ::testing::Test {
     node.gpu_model = "H100-SXM-80GB";
     node.gpu_count = 2;
     node.gpu_memory_mib = 80 * 1024;
+    ConfigureNode(&node);
+    node_ = node;
     cluster.nodes = {node};
     cluster.source = "declared";
     auto launcher = std::make_unique<InProcessLauncher>();
@@ -193,8 +209,9 @@ class ControllerTest : public ::testing::Test {
     absl::Status st = controller_->Start();
     ASSERT_TRUE(st.ok()) << st;
   }
-  // Lets a test fixture change the options.
+  // Lets a test fixture change the options, and the node.
   virtual void Configure(runtime::ControllerOptions* o) {}
+  virtual void ConfigureNode(inventory::NodeSpec* node) {}
   void TearDown() override {
     if (controller_) controller_->Stop();
     controller_.reset();
@@ -237,6 +254,7 @@ class ControllerTest : public ::testing::Test {
 
   std::unique_ptr<runtime::Store> store_;
   std::unique_ptr<gateway::Gateway> gateway_;
+  inventory::NodeSpec node_;  // the one node, as given to the controller
   InProcessLauncher* launcher_ = nullptr;
   std::unique_ptr<runtime::Controller> controller_;
 };
@@ -339,7 +357,7 @@ TEST_F(ControllerTest, AllocationsFollowGpusTheClusterManagerSwapped) {
   std::map<int64_t, int> swapped;
   for (const auto& [pid, gpu] : placed) {
     swapped[pid] = 1 - gpu;
-    launcher_->Assign({pid, "node-0", {1 - gpu}});
+    launcher_->Assign({pid, "node-0", {1 - gpu}, {}, ""});
   }
   EXPECT_TRUE(WaitFor([&] { return gpus_by_pid() == swapped; }));
   runtime::EventFilter f;
@@ -357,6 +375,90 @@ TEST_F(ControllerTest, AllocationsFollowGpusTheClusterManagerSwapped) {
     used += g.value("allocatedMilli", 0);
   }
   EXPECT_EQ(used, 1200) << gpus.dump();
+}
+
+// The node has, after its two whole GPUs, one in MIG mode with the cluster
+// manager's three 1g.10gb instances (GPU 2).
+class MigControllerTest : public ControllerTest {
+ protected:
+  void ConfigureNode(inventory::NodeSpec* node) override {
+    ASSERT_TRUE(inventory::AddStaticMigGpus(
+                    *node,
+                    *inventory::GpuCatalog::Builtin().Find("H100-SXM-80GB"),
+                    {{"1g.10gb", 3}})
+                    .ok());
+  }
+};
+
+TEST_F(MigControllerTest, SlicesKeepOffForeignInstancesAndFollowTheManagers) {
+  const auto slices = inventory::StaticMigSlices(node_, "1g.10gb");
+  ASSERT_EQ(slices.size(), 3u);
+  // Another user holds the first instance.
+  launcher_->Report({.node = "node-0",
+                     .usable = true,
+                     .state = "MIXED",
+                     .reason = "",
+                     .foreign_gpus = {},
+                     .foreign_mig = {slices[0]}});
+  Apply(R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: slim}
+spec:
+  model: slim
+  engine: {template: reference}
+  resources: {mig: 1g.10gb}
+  replicas: 1
+)");
+  ASSERT_TRUE(WaitFor([&] { return Ready("slim") == 1; }));
+  const auto slice_of = [&] {
+    const json d = controller_->DeploymentsJson("slim");
+    const json& r = d[0]["status"]["replicaStatus"][0];
+    return std::make_tuple(r["pid"].get<int64_t>(),
+                           r["gpuShare"][0]["gpu"].get<int>(),
+                           r["gpuShare"][0].value("migStart", -1));
+  };
+  auto [pid, gpu, start] = slice_of();
+  EXPECT_EQ(std::pair(gpu, start), slices[1]);  // the first free one
+  // The manager gave it the third instance: the allocation follows.
+  launcher_->Assign({pid, "node-0", {slices[2].first}, {slices[2].second}, ""});
+  ASSERT_TRUE(WaitFor([&] {
+    auto [p, g, s] = slice_of();
+    return std::pair(g, s) == slices[2];
+  })) << controller_->DeploymentsJson("slim").dump();
+  // The GPU view says who holds each instance.
+  const json gpus = controller_->GpusJson();
+  json mig;
+  for (const json& g : gpus) {
+    if (g["index"] == 2) mig = g["migInstances"];
+  }
+  ASSERT_EQ(mig.size(), 3u) << gpus.dump();
+  EXPECT_TRUE(mig[0]["foreign"].get<bool>());
+  EXPECT_EQ(mig[1]["replica"], "");
+  EXPECT_EQ(mig[2]["replica"], "slim-0") << mig.dump();
+  // Whole GPUs keep off the MIG GPU: two fit, a third does not.
+  Apply(R"(apiVersion: gpusched.io/v1
+kind: Deployment
+metadata: {name: big}
+spec:
+  model: big
+  engine: {template: reference}
+  resources: {whole: 3}
+  replicas: 1
+)");
+  ASSERT_TRUE(WaitFor([&] {
+    const json d = controller_->DeploymentsJson("big");
+    return d.is_array() && !d.empty() &&
+           d[0]["status"].value("message", "").find("GpuFit") !=
+               std::string::npos;
+  })) << controller_->DeploymentsJson("big").dump();
+  runtime::EventFilter f;
+  f.kinds = {"node.mig_foreign", "replica.gpus_assigned"};
+  auto events = controller_->Events(f);
+  ASSERT_TRUE(events.ok());
+  std::set<std::string> kinds;
+  for (const runtime::Event& e : *events) kinds.insert(e.kind);
+  EXPECT_EQ(kinds, (std::set<std::string>{"node.mig_foreign",
+                                          "replica.gpus_assigned"}));
 }
 
 TEST_F(ControllerTest, ApplyAndDeleteRaceTheLoop) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "inventory/mig.h"
 #include "runtime/controller.h"
 #include "runtime/controller_internal.h"
 
@@ -92,6 +93,7 @@ json Controller::ReplicaJson(const ReplicaView& v) {
                       {"milli", g.milli},
                       {"memoryMiB", g.memory_mib},
                       {"mig", g.mig_profile}});
+    if (g.mig_start >= 0) shares.back()["migStart"] = g.mig_start;
   }
   j["gpus"] = std::move(gpus);
   j["gpuShare"] = std::move(shares);
@@ -200,6 +202,29 @@ json Controller::GpusJson() {
         }
       }
       gj["replicas"] = holders;
+      // A static MIG layout: each instance, with who holds it.
+      if (g < static_cast<int>(spec.mig_instances.size()) &&
+          !spec.mig_instances[g].empty()) {
+        const inventory::GpuState& st = cluster_state_.state(n).gpus[g];
+        json instances = json::array();
+        for (const inventory::MigInstance& m : spec.mig_instances[g]) {
+          std::string holder;
+          for (const auto& [name, d] : deployments_) {
+            for (const auto& [rn, r] : d.procs) {
+              if (!r.placed || r.allocation.node != n) continue;
+              for (const inventory::GpuShare& s : r.allocation.gpus) {
+                if (s.gpu == g && s.mig_start == m.start) holder = rn;
+              }
+            }
+          }
+          const uint32_t mask = inventory::StaticMigMask(spec, g, m.start);
+          instances.push_back({{"profile", m.profile},
+                               {"start", m.start},
+                               {"replica", holder},
+                               {"foreign", (st.mig_foreign & mask) != 0}});
+        }
+        gj["migInstances"] = std::move(instances);
+      }
       items.push_back(gj);
     }
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "inventory/gpu_catalog.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -14,6 +15,51 @@ namespace {
 bool IsMediaSlice(const GpuShare& s) {
   return s.mig_profile.size() >= 3 &&
          s.mig_profile.compare(s.mig_profile.size() - 3, 3, "+me") == 0;
+}
+
+bool HasInstance(const NodeSpec& spec, int gpu, const std::string& profile,
+                 int start) {
+  if (gpu < 0 || gpu >= static_cast<int>(spec.mig_instances.size())) {
+    return false;
+  }
+  for (const MigInstance& m : spec.mig_instances[gpu]) {
+    if (m.start == start && m.profile == profile) return true;
+  }
+  return false;
+}
+
+// A static MIG layout (NodeSpec::mig_instances): one entry per GPU, on a
+// MIG-capable model, every GPU's instances a layout the driver accepts.
+absl::Status ValidateStaticMig(const NodeSpec& spec) {
+  const std::string what = absl::StrCat("node '", spec.name, "'");
+  if (static_cast<int>(spec.mig_instances.size()) != spec.gpu_count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": mig_instances has ", spec.mig_instances.size(),
+                     " entries for ", spec.gpu_count, " GPUs"));
+  }
+  const GpuModelSpec* model = GpuCatalog::Builtin().Find(spec.gpu_model);
+  if (model == nullptr || !model->mig_capable() || spec.mig_slots == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": MIG instances on GPU model '", spec.gpu_model,
+                     "', which is not MIG-capable (or mig_slots is 0)"));
+  }
+  for (size_t i = 0; i < spec.mig_instances.size(); ++i) {
+    std::vector<MigSlice> slices;
+    for (const MigInstance& m : spec.mig_instances[i]) {
+      const MigProfile* p = model->FindMigProfile(m.profile);
+      if (p == nullptr || p->name != m.profile) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": GPU ", i, ": '", m.profile, "' is not ",
+                         model->name, "'s spelling of a MIG profile"));
+      }
+      slices.push_back({p, m.start});
+    }
+    if (absl::Status st = ValidateMigLayout(*model, slices); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": GPU ", i, ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool UniformTopology(const NodeSpec& spec) {
@@ -64,6 +110,9 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
           model->name, " has ", model->mig_memory_slots, " MIG memory slots"));
     }
   }
+  if (!spec.mig_instances.empty()) {
+    if (absl::Status st = ValidateStaticMig(spec); !st.ok()) return st;
+  }
   if (!spec.nvlink_group.empty() &&
       static_cast<int>(spec.nvlink_group.size()) != spec.gpu_count) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -88,7 +137,11 @@ absl::StatusOr<int> ClusterState::AddNode(NodeSpec spec) {
   st.cpu_free = spec.cpu_milli;
   st.memory_free_mib = spec.memory_mib;
   st.gpus.resize(spec.gpu_count);
-  for (GpuState& g : st.gpus) g.memory_free_mib = spec.gpu_memory_mib;
+  for (size_t i = 0; i < st.gpus.size(); ++i) {
+    st.gpus[i].memory_free_mib = spec.gpu_memory_mib;
+    st.gpus[i].mig_static =
+        i < spec.mig_instances.size() && !spec.mig_instances[i].empty();
+  }
   total_gpu_milli_ += int64_t{spec.gpu_count} * kMilliPerGpu;
   max_cpu_milli_ = std::max(max_cpu_milli_, spec.cpu_milli);
   total_cpu_milli_ += spec.cpu_milli;
@@ -114,10 +167,17 @@ int ClusterState::SpecId(const NodeSpec& spec) {
   for (const auto& [k, v] : spec.labels)
     labels.push_back(absl::StrCat(k, "=", v));
   std::sort(labels.begin(), labels.end());
-  const std::string key = absl::StrCat(
-      spec.cpu_milli, "|", spec.memory_mib, "|", spec.gpu_model, "|",
-      spec.gpu_count, "|", spec.gpu_memory_mib, "|", spec.mig_slots, "|",
-      absl::StrJoin(spec.nvlink_group, ","), "|", absl::StrJoin(labels, ","));
+  std::string mig;
+  for (const std::vector<MigInstance>& gpu : spec.mig_instances) {
+    for (const MigInstance& m : gpu)
+      absl::StrAppend(&mig, m.profile, "@", m.start, ",");
+    mig += ";";
+  }
+  const std::string key =
+      absl::StrCat(spec.cpu_milli, "|", spec.memory_mib, "|", spec.gpu_model,
+                   "|", spec.gpu_count, "|", spec.gpu_memory_mib, "|",
+                   spec.mig_slots, "|", absl::StrJoin(spec.nvlink_group, ","),
+                   "|", absl::StrJoin(labels, ","), "|", mig);
   auto [it, inserted] =
       spec_ids_.try_emplace(key, static_cast<int>(spec_ids_.size()));
   return it->second;
@@ -180,6 +240,16 @@ std::string ClusterState::Fits(const Allocation& alloc) const {
         return absl::StrCat("GPU ", s.gpu, ": MIG slots ", s.mig_start, "+",
                             s.mig_size, " overlap an existing slice");
       }
+      if (g.mig_foreign & mask) {
+        return absl::StrCat("GPU ", s.gpu, ": MIG slots ", s.mig_start, "+",
+                            s.mig_size, " are held by other work");
+      }
+      if (!spec.mig_instances.empty() &&
+          !HasInstance(spec, s.gpu, s.mig_profile, s.mig_start)) {
+        return absl::StrCat("GPU ", s.gpu, " has no MIG instance ",
+                            s.mig_profile, " at slot ", s.mig_start,
+                            " (its layout is the cluster manager's)");
+      }
       if (g.milli_free + g.mig_milli != kMilliPerGpu) {
         return absl::StrCat("GPU ", s.gpu,
                             " is time-shared; it cannot also hold MIG slices");
@@ -189,6 +259,9 @@ std::string ClusterState::Fits(const Allocation& alloc) const {
                             ": another MIG slice already holds the media "
                             "engines (+me)");
       }
+    } else if (g.mig_static) {
+      return absl::StrCat("GPU ", s.gpu,
+                          " is in MIG mode; it runs MIG slices only");
     } else if (g.mig_used != 0) {
       return absl::StrCat(
           "GPU ", s.gpu,
@@ -247,6 +320,27 @@ const PodRecord* ClusterState::FindPod(const std::string& pod) const {
   return it == pods_.end() ? nullptr : &it->second;
 }
 
+absl::Status ClusterState::SetMigForeign(int node, int gpu, uint32_t slots) {
+  if (node < 0 || node >= num_nodes() || gpu < 0 ||
+      gpu >= specs_[node].gpu_count) {
+    return absl::NotFoundError(
+        absl::StrCat("no GPU ", gpu, " on node index ", node));
+  }
+  const int n = specs_[node].mig_slots;
+  if (n == 0 || (slots >> n) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPU ", gpu, " of node ", specs_[node].name, " has ", n,
+        " MIG slots; cannot mark slots 0x", absl::Hex(slots), " foreign"));
+  }
+  GpuState& g = states_[node].gpus[gpu];
+  if (g.mig_foreign == slots) return absl::OkStatus();
+  g.mig_foreign = slots;
+  Recompute(node);
+  Reclassify(node);
+  ++version_;
+  return absl::OkStatus();
+}
+
 absl::Status ClusterState::SetGpuHealth(int node, int gpu, bool healthy) {
   if (node < 0 || node >= num_nodes() || gpu < 0 ||
       gpu >= specs_[node].gpu_count) {
@@ -295,7 +389,7 @@ void ClusterState::Recompute(int node) {
     if (!g.healthy) continue;
     st.gpu_milli_free += g.milli_free;
     if (g.Idle()) ++st.idle_gpus;
-    if (g.mig_used == 0)
+    if (!g.Partitioned())
       st.max_milli_free = std::max(st.max_milli_free, g.milli_free);
   }
   free_gpu_milli_ += st.gpu_milli_free - was_free;
@@ -328,10 +422,10 @@ void ClusterState::Reclassify(int node) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> gpus;
   gpus.reserve(st.gpus.size());
   for (const GpuState& g : st.gpus) {
-    gpus.emplace_back((int64_t{g.mig_media} << 41) |
-                          (int64_t{g.healthy} << 40) |
-                          (int64_t{g.mig_used} << 12) | g.milli_free,
-                      g.memory_free_mib, g.mig_milli);
+    gpus.emplace_back(
+        (int64_t{g.mig_media} << 41) | (int64_t{g.healthy} << 40) |
+            (int64_t{g.mig_used} << 12) | g.milli_free,
+        g.memory_free_mib, (int64_t{g.mig_foreign} << 32) | g.mig_milli);
   }
   // GPUs are interchangeable unless NVLink domains tell them apart.
   if (UniformTopology(spec)) std::sort(gpus.begin(), gpus.end());

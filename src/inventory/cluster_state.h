@@ -33,6 +33,15 @@
 
 namespace gpusched::inventory {
 
+// One MIG instance a cluster manager created: its profile ("1g.10gb", the
+// catalog's spelling) and first memory slot.
+struct MigInstance {
+  std::string profile;
+  int start = 0;
+
+  bool operator==(const MigInstance&) const = default;
+};
+
 struct NodeSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> labels;
@@ -43,6 +52,12 @@ struct NodeSpec {
   int64_t gpu_memory_mib = 0;  // per GPU
   // MIG memory slots per GPU (8 on A100/H100/H200/B200); 0 = not MIG-capable.
   int mig_slots = 0;
+  // A static MIG layout (inventory/mig.h, AddStaticMigGpus): the instances a
+  // cluster manager created, per GPU. Empty: gpusched lays out MIG slices
+  // itself (dynamic), or no MIG. Else one entry per GPU: a GPU with
+  // instances runs MIG slices only, exactly at them; a GPU without is a
+  // whole GPU, and takes no MIG slice.
+  std::vector<std::vector<MigInstance>> mig_instances;
   // nvlink_group[i]: NVLink domain of GPU i. GPUs in one domain are fully
   // connected. Empty = no NVLink (PCIe only).
   std::vector<int> nvlink_group;
@@ -59,9 +74,21 @@ struct GpuState {
   uint32_t mig_used = 0;  // bit i set: MIG memory slot i taken
   int32_t mig_milli = 0;  // compute milli held by MIG slices
   int32_t mig_media = 0;  // MIG slices holding the media engines ("+me")
+  // In MIG mode with a static layout (NodeSpec::mig_instances): never a
+  // whole GPU or a fraction.
+  bool mig_static = false;
+  // MIG slots held by work gpusched did not start (a cluster manager's
+  // other jobs or Pods); like mig_used, they take no slice.
+  uint32_t mig_foreign = 0;
   bool healthy = true;
 
-  bool Idle() const { return milli_free == kMilliPerGpu && mig_used == 0; }
+  // Taken by MIG slices (gpusched's or others') or in MIG mode: no whole GPU
+  // and no fraction goes there.
+  bool Partitioned() const {
+    return mig_static || mig_used != 0 || mig_foreign != 0;
+  }
+  uint32_t MigTaken() const { return mig_used | mig_foreign; }
+  bool Idle() const { return milli_free == kMilliPerGpu && !Partitioned(); }
   bool operator==(const GpuState&) const = default;
 };
 
@@ -147,6 +174,9 @@ class ClusterState {
 
   // Marks a GPU (un)healthy; an unhealthy GPU takes no new allocation.
   absl::Status SetGpuHealth(int node, int gpu, bool healthy);
+  // The MIG slots of a GPU that other work holds (GpuState::mig_foreign);
+  // they take no new slice. Slices already placed there keep their slots.
+  absl::Status SetMigForeign(int node, int gpu, uint32_t slots);
 
   // Node classes (see the file comment). Live class ids, in no order.
   const std::vector<int>& live_classes() const { return live_classes_; }

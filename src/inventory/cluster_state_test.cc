@@ -7,6 +7,7 @@
 #include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -122,6 +123,88 @@ TEST(ClusterStateTest, FitsExplainsWhy) {
   mig.gpus[0].mig_start = 7;
   mig.gpus[0].mig_size = 2;
   EXPECT_THAT(cs.Fits(mig), HasSubstr("outside"));
+}
+
+// Two whole GPUs, then one in MIG mode with 1g@0, 1g@1 and 3g@4, as a
+// cluster manager created them.
+NodeSpec StaticMigNode(const std::string& name) {
+  NodeSpec s = EightGpuNode(name);
+  s.gpu_count = 3;
+  s.mig_instances = {{}, {}, {{"1g.10gb", 0}, {"1g.10gb", 1}, {"3g.40gb", 4}}};
+  return s;
+}
+
+Allocation Slice(int node, int gpu, const std::string& profile, int start,
+                 int size) {
+  Allocation a;
+  a.node = node;
+  a.gpus.push_back({.gpu = gpu,
+                    .milli = size == 4 ? 428 : 142,
+                    .memory_mib = 9984,
+                    .mig_start = start,
+                    .mig_size = size,
+                    .mig_profile = profile});
+  return a;
+}
+
+TEST(ClusterStateTest, StaticMigLayoutTakesSlicesOnlyAtItsInstances) {
+  ClusterState cs;
+  ASSERT_TRUE(cs.AddNode(StaticMigNode("n0")).ok());
+  const NodeState& st = cs.state(0);
+  EXPECT_TRUE(st.gpus[2].mig_static);
+  EXPECT_FALSE(st.gpus[0].mig_static);
+  // The MIG GPU is neither idle nor a place for shares or whole GPUs.
+  EXPECT_EQ(st.idle_gpus, 2);
+  EXPECT_THAT(cs.Fits(Fraction(0, 2, 100)), HasSubstr("in MIG mode"));
+  // A slice at an instance fits; anywhere else it does not, and a whole
+  // GPU takes none.
+  EXPECT_EQ(cs.Fits(Slice(0, 2, "1g.10gb", 1, 1)), "");
+  EXPECT_THAT(cs.Fits(Slice(0, 2, "1g.10gb", 2, 1)),
+              HasSubstr("no MIG instance 1g.10gb at slot 2"));
+  EXPECT_THAT(cs.Fits(Slice(0, 0, "1g.10gb", 0, 1)),
+              HasSubstr("no MIG instance"));
+  ASSERT_TRUE(cs.Assume("a", Slice(0, 2, "1g.10gb", 1, 1)).ok());
+  EXPECT_THAT(cs.Fits(Slice(0, 2, "1g.10gb", 1, 1)), HasSubstr("overlap"));
+  // Slots that other work holds.
+  ASSERT_TRUE(cs.SetMigForeign(0, 2, MigSlotMask(4, 4)).ok());
+  EXPECT_THAT(cs.Fits(Slice(0, 2, "3g.40gb", 4, 4)),
+              HasSubstr("held by other work"));
+  EXPECT_EQ(cs.Snapshot()->states[0].gpus[2].mig_foreign, MigSlotMask(4, 4));
+  ASSERT_TRUE(cs.SetMigForeign(0, 2, 0).ok());
+  EXPECT_EQ(cs.Fits(Slice(0, 2, "3g.40gb", 4, 4)), "");
+  EXPECT_FALSE(cs.SetMigForeign(0, 2, 1u << 8).ok());  // 8 slots
+  EXPECT_FALSE(cs.SetMigForeign(0, 3, 1).ok());
+  // Forget gives the instance back.
+  EXPECT_TRUE(cs.Forget("a"));
+  EXPECT_EQ(cs.Fits(Slice(0, 2, "1g.10gb", 1, 1)), "");
+}
+
+TEST(ClusterStateTest, RejectsStaticLayoutsTheDriverWouldNot) {
+  ClusterState cs;
+  NodeSpec count = StaticMigNode("count");
+  count.mig_instances.pop_back();
+  EXPECT_THAT(cs.AddNode(count).status().message(),
+              HasSubstr("mig_instances has 2 entries for 3 GPUs"));
+  NodeSpec overlap = StaticMigNode("overlap");
+  overlap.mig_instances[2].push_back({"1g.10gb", 4});
+  EXPECT_THAT(cs.AddNode(overlap).status().message(), HasSubstr("GPU 2"));
+  NodeSpec spelling = StaticMigNode("spelling");
+  spelling.mig_instances[2][0].profile = "MIG 1g.10gb";
+  EXPECT_THAT(cs.AddNode(spelling).status().message(),
+              HasSubstr("spelling of a MIG profile"));
+  NodeSpec t4 = StaticMigNode("t4");
+  t4.gpu_model = "T4";
+  t4.mig_slots = 0;
+  EXPECT_THAT(cs.AddNode(t4).status().message(), HasSubstr("not MIG-capable"));
+  EXPECT_EQ(cs.num_nodes(), 0);
+  // The layout is part of the node type: same layout, same type.
+  ASSERT_TRUE(cs.AddNode(StaticMigNode("a")).ok());
+  ASSERT_TRUE(cs.AddNode(StaticMigNode("b")).ok());
+  NodeSpec other = StaticMigNode("c");
+  other.mig_instances[2].pop_back();
+  ASSERT_TRUE(cs.AddNode(other).ok());
+  EXPECT_EQ(cs.node_spec_id(0), cs.node_spec_id(1));
+  EXPECT_NE(cs.node_spec_id(0), cs.node_spec_id(2));
 }
 
 TEST(ClusterStateDeathTest, DoubleAllocationIsACheckFailure) {

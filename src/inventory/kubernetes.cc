@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "config/quantity.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -423,6 +424,13 @@ absl::flat_hash_map<std::string, KubeForeignUse> KubeForeignGpuUse(
   return out;
 }
 
+std::string KubeSingleStrategyProfile(const KubeNode& node) {
+  if (node.mig_strategy != "single") return "";
+  const size_t at = node.gpu_product.rfind("-MIG-");
+  if (at == std::string::npos) return "";
+  return absl::AsciiStrToLower(node.gpu_product.substr(at + 5));
+}
+
 absl::StatusOr<std::vector<NodeSpec>> KubeNodeSpecs(
     const std::vector<KubeNode>& nodes,
     const absl::flat_hash_map<std::string, std::string>& product_map,
@@ -437,28 +445,45 @@ absl::StatusOr<std::vector<NodeSpec>> KubeNodeSpecs(
     spec.memory_mib = n.memory_mib;
     spec.simulated = false;
     spec.address = n.address;
-    if (n.gpus > 0) {
-      const GpuModelSpec* model =
-          catalog.FindMapped(n.gpu_product, product_map);
+    // MIG devices: the mixed strategy advertises them by profile; the
+    // single strategy as nvidia.com/gpu, its product naming the profile
+    // ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb").
+    std::string product = n.gpu_product;
+    int whole = n.gpus;
+    std::vector<std::pair<std::string, int>> mig = n.mig;
+    if (const std::string single = KubeSingleStrategyProfile(n);
+        !single.empty()) {
+      product = product.substr(0, product.size() - single.size() - 5);
+      mig = {{single, n.gpus}};
+      whole = 0;
+    }
+    int devices = 0;
+    for (const auto& [profile, count] : mig) devices += count;
+    if (whole > 0 || devices > 0) {
+      const GpuModelSpec* model = catalog.FindMapped(product, product_map);
       if (model == nullptr) {
         problems.push_back(absl::StrCat(
             "Kubernetes node '", n.name, "': GPU product '",
-            n.gpu_product.empty() ? "(no nvidia.com/gpu.product label)"
-                                  : n.gpu_product,
+            product.empty() ? "(no nvidia.com/gpu.product label)" : product,
             "' is not a known GPU model; map it in kubernetes.productMap (",
-            n.gpu_product.empty() ? "<product>" : n.gpu_product,
+            product.empty() ? "<product>" : product,
             ": <model>) to one of: ", absl::StrJoin(catalog.Names(), ", ")));
         continue;
       }
       spec.gpu_model = model->name;
-      spec.gpu_count = n.gpus;
+      spec.gpu_count = whole;
       spec.gpu_memory_mib = model->memory_mib;
-      if (n.gpu_memory_mib > 0) {
+      if (n.gpu_memory_mib > 0 && whole == n.gpus) {
         spec.gpu_memory_mib = std::min(spec.gpu_memory_mib, n.gpu_memory_mib);
       }
-      // MIG devices of the mixed strategy are static, advertised as their
-      // own resources: not placed onto (docs/kubernetes.md).
+      // Whole GPUs are whole; the MIG devices the GPU Operator's MIG manager
+      // made are a static layout (docs/kubernetes.md, "MIG").
       spec.mig_slots = 0;
+      if (absl::Status st = AddStaticMigGpus(spec, *model, mig); !st.ok()) {
+        problems.push_back(absl::StrCat("Kubernetes node '", n.name,
+                                        "': its MIG devices: ", st.message()));
+        continue;
+      }
     }
     out.push_back(std::move(spec));
   }

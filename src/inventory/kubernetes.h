@@ -118,15 +118,24 @@ absl::flat_hash_map<std::string, KubeForeignUse> KubeForeignGpuUse(
     const std::vector<KubePod>& pods, const std::string& ours_key,
     const std::string& ours_value);
 
+// The MIG profile of a node of the single MIG strategy, whose
+// nvidia.com/gpu are MIG devices and whose product label names their
+// profile ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb" -> "1g.5gb"); empty for other
+// nodes.
+std::string KubeSingleStrategyProfile(const KubeNode& node);
+
 // NodeSpecs for `nodes`, in order: allocatable CPU and memory, whole GPUs
 // (allocatable nvidia.com/gpu) of the model `product_map` (GFD product ->
 // catalog name or alias, matched case-insensitively) or the catalog itself
 // names for the product label. GPU memory is the catalog's, or the
-// nvidia.com/gpu.memory label when smaller. MIG devices that the device
-// plugin advertises as their own resources are not placed onto (the mixed
-// strategy's layout is static; docs/kubernetes.md). InvalidArgument naming
-// every node with GPUs but no known product, with the catalog's names and
-// the setting that fixes it.
+// nvidia.com/gpu.memory label when smaller. MIG devices (the mixed
+// strategy's nvidia.com/mig-<profile>, or the single strategy's
+// nvidia.com/gpu) become GPUs with a static MIG layout after the whole ones
+// (AddStaticMigGpus, inventory/mig.h): the GPU Operator's MIG manager made
+// them, and the device plugin hands them out (docs/kubernetes.md, "MIG").
+// InvalidArgument naming every node with GPUs but no known product, with
+// the catalog's names and the setting that fixes it, or with MIG devices
+// its model has no profile for.
 absl::StatusOr<std::vector<NodeSpec>> KubeNodeSpecs(
     const std::vector<KubeNode>& nodes,
     const absl::flat_hash_map<std::string, std::string>& product_map,

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -204,9 +205,18 @@ TEST(KubeNodeSpecsTest, MapsGfdProductsOntoTheCatalog) {
   const NodeSpec& a = (*specs)[0];
   EXPECT_EQ(a.name, "gpu-a");
   EXPECT_EQ(a.gpu_model, "H100-SXM-80GB");
-  EXPECT_EQ(a.gpu_count, 6);  // the whole GPUs; the MIG ones are not placed
+  // 6 whole GPUs, then the 14 1g.10gb MIG devices laid onto 2 more (the
+  // 8 that nvidia.com/gpu.count says).
+  EXPECT_EQ(a.gpu_count, 8);
   EXPECT_EQ(a.gpu_memory_mib, 81559);
-  EXPECT_EQ(a.mig_slots, 0);
+  EXPECT_EQ(a.mig_slots, 8);
+  ASSERT_EQ(a.mig_instances.size(), 8u);
+  EXPECT_THAT(a.mig_instances[5], IsEmpty());
+  EXPECT_EQ(a.mig_instances[6].size(), 7u);
+  EXPECT_EQ(a.mig_instances[7].size(), 7u);
+  EXPECT_EQ(StaticMigSlices(a, "1g.10gb").size(), 14u);
+  ClusterState cs;
+  EXPECT_TRUE(cs.AddNode(a).ok());
   EXPECT_EQ(a.cpu_milli, 95500);
   EXPECT_EQ(a.address, "10.0.0.11");
   EXPECT_FALSE(a.simulated);
@@ -224,6 +234,36 @@ TEST(KubeNodeSpecsTest, MapsGfdProductsOntoTheCatalog) {
   auto mapped = KubeNodeSpecs(*nodes, {{"nvidia-mystery-gpu", "h100"}});
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   EXPECT_EQ((*mapped)[0].gpu_model, "H100-SXM-80GB");
+
+  // MIG devices of a profile the model lacks.
+  auto lacks = KubeNodeSpecs(*nodes, {{"nvidia-mystery-gpu", "H200-141GB"}});
+  ASSERT_FALSE(lacks.ok());
+  EXPECT_THAT(std::string(lacks.status().message()),
+              HasSubstr("node 'gpu-a': its MIG devices: no MIG profile "
+                        "'1g.10gb' on H200-141GB"));
+}
+
+TEST(KubeNodeSpecsTest, SingleStrategyNodesAreAllMigDevices) {
+  // The single strategy: nvidia.com/gpu are 1g.5gb devices of A100s, and
+  // the product label says so.
+  auto node = ParseKubeNode(json::parse(R"({
+    "metadata": {"name": "mig-s", "labels": {
+       "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+       "nvidia.com/gpu.memory": "4864", "nvidia.com/mig.strategy": "single"}},
+    "status": {"allocatable": {"cpu": "32", "memory": "128Gi",
+                               "nvidia.com/gpu": "14"},
+               "conditions": [{"type": "Ready", "status": "True"}]}})"));
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(KubeSingleStrategyProfile(*node), "1g.5gb");
+  auto specs = KubeNodeSpecs({*node}, {});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  const NodeSpec& s = (*specs)[0];
+  EXPECT_EQ(s.gpu_model, "A100-40GB");
+  EXPECT_EQ(s.gpu_count, 2);           // 7 x 1g.5gb each
+  EXPECT_EQ(s.gpu_memory_mib, 40960);  // the GPU's, not the slice's label
+  EXPECT_EQ(StaticMigSlices(s, "1g.5gb").size(), 14u);
+  node->mig_strategy = "mixed";
+  EXPECT_EQ(KubeSingleStrategyProfile(*node), "");
 }
 
 }  // namespace

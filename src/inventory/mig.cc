@@ -323,6 +323,124 @@ absl::StatusOr<std::vector<MigPlan>> PlanMigLayouts(
   return plans;
 }
 
+absl::StatusOr<std::vector<std::vector<MigSlice>>> LayOutMigDevices(
+    const GpuModelSpec& model,
+    const std::vector<std::pair<std::string, int>>& counts, int max_gpus) {
+  if (!model.mig_capable()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.name, " does not support MIG"));
+  }
+  std::vector<MigDemand> demand;
+  int total = 0;
+  for (const auto& [name, count] : counts) {
+    const MigProfile* p = model.FindMigProfile(name);
+    if (p == nullptr) {
+      std::vector<std::string> names;
+      for (const MigProfile& q : model.mig_profiles) names.push_back(q.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("no MIG profile '", name, "' on ", model.name,
+                       " (its profiles: ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (count < 0 || count > kMaxStaticMigInstances - total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": ", count, " MIG devices; at most ",
+                       kMaxStaticMigInstances, " per node in all"));
+    }
+    total += count;
+    bool merged = false;
+    for (MigDemand& d : demand) {
+      if (d.profile == p->name) {
+        d.count += count;
+        merged = true;
+      }
+    }
+    if (!merged && count > 0) demand.push_back({p->name, count, 1.0});
+  }
+  std::vector<std::vector<MigSlice>> out;
+  if (total == 0) return out;
+  // Profiles in catalog order, so the layout does not depend on the order
+  // the manager listed them in.
+  std::sort(demand.begin(), demand.end(),
+            [&](const MigDemand& a, const MigDemand& b) {
+              return ProfileIndex(model, model.FindMigProfile(a.profile)) <
+                     ProfileIndex(model, model.FindMigProfile(b.profile));
+            });
+  MigPlanOptions options;
+  options.objective = MigObjective::kMemory;
+  absl::StatusOr<std::vector<MigPlan>> plans =
+      PlanMigLayouts(model, demand, std::max(max_gpus, 0), options);
+  if (!plans.ok()) return plans.status();
+  int placed = 0;
+  for (const MigPlan& plan : *plans) {
+    if (plan.slices.empty()) break;
+    std::vector<MigSlice> gpu = plan.slices;
+    std::sort(gpu.begin(), gpu.end(), [](const MigSlice& a, const MigSlice& b) {
+      return a.start < b.start;
+    });
+    placed += static_cast<int>(gpu.size());
+    out.push_back(std::move(gpu));
+  }
+  if (placed < total) {
+    std::vector<std::string> what;
+    for (const MigDemand& d : demand) {
+      what.push_back(absl::StrCat(d.count, "x ", d.profile));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("MIG devices ", absl::StrJoin(what, ", "),
+                     " do not fit on ", max_gpus, " ", model.name, " GPUs"));
+  }
+  return out;
+}
+
+absl::Status AddStaticMigGpus(
+    NodeSpec& spec, const GpuModelSpec& model,
+    const std::vector<std::pair<std::string, int>>& counts) {
+  const int room = ClusterState::kMaxGpusPerNode - spec.gpu_count;
+  absl::StatusOr<std::vector<std::vector<MigSlice>>> layout =
+      LayOutMigDevices(model, counts, room);
+  if (!layout.ok()) return layout.status();
+  if (layout->empty()) return absl::OkStatus();
+  spec.mig_instances.resize(spec.gpu_count);
+  for (const std::vector<MigSlice>& gpu : *layout) {
+    std::vector<MigInstance> instances;
+    for (const MigSlice& s : gpu)
+      instances.push_back({s.profile->name, s.start});
+    spec.mig_instances.push_back(std::move(instances));
+    if (!spec.nvlink_group.empty())
+      spec.nvlink_group.push_back(-1 - spec.gpu_count);
+    ++spec.gpu_count;
+  }
+  spec.mig_slots = model.mig_memory_slots;
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<int, int>> StaticMigSlices(const NodeSpec& spec,
+                                                 absl::string_view profile) {
+  std::vector<std::pair<int, int>> out;
+  const GpuModelSpec* model = GpuCatalog::Builtin().Find(spec.gpu_model);
+  const MigProfile* p =
+      model != nullptr ? model->FindMigProfile(profile) : nullptr;
+  if (p == nullptr) return out;
+  for (size_t g = 0; g < spec.mig_instances.size(); ++g) {
+    for (const MigInstance& m : spec.mig_instances[g]) {
+      if (m.profile == p->name) out.emplace_back(static_cast<int>(g), m.start);
+    }
+  }
+  return out;
+}
+
+uint32_t StaticMigMask(const NodeSpec& spec, int gpu, int start) {
+  if (gpu < 0 || gpu >= static_cast<int>(spec.mig_instances.size())) return 0;
+  const GpuModelSpec* model = GpuCatalog::Builtin().Find(spec.gpu_model);
+  if (model == nullptr) return 0;
+  for (const MigInstance& m : spec.mig_instances[gpu]) {
+    if (m.start != start) continue;
+    const MigProfile* p = model->FindMigProfile(m.profile);
+    return p != nullptr ? MigSlotMask(start, p->memory_slots) : 0;
+  }
+  return 0;
+}
+
 std::string MigLayoutString(const std::vector<MigSlice>& slices) {
   return absl::StrJoin(slices, ", ", [](std::string* out, const MigSlice& s) {
     absl::StrAppend(out, s.profile ? s.profile->name : "?", "@", s.start);

@@ -36,6 +36,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "inventory/cluster_state.h"
 #include "inventory/gpu_catalog.h"
 
 namespace gpusched::inventory {
@@ -120,6 +122,42 @@ absl::StatusOr<MigPlan> PlanMigLayout(const GpuModelSpec& model,
 absl::StatusOr<std::vector<MigPlan>> PlanMigLayouts(
     const GpuModelSpec& model, const std::vector<MigDemand>& demand,
     int num_gpus, const MigPlanOptions& options = {});
+
+// MIG devices that a cluster manager created and advertises by profile and
+// count only (Slurm's typed MIG GRES, the GPU Operator's mixed strategy):
+// neither says which GPU holds which instance. They are laid onto the
+// fewest GPUs that hold them (PlanMigLayouts, by memory slots), each GPU's
+// instances by ascending start. The result depends only on the counts, so
+// every run and every reader computes the same layout. What is exact is
+// the node, the profile and the count; the GPU and slot of one instance are
+// gpusched's canonical choice (docs/inventory.md, "Static MIG layouts").
+// InvalidArgument naming the profile when the model has no such profile, a
+// count is negative or over kMaxStaticMigInstances in all, or they do not
+// fit on `max_gpus` GPUs.
+inline constexpr int kMaxStaticMigInstances = 16 * 7;
+absl::StatusOr<std::vector<std::vector<MigSlice>>> LayOutMigDevices(
+    const GpuModelSpec& model,
+    const std::vector<std::pair<std::string, int>>& counts, int max_gpus);
+
+// Appends to `spec` (whose gpu_model is `model`) the GPUs that hold MIG
+// devices `counts` (LayOutMigDevices), after its whole GPUs, and sets
+// mig_instances and mig_slots; a node with no MIG device is left as it is.
+// Errors as LayOutMigDevices, with at most ClusterState::kMaxGpusPerNode
+// GPUs in all.
+absl::Status AddStaticMigGpus(
+    NodeSpec& spec, const GpuModelSpec& model,
+    const std::vector<std::pair<std::string, int>>& counts);
+
+// The instances of `profile` (matched as GpuModelSpec::FindMigProfile does)
+// on a node with a static layout, as (GPU, start): GPUs ascending, starts
+// ascending. The n-th device of that profile a cluster manager numbers is
+// the n-th entry here.
+std::vector<std::pair<int, int>> StaticMigSlices(const NodeSpec& spec,
+                                                 absl::string_view profile);
+
+// The slots of the instance at `start` on GPU `gpu` of a node with a static
+// layout; 0 when there is none.
+uint32_t StaticMigMask(const NodeSpec& spec, int gpu, int start);
 
 // "3g.40gb@4" style description of a layout, in the given order.
 std::string MigLayoutString(const std::vector<MigSlice>& slices);

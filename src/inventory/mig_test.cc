@@ -358,5 +358,89 @@ TEST(MigTest, PlansAreDeterministic) {
   EXPECT_EQ(a->value, 7);
 }
 
+TEST(StaticMigTest, LaysManagerDevicesOntoTheFewestGpus) {
+  const GpuModelSpec& h100 = Model("H100-SXM-80GB");
+  // 7 x 1g fill one GPU; 2 x 3g another; the order given does not matter.
+  auto a = LayOutMigDevices(h100, {{"3g.40gb", 2}, {"1g.10gb", 7}}, 16);
+  auto b = LayOutMigDevices(h100, {{"1g.10gb", 7}, {"MIG 3g.40gb", 2}}, 16);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->size(), 2u);
+  ASSERT_EQ(b->size(), 2u);
+  for (size_t g = 0; g < a->size(); ++g) {
+    EXPECT_EQ(MigLayoutString((*a)[g]), MigLayoutString((*b)[g]));
+    // Each GPU's layout is valid and listed by ascending start.
+    EXPECT_TRUE(ValidateMigLayout(h100, (*a)[g]).ok());
+    for (size_t i = 1; i < (*a)[g].size(); ++i) {
+      EXPECT_LT((*a)[g][i - 1].start, (*a)[g][i].start);
+    }
+  }
+  int ones = 0, threes = 0;
+  for (const auto& gpu : *a) {
+    for (const MigSlice& s : gpu) {
+      ones += s.profile->name == "1g.10gb";
+      threes += s.profile->name == "3g.40gb";
+    }
+  }
+  EXPECT_EQ(ones, 7);
+  EXPECT_EQ(threes, 2);
+  EXPECT_THAT(*LayOutMigDevices(h100, {}, 16), IsEmpty());
+  EXPECT_THAT(*LayOutMigDevices(h100, {{"1g.10gb", 0}}, 16), IsEmpty());
+}
+
+TEST(StaticMigTest, ErrorsNameTheProfileAndTheBound) {
+  const GpuModelSpec& h100 = Model("H100-SXM-80GB");
+  EXPECT_THAT(LayOutMigDevices(h100, {{"1g.5gb", 1}}, 16).status().message(),
+              HasSubstr("no MIG profile '1g.5gb' on H100-SXM-80GB"));
+  EXPECT_THAT(LayOutMigDevices(h100, {{"1g.10gb", -1}}, 16).status().message(),
+              HasSubstr("at most"));
+  EXPECT_THAT(
+      LayOutMigDevices(h100, {{"1g.10gb", 1000}}, 16).status().message(),
+      HasSubstr("at most 112"));
+  EXPECT_THAT(LayOutMigDevices(h100, {{"7g.80gb", 3}}, 2).status().message(),
+              HasSubstr("do not fit on 2"));
+  EXPECT_FALSE(LayOutMigDevices(Model("T4"), {{"1g.10gb", 1}}, 16).ok());
+}
+
+TEST(StaticMigTest, AddsGpusAfterTheWholeOnesAndListsSlicesInOrder) {
+  NodeSpec spec;
+  spec.name = "n";
+  spec.gpu_model = "H100-SXM-80GB";
+  spec.gpu_count = 2;
+  const GpuModelSpec& h100 = Model("H100-SXM-80GB");
+  ASSERT_TRUE(
+      AddStaticMigGpus(spec, h100, {{"1g.10gb", 3}, {"3g.40gb", 1}}).ok());
+  EXPECT_EQ(spec.gpu_count, 3);
+  EXPECT_EQ(spec.mig_slots, 8);
+  ASSERT_EQ(spec.mig_instances.size(), 3u);
+  EXPECT_THAT(spec.mig_instances[0], IsEmpty());
+  EXPECT_THAT(spec.mig_instances[1], IsEmpty());
+  EXPECT_EQ(spec.mig_instances[2].size(), 4u);
+  const auto ones = StaticMigSlices(spec, "1g.10gb");
+  ASSERT_EQ(ones.size(), 3u);
+  for (size_t i = 0; i < ones.size(); ++i) {
+    EXPECT_EQ(ones[i].first, 2);
+    if (i > 0) {
+      EXPECT_LT(ones[i - 1].second, ones[i].second);
+    }
+  }
+  EXPECT_EQ(StaticMigSlices(spec, "mig-3g.40gb").size(), 1u);
+  EXPECT_THAT(StaticMigSlices(spec, "2g.20gb"), IsEmpty());
+  // Nothing to add: the node is left as it was.
+  NodeSpec plain = spec;
+  plain.mig_instances.clear();
+  plain.gpu_count = 2;
+  plain.mig_slots = 0;
+  NodeSpec before = plain;
+  ASSERT_TRUE(AddStaticMigGpus(plain, h100, {}).ok());
+  EXPECT_EQ(plain.gpu_count, before.gpu_count);
+  EXPECT_THAT(plain.mig_instances, IsEmpty());
+  // 16 GPUs per node at most.
+  NodeSpec full = before;
+  full.gpu_count = 15;
+  EXPECT_THAT(AddStaticMigGpus(full, h100, {{"7g.80gb", 2}}).message(),
+              HasSubstr("do not fit on 1"));
+}
+
 }  // namespace
 }  // namespace gpusched::inventory

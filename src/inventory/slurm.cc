@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -86,7 +87,30 @@ bool UsableState(absl::string_view state) {
   return true;
 }
 
+// "<digits>g.<digits>gb", optionally "+me".
+bool IsMigProfileName(absl::string_view s) {
+  absl::ConsumeSuffix(&s, "+me");
+  auto digits = [&s]() {
+    size_t n = 0;
+    while (n < s.size() &&
+           absl::ascii_isdigit(static_cast<unsigned char>(s[n])))
+      ++n;
+    s.remove_prefix(n);
+    return n > 0;
+  };
+  return digits() && absl::ConsumePrefix(&s, "g.") && digits() && s == "gb";
+}
+
 }  // namespace
+
+std::string SlurmMigProfile(absl::string_view gres_type) {
+  std::string t = absl::AsciiStrToLower(gres_type);
+  absl::string_view last = t;
+  if (size_t u = last.rfind('_'); u != absl::string_view::npos) {
+    last.remove_prefix(u + 1);
+  }
+  return IsMigProfileName(last) ? std::string(last) : std::string();
+}
 
 SlurmRecord ParseSlurmRecord(absl::string_view line,
                              absl::string_view rest_key) {
@@ -229,22 +253,31 @@ absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
           absl::StrCat(what, ": Gres: ", gres.status().message()));
     }
     bool typed = false;
+    int64_t indexes = 0;  // Slurm's GPU index space: every gpu GRES
     for (const SlurmGres& g : *gres) {
       if (g.name == "shard") n.shards += g.count;
       if (g.name != "gpu") continue;
-      if (typed && g.type != n.gpu_type) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": GPUs of two GRES types (", n.gpu_type, ", ", g.type,
-            "); gpusched places onto one GPU model per node"));
+      if (indexes + g.count > kMaxSlurmGresIndex + 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": more than ", kMaxSlurmGresIndex + 1,
+                         " GPUs and MIG devices (the bound)"));
       }
-      typed = true;
-      n.gpu_type = g.type;
-      n.gpus += static_cast<int>(g.count);
-    }
-    if (n.gpus > kMaxSlurmGresIndex + 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", n.gpus, " GPUs, more than the bound of ",
-                       kMaxSlurmGresIndex + 1));
+      SlurmGpuBlock block{.type = g.type,
+                          .mig_profile = SlurmMigProfile(g.type),
+                          .first = static_cast<int>(indexes),
+                          .count = static_cast<int>(g.count)};
+      indexes += g.count;
+      if (block.mig_profile.empty()) {
+        if (typed && g.type != n.gpu_type) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": GPUs of two GRES types (", n.gpu_type, ", ", g.type,
+              "); gpusched places onto one GPU model per node"));
+        }
+        typed = true;
+        n.gpu_type = g.type;
+        n.gpus += static_cast<int>(g.count);
+      }
+      n.gpu_blocks.push_back(std::move(block));
     }
     absl::StatusOr<std::vector<SlurmGres>> used =
         ParseSlurmGres(SlurmField(r, "GresUsed"));
@@ -257,7 +290,7 @@ absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
       // A shard's index is its GPU's (gres.conf declares shards per File).
       if (g.name != "gpu" && g.name != "shard") continue;
       for (int i : g.indexes) {
-        if (i < n.gpus) taken.insert(i);
+        if (i < indexes) taken.insert(i);
       }
     }
     n.gpus_used.assign(taken.begin(), taken.end());
@@ -340,21 +373,65 @@ absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
       spec.labels.emplace_back("slurm.partitions",
                                absl::StrJoin(n.partitions, ","));
     }
+    const std::string what = absl::StrCat("Slurm node '", n.name, "'");
+    const GpuModelSpec* model = nullptr;
     if (n.gpus > 0) {
-      const GpuModelSpec* model = catalog.FindMapped(n.gpu_type, gres_map);
+      model = catalog.FindMapped(n.gpu_type, gres_map);
       if (model == nullptr) {
         problems.push_back(absl::StrCat(
-            "Slurm node '", n.name, "': GRES GPU type '", n.gpu_type,
+            what, ": GRES GPU type '", n.gpu_type,
             "' is not a known GPU model; map it in slurm.gresMap (",
             n.gpu_type.empty() ? "untyped GRES need a type" : n.gpu_type,
             ": <model>) to one of: ", absl::StrJoin(catalog.Names(), ", ")));
         continue;
       }
+    }
+    // MIG devices: their model, then their layout.
+    std::vector<std::pair<std::string, int>> mig;
+    std::string problem;
+    for (const SlurmGpuBlock& b : n.gpu_blocks) {
+      if (b.mig_profile.empty() || b.count == 0) continue;
+      mig.emplace_back(b.mig_profile, b.count);
+      // slurm.gresMap for the MIG type, else the model the type's prefix
+      // names, else the whole GPUs'.
+      const GpuModelSpec* m = catalog.FindMapped(b.type, gres_map);
+      if (size_t u = b.type.rfind('_');
+          m == nullptr && u != std::string::npos) {
+        m = catalog.FindMapped(b.type.substr(0, u), gres_map);
+      }
+      if (m == nullptr) m = model;
+      if (m == nullptr) {
+        problem = absl::StrCat(
+            what, ": MIG GRES type '", b.type,
+            "' names no GPU model (the node has no whole GPUs to take it "
+            "from); map it in slurm.gresMap (",
+            b.type,
+            ": <model>) to one of: ", absl::StrJoin(catalog.Names(), ", "));
+        break;
+      }
+      if (model != nullptr && m != model) {
+        problem = absl::StrCat(what, ": MIG GRES type '", b.type, "' is on ",
+                               m->name, ", its whole GPUs are ", model->name,
+                               "; gpusched places onto one GPU model per node");
+        break;
+      }
+      model = m;
+    }
+    if (!problem.empty()) {
+      problems.push_back(std::move(problem));
+      continue;
+    }
+    if (model != nullptr) {
       spec.gpu_model = model->name;
       spec.gpu_count = n.gpus;
       spec.gpu_memory_mib = model->memory_mib;
-      // MIG through Slurm needs its MIG GRES; whole GPUs until then.
+      // Whole GPUs are whole: gpusched lays out no MIG slices on them.
       spec.mig_slots = 0;
+      if (absl::Status st = AddStaticMigGpus(spec, *model, mig); !st.ok()) {
+        problems.push_back(
+            absl::StrCat(what, ": its MIG devices: ", st.message()));
+        continue;
+      }
     }
     out.push_back(std::move(spec));
   }
@@ -362,6 +439,52 @@ absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
     return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
   }
   return out;
+}
+
+std::optional<SlurmGpuSpot> LocateSlurmGpu(const SlurmNode& node,
+                                           const NodeSpec& spec, int index) {
+  int whole = 0;  // whole GPUs before this block
+  for (const SlurmGpuBlock& b : node.gpu_blocks) {
+    if (index < b.first || index >= b.first + b.count) {
+      if (b.mig_profile.empty()) whole += b.count;
+      continue;
+    }
+    const int k = index - b.first;
+    if (b.mig_profile.empty()) {
+      if (whole + k >= node.gpus || whole + k >= spec.gpu_count) {
+        return std::nullopt;
+      }
+      return SlurmGpuSpot{.gpu = whole + k, .mig_start = -1, .mig_profile = ""};
+    }
+    const std::vector<std::pair<int, int>> slices =
+        StaticMigSlices(spec, b.mig_profile);
+    // Devices of one profile in several blocks (two spellings of one
+    // profile) follow each other.
+    int before = 0;
+    for (const SlurmGpuBlock& o : node.gpu_blocks) {
+      if (&o == &b) break;
+      if (o.mig_profile == b.mig_profile) before += o.count;
+    }
+    if (before + k >= static_cast<int>(slices.size())) return std::nullopt;
+    SlurmGpuSpot spot;
+    spot.gpu = slices[before + k].first;
+    spot.mig_start = slices[before + k].second;
+    for (const MigInstance& m : spec.mig_instances[spot.gpu]) {
+      if (m.start == spot.mig_start) spot.mig_profile = m.profile;
+    }
+    return spot;
+  }
+  return std::nullopt;
+}
+
+std::string SlurmMigType(const SlurmNode& node, absl::string_view profile) {
+  const std::string want = absl::AsciiStrToLower(profile);
+  for (const SlurmGpuBlock& b : node.gpu_blocks) {
+    if (!b.mig_profile.empty() && b.mig_profile == want && b.count > 0) {
+      return b.type;
+    }
+  }
+  return "";
 }
 
 }  // namespace gpusched::inventory

@@ -16,6 +16,7 @@
 #define GPUSCHED_INVENTORY_SLURM_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,24 @@ struct SlurmGres {
 };
 absl::StatusOr<std::vector<SlurmGres>> ParseSlurmGres(absl::string_view text);
 
+// The MIG profile a GRES type names, as Slurm's MIG GRES are typed: the
+// profile alone ("1g.10gb", "1g.10gb+me") or after the GPU's type and an
+// underscore ("h100_1g.10gb", as AutoDetect=nvml writes them); lower case.
+// Empty when the type names no MIG profile (a whole GPU's type).
+std::string SlurmMigProfile(absl::string_view gres_type);
+
+// One GRES type's GPUs on a node. Slurm numbers all of a node's gpu GRES,
+// whole GPUs and MIG devices, in one index space: one block per type, in
+// the order of the node's Gres= field (Slurm 22.05: `Gres=gpu:h100:2,
+// gpu:1g.10gb:3` gives the H100s indexes 0-1 and the MIG devices 2-4,
+// whatever order gres.conf lists their files in).
+struct SlurmGpuBlock {
+  std::string type;
+  std::string mig_profile;  // SlurmMigProfile(type); empty: whole GPUs
+  int first = 0;            // Slurm's index of its first GPU
+  int count = 0;
+};
+
 struct SlurmNode {
   std::string name;
   std::string address;  // NodeAddr: where its engines are reached
@@ -70,19 +89,21 @@ struct SlurmNode {
   int64_t cpus_allocated = 0;
   int64_t memory_mib = 0;
   int64_t memory_allocated_mib = 0;
-  std::string gpu_type;  // the GRES type of its GPUs; empty when untyped
-  int gpus = 0;
+  std::string gpu_type;  // the GRES type of its whole GPUs; empty untyped
+  int gpus = 0;          // whole GPUs
+  // Every gpu GRES type's block, whole and MIG, in Slurm's index order.
+  std::vector<SlurmGpuBlock> gpu_blocks;
   // gres/shard: shares of its GPUs that Slurm gives jobs ("shard:h100:400"),
   // 0 when the node has none. Assumed spread evenly over its GPUs.
   int64_t shards = 0;
-  // GPU indexes Slurm has given to jobs, whole or as shards (every user's,
-  // gpusched's too).
+  // Slurm's GPU indexes (SlurmGpuBlock) given to jobs, whole, as MIG
+  // devices or as shards (every user's, gpusched's too).
   std::vector<int> gpus_used;
   std::vector<std::string> partitions;
   std::string reason;
 };
 // InvalidArgument naming the node and field for anything malformed (a node
-// with GPUs of two GRES types among them).
+// with whole GPUs of two GRES types among them).
 absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text);
 
 struct SlurmJob {
@@ -110,12 +131,33 @@ bool SlurmJobFinished(absl::string_view state);
 // NodeSpecs for `nodes`, in order: CPUs and memory as Slurm declares them,
 // the GPU model from `gres_map` (GRES type -> catalog name or alias, matched
 // case-insensitively) or else the catalog's own name for the type ("h100").
+// MIG devices (typed GRES that name a profile) become GPUs with a static
+// MIG layout after the whole GPUs (AddStaticMigGpus, inventory/mig.h); their
+// model is `gres_map`'s for the MIG type, else the one the type's prefix
+// names ("h100" of "h100_1g.10gb"), else the whole GPUs'.
 // InvalidArgument naming every node whose GPU type is unknown, with the
-// catalog's names and the `slurm.gresMap` setting that fixes it.
+// catalog's names and the `slurm.gresMap` setting that fixes it, or whose
+// MIG devices its model has no profile for.
 absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
     const std::vector<SlurmNode>& nodes,
     const absl::flat_hash_map<std::string, std::string>& gres_map,
     const GpuCatalog& catalog = GpuCatalog::Builtin());
+
+// Where Slurm's GPU index `index` on `node` is in `spec`, the node's
+// NodeSpec from SlurmNodeSpecs: a whole GPU (mig_start -1), or a MIG
+// device's instance, the k-th device of its block being the k-th instance
+// of its profile (StaticMigSlices). nullopt when no block holds it.
+struct SlurmGpuSpot {
+  int gpu = -1;
+  int mig_start = -1;
+  std::string mig_profile;  // the catalog's spelling; empty for a whole GPU
+};
+std::optional<SlurmGpuSpot> LocateSlurmGpu(const SlurmNode& node,
+                                           const NodeSpec& spec, int index);
+
+// The MIG GRES type of `profile` on `node` (its catalog spelling matched
+// case-insensitively); empty when the node has no such devices.
+std::string SlurmMigType(const SlurmNode& node, absl::string_view profile);
 
 }  // namespace gpusched::inventory
 

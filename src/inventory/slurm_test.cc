@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -231,6 +232,108 @@ TEST(SlurmNodeSpecsTest, MapsGresTypesOntoTheCatalog) {
   EXPECT_EQ((*specs)[2].gpu_model,
             GpuCatalog::Builtin().Find("A100-SXM4-80GB")->name);
   EXPECT_EQ((*specs)[3].gpu_count, 0);
+}
+
+TEST(SlurmMigTest, TypesThatNameAProfile) {
+  EXPECT_EQ(SlurmMigProfile("1g.10gb"), "1g.10gb");
+  EXPECT_EQ(SlurmMigProfile("h100_3g.40gb"), "3g.40gb");
+  EXPECT_EQ(SlurmMigProfile("nvidia_h100_80gb_hbm3_1g.10gb+me"), "1g.10gb+me");
+  EXPECT_EQ(SlurmMigProfile("A100_1G.5GB"), "1g.5gb");
+  for (const char* whole : {"h100", "", "a100-80gb", "1g", "g.10gb", "1g.gb",
+                            "1g.10", "x_1g.10gbx"}) {
+    EXPECT_EQ(SlurmMigProfile(whole), "") << whole;
+  }
+}
+
+// As Slurm 22.05.8 prints a node with 2 whole H100s and MIG GRES
+// (tests/slurm/cluster.sh with a mig field): one index space, a block per
+// type in Gres= order; two of the MIG devices and a whole GPU in use.
+constexpr char kMigNode[] =
+    "NodeName=n1 CPUTot=8 CPUAlloc=3 RealMemory=32000 AllocMem=300 "
+    "State=MIXED Gres=gpu:h100:2,gpu:1g.10gb:3,gpu:3g.40gb:1 GresDrain=N/A "
+    "GresUsed=gpu:h100:1(IDX:0),gpu:1g.10gb:2(IDX:2-3),gpu:3g.40gb:0(IDX:N/A) "
+    "NodeAddr=10.0.0.1\n";
+
+TEST(SlurmMigTest, NodesKeepOneIndexSpaceAndMigDevicesBecomeAStaticLayout) {
+  auto nodes = ParseSlurmNodes(kMigNode);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  const SlurmNode& n = (*nodes)[0];
+  EXPECT_EQ(n.gpus, 2);
+  EXPECT_EQ(n.gpu_type, "h100");
+  ASSERT_EQ(n.gpu_blocks.size(), 3u);
+  EXPECT_EQ(n.gpu_blocks[1].type, "1g.10gb");
+  EXPECT_EQ(n.gpu_blocks[1].mig_profile, "1g.10gb");
+  EXPECT_EQ(n.gpu_blocks[1].first, 2);
+  EXPECT_EQ(n.gpu_blocks[2].first, 5);
+  EXPECT_THAT(n.gpus_used, ElementsAre(0, 2, 3));
+  auto specs = SlurmNodeSpecs(*nodes, {});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  const NodeSpec& spec = (*specs)[0];
+  EXPECT_EQ(spec.gpu_model, "H100-SXM-80GB");
+  EXPECT_EQ(spec.gpu_count, 3);  // 3 x 1g + 3g fit one GPU
+  ASSERT_EQ(spec.mig_instances.size(), 3u);
+  EXPECT_THAT(spec.mig_instances[1], IsEmpty());
+  EXPECT_EQ(spec.mig_instances[2].size(), 4u);
+  ClusterState cs;
+  ASSERT_TRUE(cs.AddNode(spec).ok());  // a layout the driver accepts
+  // Slurm's indexes onto the layout, and back.
+  const auto ones = StaticMigSlices(spec, "1g.10gb");
+  auto whole = LocateSlurmGpu(n, spec, 1);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->gpu, 1);
+  EXPECT_EQ(whole->mig_start, -1);
+  for (int k = 0; k < 3; ++k) {
+    auto spot = LocateSlurmGpu(n, spec, 2 + k);
+    ASSERT_TRUE(spot.has_value());
+    EXPECT_EQ(std::pair(spot->gpu, spot->mig_start), ones[k]);
+    EXPECT_EQ(spot->mig_profile, "1g.10gb");
+  }
+  auto three = LocateSlurmGpu(n, spec, 5);
+  ASSERT_TRUE(three.has_value());
+  EXPECT_EQ(three->mig_profile, "3g.40gb");
+  EXPECT_FALSE(LocateSlurmGpu(n, spec, 6).has_value());
+  EXPECT_EQ(SlurmMigType(n, "1g.10gb"), "1g.10gb");
+  EXPECT_EQ(SlurmMigType(n, "2g.20gb"), "");
+}
+
+TEST(SlurmMigTest, AMigOnlyNodeTakesItsModelFromTheTypeOrTheMap) {
+  constexpr char kText[] =
+      "NodeName=a CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 State=IDLE "
+      "Gres=gpu:h100_1g.10gb:7 GresUsed=gpu:h100_1g.10gb:0(IDX:N/A)\n"
+      "NodeName=b CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 State=IDLE "
+      "Gres=gpu:2g.20gb:3 GresUsed=gpu:2g.20gb:0(IDX:N/A)\n";
+  auto nodes = ParseSlurmNodes(kText);
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ((*nodes)[0].gpus, 0);
+  auto unmapped = SlurmNodeSpecs(*nodes, {});
+  ASSERT_FALSE(unmapped.ok());
+  EXPECT_THAT(unmapped.status().message(),
+              HasSubstr("Slurm node 'b': MIG GRES type '2g.20gb' names no GPU "
+                        "model"));
+  EXPECT_THAT(unmapped.status().message(), HasSubstr("slurm.gresMap"));
+  auto specs = SlurmNodeSpecs(*nodes, {{"2g.20gb", "H100-SXM-80GB"}});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0].gpu_model, "H100-SXM-80GB");
+  EXPECT_EQ((*specs)[0].gpu_count, 1);  // 7 x 1g on one GPU
+  EXPECT_EQ((*specs)[1].gpu_count, 1);  // 3 x 2g on one GPU
+  // A profile the model lacks, and MIG devices of another model than the
+  // whole GPUs: errors that name the node.
+  auto lacks = SlurmNodeSpecs(
+      *ParseSlurmNodes(
+          "NodeName=c CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 "
+          "State=IDLE Gres=gpu:h100:1,gpu:1g.5gb:2\n"),
+      {});
+  ASSERT_FALSE(lacks.ok());
+  EXPECT_THAT(lacks.status().message(),
+              HasSubstr("Slurm node 'c': its MIG devices: no MIG profile "
+                        "'1g.5gb' on H100-SXM-80GB"));
+  auto two = SlurmNodeSpecs(
+      *ParseSlurmNodes(
+          "NodeName=d CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 "
+          "State=IDLE Gres=gpu:h100:1,gpu:a100_1g.5gb:2\n"),
+      {{"a100", "A100-SXM4-40GB"}});
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("one GPU model per node"));
 }
 
 }  // namespace

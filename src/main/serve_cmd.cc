@@ -91,7 +91,7 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
       inventory::SlurmNodeSpecs(nodes, gres_map);
   if (!specs.ok()) return specs.status();
-  cluster->nodes = *std::move(specs);
+  cluster->nodes = *specs;
   cluster->source = "slurm";
   runtime::SlurmLauncherOptions o;
   o.partition = cfg.partition;
@@ -101,7 +101,8 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   o.poll_interval = cfg.poll_interval_ms * kMicrosPerMilli;
   o.default_memory_mib = cfg.default_memory_mib;
   *launcher = std::make_unique<runtime::SlurmLauncher>(
-      o, std::move(client), std::move(nodes), &runtime::SteadyClock::Get());
+      o, std::move(client), std::move(nodes), *std::move(specs),
+      &runtime::SteadyClock::Get());
   return absl::OkStatus();
 }
 
@@ -154,7 +155,7 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
       inventory::KubeNodeSpecs(*nodes, product_map);
   if (!specs.ok()) return specs.status();
-  cluster->nodes = *std::move(specs);
+  cluster->nodes = *specs;
   cluster->source = "kubernetes";
   absl::StatusOr<std::unique_ptr<runtime::KubeClient>> pods = client();
   absl::StatusOr<std::unique_ptr<runtime::KubeClient>> node_client = client();
@@ -173,7 +174,7 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
   o.default_memory_mib = cfg.default_memory_mib;
   *launcher = std::make_unique<runtime::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
-      *std::move(nodes));
+      *std::move(nodes), *std::move(specs));
   return absl::OkStatus();
 }
 

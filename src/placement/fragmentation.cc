@@ -69,7 +69,7 @@ FragNode FragNodeOf(const ClusterState& cs, int node) {
   n.cpu_free = st.cpu_free;
   n.memory_free_mib = st.memory_free_mib;
   for (const inventory::GpuState& g : st.gpus) {
-    if (!g.healthy || g.mig_used != 0) continue;
+    if (!g.healthy || g.Partitioned()) continue;
     CHECK(n.num_gpus < static_cast<int>(n.free.size()))
         << "more than 16 GPUs on node " << cs.spec(node).name;
     n.free[n.num_gpus++] = g.milli_free;

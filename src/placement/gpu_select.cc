@@ -13,7 +13,7 @@ using inventory::NodeSpec;
 using inventory::NodeState;
 
 bool ShareFits(const PodRequest& pod, const GpuState& g) {
-  return g.healthy && g.mig_used == 0 && g.milli_free >= pod.gpu_milli &&
+  return g.healthy && !g.Partitioned() && g.milli_free >= pod.gpu_milli &&
          g.memory_free_mib >= pod.gpu_memory_mib;
 }
 
@@ -130,7 +130,28 @@ std::vector<inventory::GpuShare> ChooseMigSlice(const PodRequest& pod,
       MigProfileFor(spec, pod.mig_profile, &model);
   if (profile == nullptr) return {};
   int best = -1, best_start = -1;
-  for (int i = 0; i < static_cast<int>(st.gpus.size()); ++i) {
+  if (!spec.mig_instances.empty()) {
+    // A static layout: the first free instance of the profile, GPUs and
+    // starts ascending (the order a cluster manager's first fit takes them).
+    for (const auto& [gpu, start] :
+         inventory::StaticMigSlices(spec, profile->name)) {
+      const GpuState& g = st.gpus[gpu];
+      if (!g.healthy ||
+          (g.MigTaken() &
+           inventory::MigSlotMask(start, profile->memory_slots)) ||
+          g.memory_free_mib < profile->memory_mib ||
+          g.milli_free < profile->milli ||
+          (profile->media_extensions && g.mig_media > 0)) {
+        continue;
+      }
+      best = gpu;
+      best_start = start;
+      break;
+    }
+  }
+  for (int i = 0;
+       spec.mig_instances.empty() && i < static_cast<int>(st.gpus.size());
+       ++i) {
     const GpuState& g = st.gpus[i];
     // Not time-shared, enough memory, a valid start.
     if (!g.healthy || g.milli_free + g.mig_milli != kMilliPerGpu ||

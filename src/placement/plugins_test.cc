@@ -1,8 +1,10 @@
 // Table-driven tests of each placement policy's scoring and GPU choice.
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 #include "placement/fragmentation.h"
 #include "placement/gpu_select.h"
 #include "placement/registry.h"
@@ -419,6 +421,53 @@ TEST(MigPlacementTest, PacksSlicesAndExplainsMisfits) {
   r.mig_profile = "9g.99gb";
   EXPECT_THAT(s.Schedule(testing::Compile(r, cs)).Summary(cs),
               ::testing::HasSubstr("no such MIG profile"));
+}
+
+TEST(MigPlacementTest, StaticLayoutsPlaceOnlyAtTheManagersInstances) {
+  // One whole H100 and one in MIG mode with the manager's 3 x 1g + 1 x 3g.
+  ClusterState cs;
+  inventory::NodeSpec n = testing::Node("n", 1, 96000, "H100-SXM-80GB");
+  n.gpu_memory_mib = 81559;
+  ASSERT_TRUE(inventory::AddStaticMigGpus(
+                  n, *inventory::GpuCatalog::Builtin().Find("H100-SXM-80GB"),
+                  {{"1g.10gb", 3}, {"3g.40gb", 1}})
+                  .ok());
+  ASSERT_TRUE(cs.AddNode(n).ok());
+  const auto ones = inventory::StaticMigSlices(cs.spec(0), "1g.10gb");
+  ASSERT_EQ(ones.size(), 3u);
+  for (const std::string& policy : PolicyNames()) {
+    SCOPED_TRACE(policy);
+    inventory::ResourceRequest r;
+    r.kind = GpuKind::kMig;
+    r.mig_profile = "1g.10gb";
+    std::vector<std::string> placed;
+    // Another user holds the first 1g instance.
+    ASSERT_TRUE(cs.SetMigForeign(0, ones[0].first,
+                                 inventory::MigSlotMask(ones[0].second, 1))
+                    .ok());
+    Scheduler s(&cs, Policy(policy, TypicalShapes({Compile(r, cs)})), 1);
+    for (int i = 0; i < 2; ++i) {
+      const Decision d = s.Place(absl::StrCat(policy, i), Compile(r, cs));
+      ASSERT_TRUE(d.placed) << d.Summary(cs);
+      // The manager's instances, in order, skipping the foreign one.
+      EXPECT_EQ(d.allocation.gpus[0].gpu, ones[i + 1].first);
+      EXPECT_EQ(d.allocation.gpus[0].mig_start, ones[i + 1].second);
+      placed.push_back(absl::StrCat(policy, i));
+    }
+    EXPECT_FALSE(s.Schedule(Compile(r, cs)).placed);  // all three taken
+    // A profile the layout lacks does not fit, though the model has it.
+    r.mig_profile = "2g.20gb";
+    EXPECT_THAT(s.Schedule(Compile(r, cs)).Summary(cs),
+                ::testing::HasSubstr("no free MIG slot"));
+    // Whole GPUs and fractions keep off the MIG GPU.
+    EXPECT_TRUE(s.Schedule(Compile(Whole(1), cs)).placed);
+    EXPECT_FALSE(s.Schedule(Compile(Whole(2), cs)).placed);
+    const Decision f = s.Schedule(Compile(testing::Share(100), cs));
+    ASSERT_TRUE(f.placed);
+    EXPECT_EQ(f.allocation.gpus[0].gpu, 0);
+    for (const std::string& p : placed) cs.Forget(p);
+    ASSERT_TRUE(cs.SetMigForeign(0, ones[0].first, 0).ok());
+  }
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 // today): the GPUs the manager assigned and the nodes it reports.
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "inventory/mig.h"
 #include "runtime/controller.h"
 #include "runtime/controller_internal.h"
 
@@ -67,37 +69,55 @@ void Controller::FollowAssignments(
           r.endpoint.host = a.address;
         }
         if (!r.placed || r.allocation.node < 0) continue;
-        std::vector<int> chosen;
+        // What placement chose, as (GPU, MIG start) pairs, sorted.
+        std::vector<std::pair<int, int>> chosen, given;
         for (const inventory::GpuShare& g : r.allocation.gpus) {
-          chosen.push_back(g.gpu);
+          chosen.emplace_back(g.gpu, g.mig_start);
         }
         std::sort(chosen.begin(), chosen.end());
-        if (a.gpus.empty() || chosen == a.gpus) break;
+        for (size_t i = 0; i < a.gpus.size(); ++i) {
+          given.emplace_back(a.gpus[i],
+                             i < a.mig_starts.size() ? a.mig_starts[i] : -1);
+        }
+        std::sort(given.begin(), given.end());
+        if (a.gpus.empty() || chosen == given) break;
+        auto text = [](const std::vector<std::pair<int, int>>& v) {
+          return absl::StrJoin(v, ",", [](std::string* out, const auto& p) {
+            absl::StrAppend(out, p.first);
+            if (p.second >= 0) absl::StrAppend(out, "@", p.second);
+          });
+        };
         Move m;
         m.deployment = name;
         m.replica = rn;
         m.r = &r;
-        m.what = absl::StrCat(rn, ": the cluster manager gave GPUs ",
-                              absl::StrJoin(a.gpus, ","), " on ", a.node,
-                              ", placement chose ", absl::StrJoin(chosen, ","));
-        if (a.gpus.size() != chosen.size()) {
+        m.what =
+            absl::StrCat(rn, ": the cluster manager gave GPUs ", text(given),
+                         " on ", a.node, ", placement chose ", text(chosen));
+        if (given.size() != chosen.size()) {
           Event("replica.gpus_mismatch", name, m.what);
           break;
         }
         // The allocation follows what the replica holds: same shares, the
-        // manager's GPUs.
+        // manager's GPUs (and MIG instances).
         m.moved = r.allocation;
-        std::sort(m.moved.gpus.begin(), m.moved.gpus.end(),
-                  [](const inventory::GpuShare& x,
-                     const inventory::GpuShare& y) { return x.gpu < y.gpu; });
+        std::sort(
+            m.moved.gpus.begin(), m.moved.gpus.end(),
+            [](const inventory::GpuShare& x, const inventory::GpuShare& y) {
+              return std::pair(x.gpu, x.mig_start) <
+                     std::pair(y.gpu, y.mig_start);
+            });
         for (size_t i = 0; i < m.moved.gpus.size(); ++i) {
-          m.moved.gpus[i].gpu = a.gpus[i];
+          m.moved.gpus[i].gpu = given[i].first;
+          if (m.moved.gpus[i].mig_start >= 0 && given[i].second >= 0) {
+            m.moved.gpus[i].mig_start = given[i].second;
+          }
         }
         const inventory::PodRecord* rec = cluster_state_.FindPod(rn);
         if (rec != nullptr) m.info = rec->info;
         m.bound = rec != nullptr && rec->bound;
-        m.gpus = a.gpus;
-        m.chosen = std::move(chosen);
+        for (const auto& [gpu, start] : given) m.gpus.push_back(gpu);
+        for (const auto& [gpu, start] : chosen) m.chosen.push_back(gpu);
         moves.push_back(std::move(m));
         break;
       }
@@ -154,6 +174,41 @@ void Controller::ApplyNodeReport(const runtime::NodeReport& n, Micros now) {
     if (st.gpus[g].healthy != healthy) {
       (void)cluster_state_.SetGpuHealth(node, g, healthy);
     }
+  }
+  // MIG instances other work holds: their slots take no slice.
+  const inventory::NodeSpec& spec = cluster_state_.spec(node);
+  std::vector<uint32_t> foreign_slots(st.gpus.size(), 0);
+  for (const auto& [gpu, start] : n.foreign_mig) {
+    if (gpu >= 0 && gpu < static_cast<int>(foreign_slots.size())) {
+      foreign_slots[gpu] |= inventory::StaticMigMask(spec, gpu, start);
+    }
+  }
+  for (int g = 0; g < static_cast<int>(st.gpus.size()); ++g) {
+    if (st.gpus[g].mig_foreign != foreign_slots[g]) {
+      (void)cluster_state_.SetMigForeign(node, g, foreign_slots[g]);
+    }
+  }
+  std::vector<std::pair<int, int>> was_foreign_mig;
+  if (known != node_reports_.end()) {
+    was_foreign_mig = known->second.foreign_mig;
+  }
+  if (n.foreign_mig != was_foreign_mig) {
+    const std::string list =
+        absl::StrJoin(n.foreign_mig, ",", [](std::string* out, const auto& p) {
+          absl::StrAppend(out, p.first, "@", p.second);
+        });
+    json instances = json::array();
+    for (const auto& [gpu, start] : n.foreign_mig) {
+      instances.push_back({{"gpu", gpu}, {"start", start}});
+    }
+    Event(
+        "node.mig_foreign", "",
+        n.foreign_mig.empty()
+            ? absl::StrCat("no MIG instance of node ", n.node,
+                           " is held by other work any more")
+            : absl::StrCat("MIG instances ", list, " (GPU@slot) of node ",
+                           n.node, " are held by work gpusched did not start"),
+        json{{"node", n.node}, {"instances", instances}});
   }
   const std::string said = absl::StrCat(
       n.state, n.reason.empty() ? "" : absl::StrCat(": ", n.reason));
@@ -278,24 +333,43 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
     a.node = node;
     a.cpu_milli = req.cpu_milli;
     a.memory_mib = req.memory_mib;
-    // Whole GPUs, or the share of one GPU its deployment asks for.
+    // Whole GPUs, the share of one GPU or the MIG instance its deployment
+    // asks for.
     const bool fraction = req.kind == inventory::GpuKind::kFraction;
-    for (int g : l.gpus) {
+    const bool mig = req.kind == inventory::GpuKind::kMig;
+    const inventory::GpuModelSpec* model =
+        inventory::GpuCatalog::Builtin().Find(spec.gpu_model);
+    const inventory::MigProfile* profile =
+        mig && model != nullptr ? model->FindMigProfile(req.mig_profile)
+                                : nullptr;
+    for (size_t i = 0; i < l.gpus.size(); ++i) {
       inventory::GpuShare share;
-      share.gpu = g;
+      share.gpu = l.gpus[i];
       share.milli = fraction ? req.gpu_milli : inventory::kMilliPerGpu;
       share.memory_mib = fraction ? req.gpu_memory_mib : spec.gpu_memory_mib;
+      if (profile != nullptr && i < l.mig_starts.size()) {
+        share.milli = profile->milli;
+        share.memory_mib = profile->memory_mib;
+        share.mig_start = l.mig_starts[i];
+        share.mig_size = profile->memory_slots;
+        share.mig_profile = profile->name;
+      }
       a.gpus.push_back(share);
     }
-    const bool matches = fraction
+    const bool matches = mig ? profile != nullptr && l.gpus.size() == 1 &&
+                                   l.mig_starts.size() == 1
+                         : fraction
                              ? l.gpus.size() == 1
                              : req.kind == inventory::GpuKind::kWhole &&
                                    static_cast<int>(l.gpus.size()) == req.gpus;
     const std::string misfit =
         matches ? cluster_state_.Fits(a)
+        : mig   ? absl::StrCat("it holds ", l.gpus.size(),
+                               " GPUs and no MIG instance of ", req.mig_profile,
+                               "; its deployment asks for one")
                 : absl::StrCat("it holds ", l.gpus.size(),
                                " GPUs; its deployment asks for ",
-                               fraction ? std::string("a share of one")
+                             fraction ? std::string("a share of one")
                                         : absl::StrCat(req.gpus, " whole"));
     std::vector<std::string> tag = absl::StrSplit(l.tag, '.');
     int port = 0, metrics_port = 0;

@@ -113,6 +113,10 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
       if (in.node->gpu_memory_mib > 0) share = std::max(share, memory_fraction);
       where.gpu_share = std::clamp(share, 0.0, 1.0);
     }
+    if (in.resources.kind == "mig" && !in.allocation.gpus.empty()) {
+      where.mig_profile = in.allocation.gpus[0].mig_profile;
+      where.mig_start = in.allocation.gpus[0].mig_start;
+    }
     where.cpu_milli = in.allocation.cpu_milli;
     where.memory_mib = in.allocation.memory_mib;
   }

@@ -196,6 +196,16 @@ TEST(KubeQueryTest, EscapesSelectors) {
             "app.kubernetes.io%2Fmanaged-by%3Dgpusched%2Ca%21%3Db");
 }
 
+// A client that points nowhere: launchers built for PodObject make no
+// request, and their watchers back off quietly until destroyed.
+std::unique_ptr<KubeClient> Nowhere() {
+  KubeCredentials c;
+  c.host = "127.0.0.1";
+  c.port = 9;  // discard: nothing listens
+  c.tls = false;
+  return *KubeClient::Create(c, {.timeout = 200 * kMicrosPerMilli});
+}
+
 TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
   ProcessSpec spec;
   spec.name = "chat-0";
@@ -203,26 +213,17 @@ TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
   spec.argv = {"/usr/local/bin/gpusched", "engine", "--host", "$(POD_IP)"};
   spec.env = {{"CUDA_VISIBLE_DEVICES", "2,3"}, {"GPUSCHED_X", "1"}};
   spec.tag = "8000.0.abc";
-  spec.placement = {.node = "gpu-1",
-                    .deployment = "Chat_Bot",
-                    .gpus = {2, 3},
-                    .cpu_milli = 2000,
-                    .memory_mib = 4096};
+  spec.placement.node = "gpu-1";
+  spec.placement.deployment = "Chat_Bot";
+  spec.placement.gpus = {2, 3};
+  spec.placement.cpu_milli = 2000;
+  spec.placement.memory_mib = 4096;
   KubeLauncherOptions o;
   o.image = "img:1";
   o.tolerations = {"nvidia.com/gpu"};
   o.namespace_name = "serving";
   const nlohmann::json pod = [&] {
-    // Build through a launcher whose clients point nowhere (no request is
-    // made by PodObject; the watchers back off quietly until destroyed).
-    KubeCredentials c;
-    c.host = "127.0.0.1";
-    c.port = 9;  // discard: nothing listens
-    c.tls = false;
-    auto mk = [&] {
-      return *KubeClient::Create(c, {.timeout = 200 * kMicrosPerMilli});
-    };
-    KubeLauncher l(o, mk(), mk(), mk(), {});
+    KubeLauncher l(o, Nowhere(), Nowhere(), Nowhere(), {});
     return l.PodObject(spec, "gpusched-chat-0-1");
   }();
   EXPECT_EQ(pod["spec"]["schedulerName"], "gpusched");
@@ -244,6 +245,57 @@ TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
   EXPECT_EQ(c["env"][1]["value"], "2,3");
   EXPECT_EQ(c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
   EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
+}
+
+TEST(KubeLauncherPodTest, MigSlicesAskTheDevicePluginForTheirProfile) {
+  // A mixed-strategy node (nvidia.com/mig-1g.10gb) and a single-strategy one
+  // (its nvidia.com/gpu are 1g.5gb devices).
+  auto nodes = inventory::ParseKubeNodeList(nlohmann::json::parse(R"({
+    "kind": "NodeList", "items": [
+      {"metadata": {"name": "mixed", "labels": {
+         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+         "nvidia.com/mig.strategy": "mixed"}},
+       "status": {"allocatable": {"cpu": "8", "memory": "64Gi",
+                                  "nvidia.com/gpu": "1",
+                                  "nvidia.com/mig-1g.10gb": "7"}}},
+      {"metadata": {"name": "single", "labels": {
+         "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+         "nvidia.com/mig.strategy": "single"}},
+       "status": {"allocatable": {"cpu": "8", "memory": "64Gi",
+                                  "nvidia.com/gpu": "7"}}}]})"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  auto specs = inventory::KubeNodeSpecs(*nodes, {});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  KubeLauncherOptions o;
+  o.image = "img:1";
+  KubeLauncher l(o, Nowhere(), Nowhere(), Nowhere(), *nodes, *specs);
+  ProcessSpec spec;
+  spec.name = "slim-0";
+  spec.argv = {"gpusched", "engine"};
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "1"}};
+  spec.placement.node = "mixed";
+  spec.placement.deployment = "slim";
+  spec.placement.gpus = {1};
+  spec.placement.fraction = true;
+  spec.placement.mig_profile = "1g.10gb";
+  spec.placement.mig_start = 3;
+  nlohmann::json pod = l.PodObject(spec, "p");
+  const nlohmann::json* ctr = &pod["spec"]["containers"][0];
+  EXPECT_EQ((*ctr)["resources"]["limits"]["nvidia.com/mig-1g.10gb"], "1");
+  EXPECT_EQ((*ctr)["resources"]["requests"]["nvidia.com/mig-1g.10gb"], "1");
+  // The device plugin sets NVIDIA_VISIBLE_DEVICES to the instance it gives.
+  for (const auto& e : (*ctr)["env"]) {
+    EXPECT_NE(e["name"], "NVIDIA_VISIBLE_DEVICES");
+    EXPECT_NE(e["name"], "CUDA_VISIBLE_DEVICES");
+  }
+  EXPECT_EQ(pod["metadata"]["annotations"]["gpusched.io/mig"], "1g.10gb@3");
+  spec.placement.node = "single";
+  spec.placement.gpus = {0};
+  spec.placement.mig_profile = "1g.5gb";
+  pod = l.PodObject(spec, "p");
+  ctr = &pod["spec"]["containers"][0];
+  EXPECT_EQ((*ctr)["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_FALSE((*ctr)["resources"]["limits"].contains("nvidia.com/mig-1g.5gb"));
 }
 
 TEST(KubeLauncherPodTest, DnsLabels) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "inventory/mig.h"
 
 namespace gpusched::runtime {
 
@@ -22,6 +23,8 @@ constexpr char kReplicaLabel[] = "gpusched.io/replica";
 constexpr char kTagAnnotation[] = "gpusched.io/tag";
 constexpr char kGpusAnnotation[] = "gpusched.io/gpus";
 constexpr char kShareAnnotation[] = "gpusched.io/gpu-share";
+// A MIG slice's instance: "<profile>@<start>".
+constexpr char kMigAnnotation[] = "gpusched.io/mig";
 
 // A label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a
 // letter or digit.
@@ -88,7 +91,8 @@ KubeLauncher::KubeLauncher(KubeLauncherOptions options,
                            std::unique_ptr<KubeClient> api,
                            std::unique_ptr<KubeClient> pods_client,
                            std::unique_ptr<KubeClient> nodes_client,
-                           std::vector<inventory::KubeNode> nodes_at_start)
+                           std::vector<inventory::KubeNode> nodes_at_start,
+                           std::vector<inventory::NodeSpec> specs)
     : options_(std::move(options)),
       api_(std::move(api)),
       pods_client_(std::move(pods_client)),
@@ -96,9 +100,12 @@ KubeLauncher::KubeLauncher(KubeLauncherOptions options,
   std::random_device seed;
   static constexpr char kChars[] = "bcdfghjklmnpqrstvwxz";
   for (int i = 0; i < 4; ++i) run_.push_back(kChars[seed() % 20]);
-  for (const inventory::KubeNode& n : nodes_at_start) {
+  for (size_t i = 0; i < nodes_at_start.size(); ++i) {
+    const inventory::KubeNode& n = nodes_at_start[i];
     NodeInfo& info = nodes_[n.name];
-    info.gpus = n.gpus;
+    info.single_profile = inventory::KubeSingleStrategyProfile(n);
+    info.gpus = info.single_profile.empty() ? n.gpus : 0;
+    if (i < specs.size()) info.spec = std::move(specs[i]);
   }
   KubeWatcher::Options po;
   po.path = "/api/v1/pods";
@@ -115,9 +122,18 @@ KubeLauncher::~KubeLauncher() {
   node_watch_->Stop();
 }
 
+std::string KubeLauncher::MigResource(const NodeInfo& node,
+                                      const std::string& profile) {
+  return node.single_profile == absl::AsciiStrToLower(profile)
+             ? std::string(inventory::kKubeGpuResource)
+             : absl::StrCat(inventory::kKubeMigResourcePrefix,
+                            absl::AsciiStrToLower(profile));
+}
+
 json KubeLauncher::PodObject(const ProcessSpec& spec,
                              const std::string& pod_name) const {
   const ProcessPlacement& p = spec.placement;
+  const bool mig = !p.mig_profile.empty();
   json env = json::array();
   std::vector<std::pair<std::string, std::string>> vars(spec.env.begin(),
                                                         spec.env.end());
@@ -127,9 +143,13 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
     if (k == "CUDA_VISIBLE_DEVICES" || k == "NVIDIA_VISIBLE_DEVICES") continue;
     env.push_back({{"name", k}, {"value", v}});
   }
-  env.push_back({{"name", "NVIDIA_VISIBLE_DEVICES"},
-                 {"value", p.gpus.empty() ? std::string("void")
-                                          : absl::StrJoin(p.gpus, ",")}});
+  // A MIG slice is the device plugin's: it sets the variable to the
+  // instance it allocates. Other GPUs are pinned by index.
+  if (!mig) {
+    env.push_back({{"name", "NVIDIA_VISIBLE_DEVICES"},
+                   {"value", p.gpus.empty() ? std::string("void")
+                                            : absl::StrJoin(p.gpus, ",")}});
+  }
   env.push_back({{"name", "POD_IP"},
                  {"valueFrom",
                   {{"fieldRef",
@@ -138,6 +158,15 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
   if (p.cpu_milli > 0) requests["cpu"] = absl::StrCat(p.cpu_milli, "m");
   requests["memory"] = absl::StrCat(
       p.memory_mib > 0 ? p.memory_mib : options_.default_memory_mib, "Mi");
+  json resources = json::object();
+  if (mig) {
+    auto node = nodes_.find(p.node);
+    const std::string name = MigResource(
+        node != nodes_.end() ? node->second : NodeInfo{}, p.mig_profile);
+    requests[name] = "1";
+    resources["limits"] = {{name, "1"}};  // extended resources: limits
+  }
+  resources["requests"] = requests;
   auto image = options_.images.find(spec.engine);
   json container = {{"name", "engine"},
                     {"image", image != options_.images.end() ? image->second
@@ -145,7 +174,7 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
                     {"imagePullPolicy", options_.image_pull_policy},
                     {"command", spec.argv},
                     {"env", env},
-                    {"resources", {{"requests", requests}}}};
+                    {"resources", resources}};
   if (!spec.cwd.empty()) container["workingDir"] = spec.cwd;
   json tolerations = json::array();
   for (const std::string& key : options_.tolerations) {
@@ -160,7 +189,11 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
                       {kReplicaLabel, spec.name},
                       {kTagAnnotation, spec.tag},
                       {kGpusAnnotation, absl::StrJoin(p.gpus, ",")}};
-  if (p.fraction) annotations[kShareAnnotation] = absl::StrCat(p.gpu_share);
+  if (mig) {
+    annotations[kMigAnnotation] = absl::StrCat(p.mig_profile, "@", p.mig_start);
+  } else if (p.fraction) {
+    annotations[kShareAnnotation] = absl::StrCat(p.gpu_share);
+  }
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata",
@@ -231,8 +264,10 @@ absl::StatusOr<ProcessId> KubeLauncher::Start(const ProcessSpec& spec) {
           .name = spec.name,
           .deployment = p.deployment,
           .node = p.node,
-          .gpus = p.gpus};
+          .gpus = p.gpus,
+          .mig_starts = {}};
   std::sort(pod.gpus.begin(), pod.gpus.end());
+  if (!p.mig_profile.empty()) pod.mig_starts = {p.mig_start};
   if (!bound.ok()) {
     // Not left behind unbound.
     (void)Delete(pod, 0);
@@ -324,11 +359,12 @@ void KubeLauncher::HandlePod(const json& object) {
   const inventory::KubePod& p = *parsed;
   const std::string key = absl::StrCat(p.namespace_name, "/", p.name);
   if (!Ours(p)) {
-    const bool holds = inventory::KubePodHoldsResources(p) && p.gpus > 0;
+    const bool holds =
+        inventory::KubePodHoldsResources(p) && (p.gpus > 0 || !p.mig.empty());
     auto old = foreign_.find(key);
-    std::string old_node = old != foreign_.end() ? old->second.first : "";
+    std::string old_node = old != foreign_.end() ? old->second.node : "";
     if (holds) {
-      foreign_[key] = {p.node, p.gpus};
+      foreign_[key] = {.node = p.node, .gpus = p.gpus, .mig = p.mig};
     } else {
       foreign_.erase(key);
     }
@@ -357,14 +393,17 @@ void KubeLauncher::HandlePod(const json& object) {
   }
   if (!pod.assigned_reported && p.phase == "Running" && !p.pod_ip.empty()) {
     pod.assigned_reported = true;
-    assignments_.push_back(
-        {.id = id, .node = p.node, .gpus = pod.gpus, .address = p.pod_ip});
+    assignments_.push_back({.id = id,
+                            .node = p.node,
+                            .gpus = pod.gpus,
+                            .mig_starts = pod.mig_starts,
+                            .address = p.pod_ip});
   }
 }
 
 void KubeLauncher::HandlePodGone(const std::string& key) {
   if (foreign_.contains(key)) {
-    const std::string node = foreign_[key].first;
+    const std::string node = foreign_[key].node;
     foreign_.erase(key);
     RecountForeign(node);
     return;
@@ -386,13 +425,26 @@ void KubeLauncher::HandlePodGone(const std::string& key) {
 }
 
 void KubeLauncher::RecountForeign(const std::string& node) {
-  int64_t n = 0;
-  for (const auto& [key, held] : foreign_) {
-    if (held.first == node) n += held.second;
-  }
   auto it = nodes_.find(node);
-  if (it == nodes_.end() || it->second.foreign == n) return;
-  it->second.foreign = n;
+  if (it == nodes_.end()) return;
+  NodeInfo& info = it->second;
+  int64_t n = 0;
+  std::map<std::string, int64_t> mig;
+  for (const auto& [key, held] : foreign_) {
+    if (held.node != node) continue;
+    // On a node of the single strategy, nvidia.com/gpu are its MIG devices.
+    if (info.single_profile.empty()) {
+      n += held.gpus;
+    } else if (held.gpus > 0) {
+      mig[info.single_profile] += held.gpus;
+    }
+    for (const auto& [profile, count] : held.mig) {
+      mig[absl::AsciiStrToLower(profile)] += count;
+    }
+  }
+  if (info.foreign == n && info.foreign_mig == mig) return;
+  info.foreign = n;
+  info.foreign_mig = std::move(mig);
   Report(node);
 }
 
@@ -436,10 +488,30 @@ void KubeLauncher::Report(const std::string& node) {
     }
     std::sort(r.foreign_gpus.begin(), r.foreign_gpus.end());
   }
+  // MIG devices too come as counts per profile: the last instances of the
+  // profile that gpusched's own Pods do not hold stand for them.
+  for (const auto& [profile, count] : info.foreign_mig) {
+    const std::vector<std::pair<int, int>> slices =
+        inventory::StaticMigSlices(info.spec, profile);
+    int64_t left = count;
+    for (auto s = slices.rbegin(); s != slices.rend() && left > 0; ++s) {
+      bool held = false;
+      for (const auto& [id, pod] : pods_) {
+        if (pod.node != node || pod.mig_starts.empty()) continue;
+        held =
+            held || (pod.gpus[0] == s->first && pod.mig_starts[0] == s->second);
+      }
+      if (held) continue;
+      r.foreign_mig.push_back(*s);
+      --left;
+    }
+  }
+  std::sort(r.foreign_mig.begin(), r.foreign_mig.end());
   auto old = node_reports_.find(node);
   if (old != node_reports_.end() && old->second.usable == r.usable &&
       old->second.state == r.state && old->second.reason == r.reason &&
-      old->second.foreign_gpus == r.foreign_gpus) {
+      old->second.foreign_gpus == r.foreign_gpus &&
+      old->second.foreign_mig == r.foreign_mig) {
     return;
   }
   node_reports_[node] = r;
@@ -524,7 +596,17 @@ std::vector<Leftover> KubeLauncher::Leftovers() {
             .name = Annotation(object, kReplicaLabel),
             .deployment = Annotation(object, kDeploymentLabel),
             .node = p.node,
-            .gpus = ParseGpus(Annotation(object, kGpusAnnotation))};
+            .gpus = ParseGpus(Annotation(object, kGpusAnnotation)),
+            .mig_starts = {}};
+    // "<profile>@<start>" on a MIG slice's Pod.
+    const std::string mig = Annotation(object, kMigAnnotation);
+    int start = -1;
+    if (const size_t at = mig.rfind('@');
+        at != std::string::npos && pod.gpus.size() == 1 &&
+        absl::SimpleAtoi(mig.substr(at + 1), &start) && start >= 0 &&
+        start < inventory::ClusterState::kMaxMigSlots) {
+      pod.mig_starts = {start};
+    }
     Leftover l;
     l.id = next_id_++;
     l.name = pod.name;
@@ -533,6 +615,7 @@ std::vector<Leftover> KubeLauncher::Leftovers() {
     l.running = p.phase == "Running" && !p.pod_ip.empty();
     l.node = p.node;
     l.gpus = pod.gpus;
+    l.mig_starts = pod.mig_starts;
     l.address = p.pod_ip;
     l.description =
         absl::StrCat("Pod ", key, " (", p.phase.empty() ? "Pending" : p.phase,

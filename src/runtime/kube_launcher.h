@@ -34,6 +34,7 @@
 #ifndef GPUSCHED_RUNTIME_KUBE_LAUNCHER_H_
 #define GPUSCHED_RUNTIME_KUBE_LAUNCHER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,7 +81,8 @@ class KubeLauncher : public Launcher {
   KubeLauncher(KubeLauncherOptions options, std::unique_ptr<KubeClient> api,
                std::unique_ptr<KubeClient> pods_client,
                std::unique_ptr<KubeClient> nodes_client,
-               std::vector<inventory::KubeNode> nodes_at_start);
+               std::vector<inventory::KubeNode> nodes_at_start,
+               std::vector<inventory::NodeSpec> specs = {});
   KubeLauncher(const KubeLauncher&) = delete;
   KubeLauncher& operator=(const KubeLauncher&) = delete;
   // Stops watching and leaves the Pods: a gpusched that stops cleanly has
@@ -125,6 +127,7 @@ class KubeLauncher : public Launcher {
     std::string deployment;
     std::string node;
     std::vector<int> gpus;
+    std::vector<int> mig_starts;  // a MIG slice's instance, parallel to gpus
     bool assigned_reported = false;
     bool stop_requested = false;
     bool delete_sent = false;  // a delete with grace is in the API server
@@ -165,16 +168,28 @@ class KubeLauncher : public Launcher {
   std::vector<GpuAssignment> assignments_;
 
   struct NodeInfo {
-    int gpus = 0;
+    int gpus = 0;              // whole GPUs
+    inventory::NodeSpec spec;  // placement's view (its MIG layout)
+    // The single MIG strategy's profile: its nvidia.com/gpu are MIG devices.
+    std::string single_profile;
     bool known = false;  // a Node object was seen
     bool usable = true;
     std::string state;
     std::string reason;
     int64_t foreign = 0;
+    std::map<std::string, int64_t> foreign_mig;  // by profile
   };
+  // The resource a MIG slice of `profile` asks the device plugin for.
+  static std::string MigResource(const NodeInfo& node,
+                                 const std::string& profile);
   absl::flat_hash_map<std::string, NodeInfo> nodes_;
-  // Other Pods holding GPUs, by key: node and count.
-  absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> foreign_;
+  // Other Pods holding GPUs, by key.
+  struct Foreign {
+    std::string node;
+    int64_t gpus = 0;
+    std::vector<std::pair<std::string, int64_t>> mig;  // by profile
+  };
+  absl::flat_hash_map<std::string, Foreign> foreign_;
   absl::flat_hash_map<std::string, NodeReport> node_reports_;
   std::vector<NodeReport> changed_nodes_;
   bool pods_reachable_ = true;

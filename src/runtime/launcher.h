@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -36,6 +37,10 @@ struct ProcessPlacement {
   // For a fraction: the part of its GPU it takes, the larger of its memory
   // and compute shares, in (0, 1].
   double gpu_share = 0;
+  // For a MIG slice (then `fraction` and one GPU): its profile ("1g.10gb")
+  // and first memory slot on gpus[0]; empty and -1 otherwise.
+  std::string mig_profile;
+  int mig_start = -1;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
 };
@@ -85,6 +90,9 @@ struct GpuAssignment {
   ProcessId id = 0;
   std::string node;
   std::vector<int> gpus;  // indexes on `node`; empty: as placement chose
+  // For MIG slices, parallel to `gpus`: the instance's first slot on each
+  // (a static layout, NodeSpec::mig_instances); empty otherwise.
+  std::vector<int> mig_starts;
   // Where the process listens, when the manager chose it (a Pod's IP);
   // empty: the planned host.
   std::string address;
@@ -99,8 +107,9 @@ struct Leftover {
   std::string tag;       // ProcessSpec::tag it was started with
   bool running = false;  // runs now (else waits to start)
   std::string node;
-  std::vector<int> gpus;    // the GPUs it holds on `node`
-  std::string address;      // where it listens; empty: the node's address
+  std::vector<int> gpus;        // the GPUs it holds on `node`
+  std::vector<int> mig_starts;  // as GpuAssignment::mig_starts
+  std::string address;          // where it listens; empty: the node's address
   std::string description;  // for the event log ("Slurm job 12 (...) RUNNING")
 };
 
@@ -112,6 +121,9 @@ struct NodeReport {
   std::string reason;
   // GPU indexes held by work the launcher did not start (other users' jobs).
   std::vector<int> foreign_gpus;
+  // MIG instances of a static layout held by such work, as (GPU, start),
+  // sorted.
+  std::vector<std::pair<int, int>> foreign_mig;
 };
 
 // The cluster manager stopped answering, or answers again.

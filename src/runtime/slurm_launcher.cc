@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -100,10 +101,35 @@ absl::StatusOr<std::vector<inventory::SlurmJob>> ReadSlurmJobs(
 SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options,
                              std::unique_ptr<SlurmClient> client,
                              std::vector<inventory::SlurmNode> nodes,
+                             std::vector<inventory::NodeSpec> specs,
                              const Clock* clock)
     : options_(std::move(options)), client_(std::move(client)), clock_(clock) {
-  for (const inventory::SlurmNode& n : nodes) {
-    gres_[n.name] = {n.gpu_type, n.gpus > 0 ? n.shards / n.gpus : 0};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    inventory::SlurmNode& n = nodes[i];
+    NodeGres g;
+    g.shards_per_gpu = n.gpus > 0 ? n.shards / n.gpus : 0;
+    if (i < specs.size()) g.spec = std::move(specs[i]);
+    g.node = std::move(n);
+    gres_[g.node.name] = std::move(g);
+  }
+}
+
+void SlurmLauncher::Locate(const NodeGres& node,
+                           const std::vector<int>& indexes,
+                           std::vector<int>* gpus,
+                           std::vector<int>* mig_starts) const {
+  std::vector<std::pair<int, int>> spots;
+  for (int i : indexes) {
+    std::optional<inventory::SlurmGpuSpot> s =
+        inventory::LocateSlurmGpu(node.node, node.spec, i);
+    if (s.has_value()) spots.emplace_back(s->gpu, s->mig_start);
+  }
+  std::sort(spots.begin(), spots.end());
+  const bool mig = std::any_of(spots.begin(), spots.end(),
+                               [](const auto& s) { return s.second >= 0; });
+  for (const auto& [gpu, start] : spots) {
+    gpus->push_back(gpu);
+    if (mig) mig_starts->push_back(start);
   }
 }
 
@@ -149,13 +175,16 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
     return absl::NotFoundError(absl::StrCat("replica ", spec.name, ": node ",
                                             p.node, " is not a Slurm node"));
   }
-  if (p.fraction && p.gpu_share <= 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "replica ", spec.name,
-        ": MIG slices are not run through Slurm (docs/slurm.md); use "
-        "fractions (gres/shard) or whole GPUs"));
-  }
-  if (p.fraction && gres->second.shards_per_gpu <= 0) {
+  std::string mig_type;
+  if (!p.mig_profile.empty()) {
+    mig_type = inventory::SlurmMigType(gres->second.node, p.mig_profile);
+    if (mig_type.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("replica ", spec.name, ": node ", p.node,
+                       " has no MIG devices of profile ", p.mig_profile,
+                       " in its GRES (docs/slurm.md)"));
+    }
+  } else if (p.fraction && gres->second.shards_per_gpu <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replica ", spec.name, ": node ", p.node,
         " declares no gres/shard, which GPU fractions run on through Slurm "
@@ -191,14 +220,17 @@ absl::StatusOr<ProcessId> SlurmLauncher::Start(const ProcessSpec& spec) {
           p.memory_mib > 0 ? p.memory_mib : options_.default_memory_mib, "M"),
       "--no-requeue",
       "--open-mode=append"};
-  if (p.fraction) {
+  if (!mig_type.empty()) {
+    // Slurm gives the job one device of the type and says which.
+    argv.push_back(absl::StrCat("--gres=gpu:", mig_type, ":1"));
+  } else if (p.fraction) {
     argv.push_back(absl::StrCat(
         "--gres=shard:", Shards(p.gpu_share, gres->second.shards_per_gpu)));
   } else if (!p.gpus.empty()) {
-    argv.push_back(absl::StrCat(
-        "--gres=gpu:",
-        gres->second.type.empty() ? "" : absl::StrCat(gres->second.type, ":"),
-        p.gpus.size()));
+    const std::string& type = gres->second.node.gpu_type;
+    argv.push_back(
+        absl::StrCat("--gres=gpu:", type.empty() ? "" : absl::StrCat(type, ":"),
+                     p.gpus.size()));
   }
   if (!spec.inherit_env) argv.push_back("--export=NONE");
   if (!options_.partition.empty()) {
@@ -302,8 +334,13 @@ void SlurmLauncher::Refresh(bool force) {
       ended.push_back(id);
     } else if (j.state == "RUNNING" && !job.running_reported) {
       job.running_reported = true;
-      assignments_.push_back(
-          {.id = id, .node = j.node, .gpus = j.gpus, .address = ""});
+      GpuAssignment a;
+      a.id = id;
+      a.node = j.node;
+      if (auto g = gres_.find(j.node); g != gres_.end()) {
+        Locate(g->second, j.gpus, &a.gpus, &a.mig_starts);
+      }
+      assignments_.push_back(std::move(a));
     }
   }
   for (ProcessId id : ended) jobs_.erase(id);
@@ -331,13 +368,26 @@ void SlurmLauncher::Refresh(bool force) {
     for (int g : n.gpus_used) {
       if (!mine.contains(g)) foreign.insert(g);
     }
-    for (int g : foreign) {
-      if (g < n.gpus) r.foreign_gpus.push_back(g);
+    for (int i : foreign) {
+      std::optional<inventory::SlurmGpuSpot> spot =
+          inventory::LocateSlurmGpu(gres->second.node, gres->second.spec, i);
+      if (!spot.has_value()) continue;
+      if (spot->mig_start >= 0) {
+        r.foreign_mig.emplace_back(spot->gpu, spot->mig_start);
+      } else {
+        r.foreign_gpus.push_back(spot->gpu);
+      }
     }
+    std::sort(r.foreign_gpus.begin(), r.foreign_gpus.end());
+    r.foreign_gpus.erase(
+        std::unique(r.foreign_gpus.begin(), r.foreign_gpus.end()),
+        r.foreign_gpus.end());
+    std::sort(r.foreign_mig.begin(), r.foreign_mig.end());
     auto last = node_reports_.find(n.name);
     if (last == node_reports_.end() || last->second.usable != r.usable ||
         last->second.state != r.state ||
-        last->second.foreign_gpus != r.foreign_gpus) {
+        last->second.foreign_gpus != r.foreign_gpus ||
+        last->second.foreign_mig != r.foreign_mig) {
       changed_nodes_.push_back(r);
       node_reports_[n.name] = std::move(r);
     }
@@ -459,7 +509,9 @@ std::vector<Leftover> SlurmLauncher::Leftovers() {
     }
     l.running = j.state == "RUNNING";
     l.node = j.node;
-    l.gpus = j.gpus;
+    if (auto g = gres_.find(j.node); g != gres_.end()) {
+      Locate(g->second, j.gpus, &l.gpus, &l.mig_starts);
+    }
     l.description = JobText(j);
     out.push_back(std::move(l));
   }

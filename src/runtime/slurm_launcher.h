@@ -72,11 +72,14 @@ struct SlurmLauncherOptions {
 
 class SlurmLauncher : public Launcher {
  public:
-  // `nodes` is the inventory read at start (names, GRES types); `clock`
-  // paces the queries and outlives the launcher.
+  // `nodes` is the inventory read at start (names, GRES types) and `specs`
+  // what placement knows of them (inventory::SlurmNodeSpecs, the same
+  // order: it lays out their MIG devices); `clock` paces the queries and
+  // outlives the launcher.
   SlurmLauncher(SlurmLauncherOptions options,
                 std::unique_ptr<SlurmClient> client,
-                std::vector<inventory::SlurmNode> nodes, const Clock* clock);
+                std::vector<inventory::SlurmNode> nodes,
+                std::vector<inventory::NodeSpec> specs, const Clock* clock);
   SlurmLauncher(const SlurmLauncher&) = delete;
   SlurmLauncher& operator=(const SlurmLauncher&) = delete;
   // Leaves the jobs running: a gpusched that stops cleanly has stopped its
@@ -131,9 +134,13 @@ class SlurmLauncher : public Launcher {
   std::unique_ptr<SlurmClient> client_;
   const Clock* clock_;
   struct NodeGres {
-    std::string type;            // the GRES type of its GPUs
+    inventory::SlurmNode node;   // as read at start: GRES types and blocks
+    inventory::NodeSpec spec;    // placement's view (MIG layout)
     int64_t shards_per_gpu = 0;  // gres/shard per GPU; 0: none
   };
+  // Slurm's GPU indexes on `node` as GPUs and MIG instances of its spec.
+  void Locate(const NodeGres& node, const std::vector<int>& indexes,
+              std::vector<int>* gpus, std::vector<int>* mig_starts) const;
   absl::flat_hash_map<std::string, NodeGres> gres_;  // by node name
   absl::flat_hash_map<ProcessId, Job> jobs_;
   std::vector<ExitEvent> exits_;

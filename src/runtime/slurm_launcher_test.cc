@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 #include "runtime/command.h"
 
 namespace gpusched::runtime {
@@ -44,22 +45,27 @@ class FakeSlurm : public SlurmClient {
   bool up = true;
 };
 
-std::vector<inventory::SlurmNode> Nodes() {
-  inventory::SlurmNode a;
-  a.name = "node1";
-  a.gpu_type = "h100";
-  a.gpus = 4;
-  inventory::SlurmNode b = a;
-  b.name = "node2";
-  return {a, b};
-}
-
 constexpr char kNodeLines[] =
     "NodeName=node1 CPUTot=16 CPUAlloc=2 RealMemory=64000 AllocMem=2000 "
     "State=MIXED Gres=gpu:h100:4 GresUsed=gpu:h100:3(IDX:0-2)\n"
     "NodeName=node2 CPUTot=16 CPUAlloc=0 RealMemory=64000 AllocMem=0 "
     "State=IDLE+DRAIN Gres=gpu:h100:4 GresUsed=gpu:h100:0(IDX:N/A) "
     "Reason=maintenance [root@t]\n";
+
+// The nodes as gpusched reads them at start, and placement's view of them.
+std::vector<inventory::SlurmNode> Nodes(const char* text = kNodeLines) {
+  absl::StatusOr<std::vector<inventory::SlurmNode>> n =
+      inventory::ParseSlurmNodes(text);
+  EXPECT_TRUE(n.ok()) << n.status();
+  return n.ok() ? *n : std::vector<inventory::SlurmNode>{};
+}
+std::vector<inventory::NodeSpec> Specs(
+    const std::vector<inventory::SlurmNode>& nodes) {
+  absl::StatusOr<std::vector<inventory::NodeSpec>> s =
+      inventory::SlurmNodeSpecs(nodes, {});
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : std::vector<inventory::NodeSpec>{};
+}
 
 class SlurmLauncherTest : public ::testing::Test {
  protected:
@@ -70,8 +76,8 @@ class SlurmLauncherTest : public ::testing::Test {
     SlurmLauncherOptions o;
     o.partition = "gpu";
     o.account = "ml";
-    launcher_ =
-        std::make_unique<SlurmLauncher>(o, std::move(fake), Nodes(), &clock_);
+    launcher_ = std::make_unique<SlurmLauncher>(o, std::move(fake), Nodes(),
+                                                Specs(Nodes()), &clock_);
   }
   ProcessSpec Spec(std::string name, std::vector<int> gpus) {
     ProcessSpec s;
@@ -150,7 +156,7 @@ TEST_F(SlurmLauncherTest, RunsAFractionOnShardsAndFollowsTheGpuSlurmChose) {
       "NodeName=node1 CPUTot=16 CPUAlloc=2 RealMemory=64000 AllocMem=2000 "
       "State=MIXED Gres=gpu:h100:4,shard:h100:400 "
       "GresUsed=gpu:h100:0(IDX:N/A),shard:h100:1(IDX:0,3)\n";
-  SlurmLauncher launcher({}, std::move(fake), nodes, &clock_);
+  SlurmLauncher launcher({}, std::move(fake), nodes, Specs(nodes), &clock_);
   ProcessSpec s = Spec("chat-1", {2});
   s.placement.fraction = true;
   s.placement.gpu_share = 0.25;
@@ -174,17 +180,76 @@ TEST_F(SlurmLauncherTest, RunsAFractionOnShardsAndFollowsTheGpuSlurmChose) {
   ASSERT_FALSE(r.empty());
   EXPECT_THAT(r[0].foreign_gpus, ElementsAre(3));
 
-  // A share on a node without shards, and a MIG slice: refused by name.
+  // A share on a node without shards, and a MIG slice on a node without
+  // MIG devices: refused by name.
   s.placement.node = "node2";
   absl::Status st = launcher.Start(s).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(st.message(), HasSubstr("node2 declares no gres/shard"));
   s.placement.node = "node1";
-  s.placement.gpu_share = 0;
+  s.placement.mig_profile = "1g.10gb";
+  s.placement.mig_start = 0;
   st = launcher.Start(s).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(st.message(), HasSubstr("MIG"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("no MIG devices of profile 1g.10gb"));
   EXPECT_EQ(slurm->calls.size(), 3u);  // one sbatch, two queries
+}
+
+TEST_F(SlurmLauncherTest, RunsMigSlicesOnTheNodesMigGresAndReadsBackTheDevice) {
+  // node1: 2 whole H100s (Slurm's indexes 0-1), then 3 x 1g.10gb (2-4) and
+  // 1 x 3g.40gb (5), as Slurm numbers a node's gpu GRES in Gres= order.
+  constexpr char kMigNode[] =
+      "NodeName=node1 CPUTot=16 CPUAlloc=0 RealMemory=64000 AllocMem=0 "
+      "State=MIXED Gres=gpu:h100:2,gpu:h100_1g.10gb:3,gpu:h100_3g.40gb:1 "
+      "GresUsed=gpu:h100:0(IDX:N/A),gpu:h100_1g.10gb:1(IDX:2),"
+      "gpu:h100_3g.40gb:0(IDX:N/A)\n";
+  std::vector<inventory::SlurmNode> nodes = Nodes(kMigNode);
+  std::vector<inventory::NodeSpec> specs = Specs(nodes);
+  ASSERT_EQ(specs.size(), 1u);
+  ASSERT_EQ(specs[0].gpu_count, 3);  // 2 whole + 1 in MIG mode
+  const auto ones = inventory::StaticMigSlices(specs[0], "1g.10gb");
+  ASSERT_EQ(ones.size(), 3u);
+  auto fake = std::make_unique<FakeSlurm>();
+  FakeSlurm* slurm = fake.get();
+  slurm->nodes = kMigNode;
+  SlurmLauncher launcher({}, std::move(fake), nodes, specs, &clock_);
+  ProcessSpec s = Spec("mig-1", {ones[1].first});
+  s.placement.fraction = true;
+  s.placement.mig_profile = "1g.10gb";
+  s.placement.mig_start = ones[1].second;
+  ASSERT_TRUE(launcher.Start(s).ok());
+  EXPECT_THAT(slurm->calls[0], HasSubstr("--gres=gpu:h100_1g.10gb:1 "));
+  EXPECT_THAT(slurm->calls[0], Not(HasSubstr("shard")));
+  // Slurm gave it device 4: the third 1g device, so the third instance.
+  // Device 2 is another user's.
+  slurm->jobs =
+      "JobId=100 JobName=gpusched.mig-1 UserId=root(0) JobState=RUNNING "
+      "Reason=None ExitCode=0:0 NodeList=node1 BatchHost=node1 "
+      "GRES=gpu:h100_1g.10gb:1(IDX:4)\n"
+      "JobId=9 JobName=wrap UserId=bob(1001) JobState=RUNNING Reason=None "
+      "ExitCode=0:0 NodeList=node1 BatchHost=node1 "
+      "GRES=gpu:h100_1g.10gb:1(IDX:2)\n";
+  clock_.Advance(2 * kMicrosPerSecond);
+  launcher.Sync();
+  std::vector<GpuAssignment> a = launcher.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_THAT(a[0].gpus, ElementsAre(ones[2].first));
+  EXPECT_THAT(a[0].mig_starts, ElementsAre(ones[2].second));
+  std::vector<NodeReport> r = launcher.NodeReports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_THAT(r[0].foreign_gpus, IsEmpty());
+  EXPECT_THAT(r[0].foreign_mig, ElementsAre(ones[0]));
+  // A restarted gpusched finds the job with its instance.
+  std::vector<Leftover> left = launcher.Leftovers();
+  EXPECT_THAT(left, IsEmpty());  // it is this launcher's own job
+  auto fake2 = std::make_unique<FakeSlurm>();
+  fake2->nodes = kMigNode;
+  fake2->jobs = slurm->jobs;
+  SlurmLauncher again({}, std::move(fake2), nodes, specs, &clock_);
+  left = again.Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_THAT(left[0].gpus, ElementsAre(ones[2].first));
+  EXPECT_THAT(left[0].mig_starts, ElementsAre(ones[2].second));
 }
 
 TEST_F(SlurmLauncherTest, ReportsAssignmentExitsAndNodes) {

@@ -3,6 +3,7 @@
 # with a CA of its own and a bearer token, its nodes, and a kubeconfig for
 # gpusched. Uses $tmp (tests/lib.sh).
 #   kube_cluster_up APISERVER_BINARY NODE...   NODE: name:ip:managed(0|1):gpus
+#     [:mig], mig: MIG devices of the mixed strategy, "1g.10gb=7,3g.40gb=1"
 #     sets kpid, kurl, token; writes $tmp/kubeconfig, $tmp/ca.crt; records
 #     every request body under $tmp/record and Pod output under $tmp/podlogs
 #   kube METHOD PATH [curl args]     the API as the test's admin
@@ -22,7 +23,7 @@ kube_cluster_up() {  # apiserver node...
   token="test-token-$RANDOM$RANDOM"
   python3 - "$tmp/nodes.json" "$@" <<'PY'
 import json, sys
-def node(name, ip, managed, gpus):
+def node(name, ip, managed, gpus, mig=""):
     labels = {"kubernetes.io/hostname": name,
               "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
               "nvidia.com/gpu.memory": "81559",
@@ -30,6 +31,13 @@ def node(name, ip, managed, gpus):
     if managed:
         labels["gpusched.io/managed"] = "true"
     res = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    # MIG devices as the device plugin's mixed strategy advertises them, with
+    # the labels GPU Feature Discovery sets.
+    for part in filter(None, mig.split(",")):
+        profile, count = part.split("=")
+        res["nvidia.com/mig-" + profile] = count
+        labels["nvidia.com/mig-%s.count" % profile] = count
+        labels["nvidia.com/mig.strategy"] = "mixed"
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels},
             "spec": {"taints": [{"key": "gpusched.io/dedicated", "value": "true",
@@ -42,8 +50,8 @@ def node(name, ip, managed, gpus):
                                        "message": "kubelet is posting ready status"}]}}
 items = []
 for spec in sys.argv[2:]:
-    name, ip, managed, gpus = spec.split(":")
-    items.append(node(name, ip, managed == "1", int(gpus)))
+    name, ip, managed, gpus, *mig = spec.split(":")
+    items.append(node(name, ip, managed == "1", int(gpus), *mig))
 json.dump({"apiVersion": "v1", "kind": "NodeList", "items": items}, open(sys.argv[1], "w"))
 PY
   mkdir -p "$tmp/record" "$tmp/podlogs"

@@ -5,7 +5,10 @@
 # fake GPUs declared in gres.conf (File= device nodes made with mknod).
 # Root only. Source it, then:
 #   slurm_cluster_up DIR SPEC...   SPEC = name:gpu_type:gpus:cpus:memory_mib
-#                                  [:shards], shards: gres/shard per GPU
+#                                  [:shards[:mig]], shards: gres/shard per
+#                                  GPU (may be empty); mig: MIG devices as
+#                                  typed GRES, "1g.10gb=7,3g.40gb=1", after
+#                                  the whole GPUs in gres.conf and Gres=
 #   slurm_cluster_down DIR         stops every daemon it started, removes the
 #                                  namespaces, the bridge and the veths
 #   slurm_ctld_stop|start DIR      stops or starts slurmctld alone
@@ -81,19 +84,23 @@ slurm_cluster_up() {
     --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" \
     --seed-file="$dir/munge.seed" || { echo "cluster: munged did not start" >&2; return 1; }
 
-  local nodes="" gresconf="" gres_types=gpu i=0 spec name type gpus cpus mem shards gres addr g
+  local nodes="" gresconf="" gres_types=gpu i=0 spec name type gpus cpus mem shards mig gres addr g m mtype mcount dev
   for spec in "$@"; do
     i=$((i + 1))
     shards=""
-    IFS=: read -r name type gpus cpus mem shards <<<"$spec"
+    mig=""
+    IFS=: read -r name type gpus cpus mem shards mig <<<"$spec"
     addr="$net.$((10 + i))"
     echo "$name $addr" >>"$dir/nodes"
     mkdir -p "$dir/dev/$name"
     for g in $(seq 0 $((gpus - 1))); do
       mknod "$dir/dev/$name/nvidia$g" c 195 "$g"
     done
-    gres="gpu:$type:$gpus"
-    gresconf+="NodeName=$name Name=gpu Type=$type File=$dir/dev/$name/nvidia[0-$((gpus - 1))]"$'\n'
+    gres=""
+    if [ "$gpus" -gt 0 ]; then
+      gres="gpu:$type:$gpus"
+      gresconf+="NodeName=$name Name=gpu Type=$type File=$dir/dev/$name/nvidia[0-$((gpus - 1))]"$'\n'
+    fi
     if [ -n "$shards" ]; then
       # Shards per GPU device, in the GPUs' order: a shard's index is its GPU's.
       gres_types=gpu,shard
@@ -102,6 +109,19 @@ slurm_cluster_up() {
         gresconf+="NodeName=$name Name=shard Count=$shards File=$dir/dev/$name/nvidia$g"$'\n'
       done
     fi
+    # MIG devices: one device node each, numbered after the whole GPUs (a
+    # real node's are /dev/nvidia-caps/nvidia-capN plus the parent GPU).
+    dev=$gpus
+    for m in ${mig//,/ }; do
+      mtype=${m%%=*}
+      mcount=${m#*=}
+      gres="${gres:+$gres,}gpu:$mtype:$mcount"
+      for g in $(seq 1 "$mcount"); do
+        mknod "$dir/dev/$name/nvidia$dev" c 195 "$dev"
+        gresconf+="NodeName=$name Name=gpu Type=$mtype File=$dir/dev/$name/nvidia$dev"$'\n'
+        dev=$((dev + 1))
+      done
+    done
     nodes+="NodeName=$name NodeAddr=$addr NodeHostname=$name CPUs=$cpus RealMemory=$mem Gres=$gres State=UNKNOWN"$'\n'
   done
   local all

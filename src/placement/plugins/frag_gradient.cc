@@ -48,7 +48,7 @@ double FragGradientPolicy::Best(const PodRequest& pod, const ClusterState& cs,
   int slot = 0;
   for (int i = 0; i < static_cast<int>(st.gpus.size()); ++i) {
     const inventory::GpuState& g = st.gpus[i];
-    if (!g.healthy || g.mig_used != 0) continue;
+    if (!g.healthy || g.Partitioned()) continue;
     const int k = slot++;
     if (!ShareFits(pod, g)) continue;
     after.free[k] -= pod.gpu_milli;
