@@ -21,10 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                 "GPU blocks that do not follow each other");
         indexes += b.count;
       }
-      gpusched::fuzz::Require(
-          n.gpus >= 0 && n.gpus <= indexes &&
-              indexes <= inv::kMaxSlurmGresIndex + 1,
-          "a GPU count out of bounds");
+      gpusched::fuzz::Require(n.gpus >= 0 && n.gpus <= indexes &&
+                                  indexes <= inv::kMaxSlurmGresIndex + 1,
+                              "a GPU count out of bounds");
       gpusched::fuzz::Require(
           std::is_sorted(n.gpus_used.begin(), n.gpus_used.end()) &&
               (n.gpus_used.empty() || n.gpus_used.back() < indexes),
