@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The robustness table of docs/placement.md (issue 16): fgd, best-fit and
-# fillfrag, seeds 42-51, on every Alibaba pod list there is (default, cpu*,
-# gpushare*) and on the variants scripts/make-placement-variants.py builds
+# fillfrag, seeds 42-51, on every Alibaba pod list there is (default, the
+# nine cpu*, the five gpushare*) and on the variants scripts/make-placement-variants.py builds
 # (gpuspec10/20/25/33: GPU-model constraints; multigpu20/30/40/50: pods of
 # 2-8 whole GPUs). Prints unallocated GPU % at 100% and 130% arrival, the
 # ratio to fgd, the offline packing floor (bench/packing_floor.py: shares
@@ -25,9 +25,9 @@ mkdir -p "$out"
 python3 scripts/make-placement-variants.py "$out" --data "$data" >/dev/null
 traces=("$@")
 if [ ${#traces[@]} -eq 0 ]; then
-  traces=(default cpu050 cpu100 cpu200 cpu250 gpushare40 gpushare60 gpushare80
-    gpushare100 gpuspec10 gpuspec20 gpuspec25 gpuspec33 multigpu20 multigpu30
-    multigpu40 multigpu50)
+  traces=(default cpu0 cpu037 cpu050 cpu072 cpu100 cpu200 cpu235 cpu250 cpu300
+    gpushare20 gpushare40 gpushare60 gpushare80 gpushare100 gpuspec10 gpuspec20
+    gpuspec25 gpuspec33 multigpu20 multigpu30 multigpu40 multigpu50)
 fi
 start=$(date +%s)
 for t in "${traces[@]}"; do
