@@ -11,6 +11,9 @@
 #      requests, the event says it was deleted outside gpusched; a Pod
 #      evicted by its kubelet -> replaced, the event says Evicted.
 #   3. a node NotReady -> its replicas move, the event says why.
+#   3b. the kubelet's readiness probe of one Pod fails (its Ready condition
+#      turns False) -> the replica leaves the rotation (replica.manager_unready)
+#      with 0 failed requests and is not restarted; back in when Ready again.
 #   4. every watch expired (410 Gone) -> relisted: no replica exits or
 #      starts, no Pod is created twice.
 #   5. the API server answers 429, then 500, for a while -> gpusched backs
@@ -208,6 +211,29 @@ api GET "/api/v1/events?kind=node.unusable&limit=10" >"$tmp/node.json"
 expect_contains "$tmp/node.json" "NotReady"
 [ "$(chat tp)" = 200 ] || fail "chat tp after the move failed"
 testing POST "/nodes/$down/ready?status=True" >/dev/null
+
+# --- 3b. The kubelet's readiness probe of a Pod fails --------------------------
+wait_views_agree 30 4 || fail "before the probe fault: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+victim=$(kube GET "/api/v1/namespaces/gpusched/pods?labelSelector=gpusched.io%2Fdeployment%3Dsolo" |
+  jq_py "[p['metadata']['name'] for p in j['items'] if p['status'].get('phase') == 'Running'][0]")
+kept=$(api GET /api/v1/deployments/solo | jq_py "sorted(r['pid'] for r in j['status']['replicaStatus'])")
+testing POST "/pods/gpusched/$victim/probes?fail=true" | grep -q probesFail ||
+  fail "could not fail the probes of $victim"
+wait_event replica.manager_unready 30 "$victim" ||
+  fail "no replica.manager_unready event for $victim: $(api GET '/api/v1/events?kind=replica.manager_unready&limit=5')"
+wait_ready solo 1 30 || fail "solo still counts 2 ready replicas while $victim is not Ready"
+( ok=0; bad=0
+  for _ in $(seq 1 40); do
+    if [ "$(chat solo)" = 200 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+  done
+  echo "$ok $bad" >"$tmp/load" )
+read -r ok bad <"$tmp/load"
+[ "$bad" = 0 ] || fail "$bad of $((ok + bad)) requests failed while $victim was not Ready"
+testing POST "/pods/gpusched/$victim/probes?fail=false" >/dev/null
+wait_ready solo 2 30 || fail "solo did not count $victim again once Ready"
+wait_event replica.manager_ready 30 || fail "no replica.manager_ready event"
+[ "$(api GET /api/v1/deployments/solo | jq_py "sorted(r['pid'] for r in j['status']['replicaStatus'])")" = "$kept" ] ||
+  fail "a replica was restarted for a Pod that was only not Ready"
 
 # --- 4. Watches expire (410 Gone) -----------------------------------------------
 wait_views_agree 30 4 || fail "before the expiry: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"

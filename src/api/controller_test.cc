@@ -103,6 +103,27 @@ class InProcessLauncher : public runtime::Launcher {
     absl::MutexLock lock(&mu_);
     return std::exchange(assignments_, {});
   }
+  // Says, as Kubernetes does with a Pod's Ready condition, whether an
+  // engine is ready (when reports_readiness is set before the controller is
+  // created).
+  bool reports_readiness = false;
+  bool ReportsReadiness() const override { return reports_readiness; }
+  void Readiness(runtime::ReadinessReport r) {
+    absl::MutexLock lock(&mu_);
+    readiness_.push_back(std::move(r));
+  }
+  std::vector<runtime::ReadinessReport> ReadinessReports() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(readiness_, {});
+  }
+  // The pid of replica `name`'s engine; 0 when none.
+  runtime::ProcessId PidOf(const std::string& name) const {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, e] : engines_) {
+      if (e.name == name) return id;
+    }
+    return 0;
+  }
   // Says, as a cluster manager does, what a node holds for others.
   void Report(runtime::NodeReport r) {
     absl::MutexLock lock(&mu_);
@@ -147,6 +168,7 @@ class InProcessLauncher : public runtime::Launcher {
   std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
   std::vector<runtime::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::vector<runtime::NodeReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<runtime::ReadinessReport> readiness_ ABSL_GUARDED_BY(mu_);
   runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::chrono::steady_clock::time_point> start_times_
@@ -201,6 +223,7 @@ class ControllerTest : public ::testing::Test {
     cluster.nodes = {node};
     cluster.source = "declared";
     auto launcher = std::make_unique<InProcessLauncher>();
+    launcher->reports_readiness = ManagerReadiness();
     launcher_ = launcher.get();
     auto c = runtime::Controller::Create(o, cluster, store_.get(),
                                          gateway_.get(), std::move(launcher));
@@ -212,6 +235,7 @@ class ControllerTest : public ::testing::Test {
   // Lets a test fixture change the options, and the node.
   virtual void Configure(runtime::ControllerOptions* o) {}
   virtual void ConfigureNode(inventory::NodeSpec* node) {}
+  virtual bool ManagerReadiness() { return false; }
   void TearDown() override {
     if (controller_) controller_->Stop();
     controller_.reset();
@@ -459,6 +483,40 @@ spec:
   for (const runtime::Event& e : *events) kinds.insert(e.kind);
   EXPECT_EQ(kinds, (std::set<std::string>{"node.mig_foreign",
                                           "replica.gpus_assigned"}));
+}
+
+// A launcher whose cluster manager says when a process is ready (a Pod's
+// Ready condition).
+class ManagerReadinessTest : public ControllerTest {
+ protected:
+  bool ManagerReadiness() override { return true; }
+};
+
+TEST_F(ManagerReadinessTest, AReplicaServesOnlyWhileTheManagerSaysReady) {
+  ApplyFraction("chat", 250, "4Gi", 1);
+  // The engine answers gpusched's probe, but the manager has not said ready.
+  ASSERT_TRUE(WaitFor([&] { return launcher_->PidOf("chat-0") != 0; }));
+  const runtime::ProcessId pid = launcher_->PidOf("chat-0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(Ready("chat"), 0);
+  launcher_->Readiness({.id = pid, .ready = true, .reason = ""});
+  ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 1; }));
+  // Not ready to the manager any more: out of rotation, not restarted.
+  launcher_->Readiness(
+      {.id = pid, .ready = false, .reason = "Pod gpusched/x is not Ready"});
+  ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 0; }));
+  EXPECT_EQ(launcher_->PidOf("chat-0"), pid);
+  launcher_->Readiness({.id = pid, .ready = true, .reason = ""});
+  ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 1; }));
+  runtime::EventFilter f;
+  f.kinds = {"replica.manager_unready", "replica.manager_ready"};
+  auto events = controller_->Events(f);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);  // the first Ready is no news
+  std::set<std::string> kinds;
+  for (const runtime::Event& e : *events) kinds.insert(e.kind);
+  EXPECT_EQ(kinds, (std::set<std::string>{"replica.manager_unready",
+                                          "replica.manager_ready"}));
 }
 
 TEST_F(ControllerTest, ApplyAndDeleteRaceTheLoop) {

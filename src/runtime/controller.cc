@@ -100,7 +100,11 @@ const char* Controller::Row::state() const {
 }
 
 bool Controller::Row::ready() const {
-  return core ? core->state == control::ReplicaState::kReady : io->external_ok;
+  // A replica serves while gpusched's probe and the cluster manager (where
+  // it says) both find it ready.
+  return core ? core->state == control::ReplicaState::kReady &&
+                    (io == nullptr || io->manager_ready)
+              : io->external_ok;
 }
 
 std::vector<Controller::Row> Controller::Rows(const Deployment& d) const {
@@ -135,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     c->launcher_ = launcher != nullptr
                        ? std::move(launcher)
                        : std::make_unique<runtime::LocalLauncher>();
+    c->manager_readiness_ = c->launcher_->ReportsReadiness();
   }
   c->options_ = std::move(options);
   if (c->options_.clock == nullptr) {

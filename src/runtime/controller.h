@@ -215,6 +215,10 @@ class Controller {
     runtime::EngineSignals signals;  // the last scrape
     // Replicas draining to make room for this one (swap or preemption).
     std::vector<std::string> awaiting;
+    // The cluster manager's readiness (a Pod's Ready condition), for a
+    // launcher that reports it (Launcher::ReportsReadiness); true else.
+    bool manager_ready = true;
+    bool manager_lost = false;  // it said not ready after a start
     // Attached endpoints only: the last health check, the next one.
     bool external_ok = false;
     bool probing = false;
@@ -474,6 +478,8 @@ class Controller {
   // the loop thread uses it (and Stop, after the loop), so it is never
   // contended. Lock order: mu_, then launcher_mu_.
   absl::Mutex launcher_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  // launcher_->ReportsReadiness(), read once at Create.
+  bool manager_readiness_ = false;
   std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
   // Leftovers waiting to be adopted, per deployment, until the deadline.
   absl::flat_hash_map<std::string, std::vector<runtime::Leftover>> leftovers_

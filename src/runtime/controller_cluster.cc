@@ -21,11 +21,13 @@ void Controller::HandleClusterReports(Micros now) {
   std::vector<runtime::GpuAssignment> assigned;
   std::vector<runtime::NodeReport> nodes;
   std::vector<runtime::ManagerReport> manager;
+  std::vector<runtime::ReadinessReport> readiness;
   {
     absl::MutexLock l(&launcher_mu_);
     assigned = launcher_->Assignments();
     nodes = launcher_->NodeReports();
     manager = launcher_->ManagerReports();
+    readiness = launcher_->ReadinessReports();
   }
   for (const runtime::ManagerReport& m : manager) {
     if (m.reachable) {
@@ -39,6 +41,29 @@ void Controller::HandleClusterReports(Micros now) {
   }
   FollowAssignments(assigned);
   for (const runtime::NodeReport& n : nodes) ApplyNodeReport(n, now);
+  for (const runtime::ReadinessReport& rr : readiness) {
+    for (auto& [name, d] : deployments_) {
+      for (auto& [rn, r] : d.procs) {
+        if (r.pid != rr.id || r.manager_ready == rr.ready) continue;
+        r.manager_ready = rr.ready;
+        dirty_ = true;
+        // The first Ready is the start going well (replica.ready says
+        // it); what is news is losing it, and getting it back.
+        const bool news = !rr.ready || r.manager_lost;
+        r.manager_lost = !rr.ready;
+        if (news) {
+          Event(rr.ready ? "replica.manager_ready" : "replica.manager_unready",
+                name,
+                rr.ready ? absl::StrCat(rn, ": the cluster manager says ready")
+                         : absl::StrCat(rn,
+                                        ": the cluster manager says not "
+                                        "ready; no request goes there (",
+                                        rr.reason, ")"),
+                json{{"replica", rn}, {"reason", rr.reason}});
+        }
+      }
+    }
+  }
 }
 
 void Controller::FollowAssignments(
@@ -391,6 +416,8 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
     r.placed = true;
     r.allocation = a;
     r.pid = l.id;
+    r.manager_ready = !manager_readiness_;
+    r.manager_lost = false;
     r.endpoint = {!l.address.empty()     ? l.address
                   : spec.address.empty() ? "127.0.0.1"
                                          : spec.address,

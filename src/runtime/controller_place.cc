@@ -337,6 +337,8 @@ void Controller::FinishStart(StartJob& job, Micros now) {
     d.cold->launched = Now();
   }
   r.pid = pid;
+  r.manager_ready = !manager_readiness_;
+  r.manager_lost = false;
   r.endpoint = {job.launch.host, static_cast<uint16_t>(port)};
   r.metrics_port = job.launch.metrics_port;
   d.life.Launched(r.name, now);

@@ -99,6 +99,8 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
   out.process.argv = *std::move(argv);
   out.process.env = *std::move(env);
   out.process.log_dir = in.log_dir;
+  out.process.port = out.port;
+  out.process.readiness_path = in.engine->readiness.path;
   ProcessPlacement& where = out.process.placement;
   where.deployment = in.deployment;
   if (in.allocation.node >= 0 && in.node != nullptr) {

@@ -218,6 +218,8 @@ TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
   spec.placement.gpus = {2, 3};
   spec.placement.cpu_milli = 2000;
   spec.placement.memory_mib = 4096;
+  spec.port = 8123;
+  spec.readiness_path = "/health";
   KubeLauncherOptions o;
   o.image = "img:1";
   o.tolerations = {"nvidia.com/gpu"};
@@ -245,6 +247,9 @@ TEST(KubeLauncherPodTest, PinsGpusBindsThePodIpAndLabelsWhatServesWhat) {
   EXPECT_EQ(c["env"][1]["value"], "2,3");
   EXPECT_EQ(c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
   EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
+  // The kubelet probes the engine as gpusched does.
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"], "/health");
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["port"], 8123);
 }
 
 TEST(KubeLauncherPodTest, MigSlicesAskTheDevicePluginForTheirProfile) {

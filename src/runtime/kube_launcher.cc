@@ -176,6 +176,16 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
                     {"env", env},
                     {"resources", resources}};
   if (!spec.cwd.empty()) container["workingDir"] = spec.cwd;
+  // The kubelet probes the engine as gpusched does, so the Pod's Ready
+  // condition (and Services, and `kubectl get pods`) says what gpusched
+  // routes to.
+  if (spec.port > 0 && !spec.readiness_path.empty()) {
+    container["readinessProbe"] = {
+        {"httpGet", {{"path", spec.readiness_path}, {"port", spec.port}}},
+        {"periodSeconds", 1},
+        {"timeoutSeconds", 5},
+        {"failureThreshold", 3}};
+  }
   json tolerations = json::array();
   for (const std::string& key : options_.tolerations) {
     tolerations.push_back({{"key", key}, {"operator", "Exists"}});
@@ -391,6 +401,16 @@ void KubeLauncher::HandlePod(const json& object) {
     Exit(id, pod, std::move(e));
     return;
   }
+  if (p.ready != pod.ready && !pod.delete_sent) {
+    pod.ready = p.ready;
+    readiness_.push_back(
+        {.id = id,
+         .ready = p.ready,
+         .reason = p.ready
+                       ? std::string()
+                       : absl::StrCat("Pod ", key, " is not Ready",
+                                      p.reason.empty() ? "" : ": ", p.reason)});
+  }
   if (!pod.assigned_reported && p.phase == "Running" && !p.pod_ip.empty()) {
     pod.assigned_reported = true;
     assignments_.push_back({.id = id,
@@ -572,6 +592,10 @@ std::vector<GpuAssignment> KubeLauncher::Assignments() {
   return std::exchange(assignments_, {});
 }
 
+std::vector<ReadinessReport> KubeLauncher::ReadinessReports() {
+  return std::exchange(readiness_, {});
+}
+
 std::vector<NodeReport> KubeLauncher::NodeReports() {
   return std::exchange(changed_nodes_, {});
 }
@@ -645,6 +669,9 @@ absl::Status KubeLauncher::Adopt(const Leftover& leftover,
   pod.name = name;
   pod.deployment = deployment;
   pod.assigned_reported = true;  // its GPUs and address came with it
+  pod.ready = ours_seen_.at(pod.key).ready;
+  if (pod.ready)
+    readiness_.push_back({.id = leftover.id, .ready = true, .reason = ""});
   by_key_[pod.key] = leftover.id;
   pods_.emplace(leftover.id, std::move(pod));
   (void)tag;

@@ -101,6 +101,11 @@ class KubeLauncher : public Launcher {
   std::vector<GpuAssignment> Assignments() override;
   std::vector<NodeReport> NodeReports() override;
   std::vector<ManagerReport> ManagerReports() override;
+  // A Pod's Ready condition: the kubelet runs the engine's readiness probe
+  // too (the Pod's readinessProbe), and a node that stops answering marks
+  // its Pods not Ready.
+  bool ReportsReadiness() const override { return true; }
+  std::vector<ReadinessReport> ReadinessReports() override;
   std::vector<Leftover> Leftovers() override;
   absl::Status Adopt(const Leftover& leftover, const std::string& name,
                      const std::string& deployment,
@@ -129,6 +134,7 @@ class KubeLauncher : public Launcher {
     std::vector<int> gpus;
     std::vector<int> mig_starts;  // a MIG slice's instance, parallel to gpus
     bool assigned_reported = false;
+    bool ready = false;  // the Pod's Ready condition, as last reported
     bool stop_requested = false;
     bool delete_sent = false;  // a delete with grace is in the API server
     bool force_sent = false;   // grace 0 sent
@@ -166,6 +172,7 @@ class KubeLauncher : public Launcher {
   bool first_sync_done_ = false;
   std::vector<ExitEvent> exits_;
   std::vector<GpuAssignment> assignments_;
+  std::vector<ReadinessReport> readiness_;
 
   struct NodeInfo {
     int gpus = 0;              // whole GPUs

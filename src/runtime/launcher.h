@@ -68,6 +68,10 @@ struct ProcessSpec {
   // Opaque to the launcher: one whose processes outlive gpusched (a Slurm
   // job) keeps it with the process and gives it back in Leftovers().
   std::string tag;
+  // The engine's port and readiness path (the template's probe), for a
+  // cluster manager that probes too (a Pod's readinessProbe); 0: none.
+  int port = 0;
+  std::string readiness_path;
 };
 
 struct ExitEvent {
@@ -126,6 +130,14 @@ struct NodeReport {
   std::vector<std::pair<int, int>> foreign_mig;
 };
 
+// The cluster manager's own readiness of a process (a Pod's Ready
+// condition), when it changes.
+struct ReadinessReport {
+  ProcessId id = 0;
+  bool ready = false;
+  std::string reason;  // the manager's words when not ready
+};
+
 // The cluster manager stopped answering, or answers again.
 struct ManagerReport {
   bool reachable = true;
@@ -165,6 +177,13 @@ class Launcher {
   virtual std::vector<NodeReport> NodeReports() { return {}; }
   // Each time the cluster manager stops answering or answers again.
   virtual std::vector<ManagerReport> ManagerReports() { return {}; }
+  // Whether the cluster manager says when a process is ready (Kubernetes'
+  // Pod Ready condition). Then a process counts as not ready to it until a
+  // ReadinessReport says otherwise, and a replica serves only while both
+  // the manager and gpusched's own probe say ready.
+  virtual bool ReportsReadiness() const { return false; }
+  // Readiness changes since the last call (ReportsReadiness launchers).
+  virtual std::vector<ReadinessReport> ReadinessReports() { return {}; }
   // What a previous run of gpusched left running through this launcher.
   virtual std::vector<Leftover> Leftovers() { return {}; }
   // Takes a leftover over as if this run had started it, now serving

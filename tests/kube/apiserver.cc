@@ -28,6 +28,8 @@
 //   POST /testing/expire-watches
 //   POST /testing/faults {"status":429|500|503,"count":N,"retryAfterSeconds":S}
 //   GET  /testing/stats, GET /testing/pods
+//   POST /testing/pods/{ns}/{name}/probes?fail=true|false  (the kubelet's
+//        readiness probes of the Pod fail, or run again)
 //   POST /testing/pods/{ns}/{name}/evict     (node-pressure eviction: the
 //        process is killed, the Pod Failed with reason Evicted)
 // With --record-dir every non-empty POST/PUT/PATCH/DELETE body of the API is
@@ -578,6 +580,19 @@ class Front {
     }
     if (method == "GET" && n == 2 && seg[1] == "pods") {
       return Json(200, kubelet_->Describe());
+    }
+    if (method == "POST" && n == 5 && seg[1] == "pods" && seg[4] == "probes") {
+      const std::string v = Get(q, "fail");
+      if (v != "true" && v != "false") {
+        return StatusReply(400, "BadRequest", "fail: want true or false");
+      }
+      const bool fail = v == "true";
+      if (!kubelet_->FailProbes(seg[2], seg[3], fail)) {
+        return StatusReply(404, "NotFound",
+                           absl::StrCat("no running Pod ", seg[2], "/", seg[3],
+                                        " with a readiness probe"));
+      }
+      return Json(200, {{"probesFail", fail}});
     }
     if (method == "POST" && n == 5 && seg[1] == "pods" && seg[4] == "evict") {
       if (!kubelet_->Evict(seg[2], seg[3])) {

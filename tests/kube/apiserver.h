@@ -375,6 +375,11 @@ class Kubelet {
   // are killed and it ends Failed, reason Evicted. False when it does not
   // run here.
   bool Evict(const std::string& ns, const std::string& name);
+  // Makes the readiness probes of Pod ns/name fail (true) or run again
+  // (false), as when the kubelet cannot reach the container: the Pod turns
+  // not Ready after its failure threshold. False when it does not run here
+  // or has no readiness probe.
+  bool FailProbes(const std::string& ns, const std::string& name, bool fail);
 
  private:
   struct Probe {
@@ -405,6 +410,7 @@ class Kubelet {
     std::optional<bool> posted_ready;
     int successes = 0, failures = 0;
     SteadyTime next_probe{};
+    bool probes_fail = false;  // FailProbes
   };
 
   void Loop();

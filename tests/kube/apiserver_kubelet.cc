@@ -551,6 +551,17 @@ void Kubelet::SyncReady(const std::string& uid, bool ready) {
   });
 }
 
+bool Kubelet::FailProbes(const std::string& ns, const std::string& name,
+                         bool fail) {
+  absl::MutexLock l(&mu_);
+  for (auto& [uid, p] : procs_) {
+    if (p.ns != ns || p.name != name || p.exited || !p.probe) continue;
+    p.probes_fail = fail;
+    return true;
+  }
+  return false;
+}
+
 bool Kubelet::Evict(const std::string& ns, const std::string& name) {
   absl::MutexLock l(&mu_);
   for (auto& [uid, p] : procs_) {
@@ -650,6 +661,12 @@ void Kubelet::ProbeLoop() {
           continue;
         }
         p.next_probe = now + p.probe->period;
+        if (p.probes_fail) {
+          Probe failing = *p.probe;
+          failing.type = "unreachable";  // RunProbe fails it
+          due.emplace_back(uid, std::move(failing));
+          continue;
+        }
         due.emplace_back(uid, *p.probe);
       }
     }
