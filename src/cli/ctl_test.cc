@@ -116,7 +116,16 @@ class CtlTest : public ::testing::Test {
          absl::StrCat(R"({"items": [)", kChat, ",", kEmbed, "]}")},
         {"GET /api/v1/deployments/chat", kChat},
         {"GET /api/v1/replicas",
-         Json{{"items", Json::parse(kChat)["status"]["replicaStatus"]}}.dump()},
+         [] {
+           Json items = Json::parse(kChat)["status"]["replicaStatus"];
+           items.push_back(Json::parse(R"({"name": "slim-0",
+             "deployment": "slim", "state": "ready",
+             "endpoint": "10.0.0.3:8000", "node": "n3", "gpus": [2],
+             "gpuShare": [{"gpu": 2, "milli": 142, "memoryMiB": 9984,
+                           "mig": "1g.10gb", "migStart": 3}],
+             "restarts": 0})"));
+           return Json{{"items", items}}.dump();
+         }()},
         {"GET /api/v1/gpus", kGpus},
         {"GET /api/v1/tenants", kTenants},
         {"GET /api/v1/tenants/team-a",
@@ -248,9 +257,11 @@ TEST_F(CtlTest, GetDeploymentsPrintsATableAndSendsTheKey) {
 TEST_F(CtlTest, GetReplicasGpusTenantsTables) {
   ASSERT_EQ(Get("replicas"), kExitOk) << err_;
   EXPECT_EQ(out_,
-            "NAME    DEPLOYMENT  STATE    ENDPOINT         GPUS     RESTARTS\n"
-            "chat-0  chat        ready    127.0.0.1:41234  0(250m)  0\n"
-            "chat-1  chat        pending  -                -        0\n");
+            "NAME    DEPLOYMENT  STATE    ENDPOINT         GPUS          "
+            "RESTARTS\n"
+            "chat-0  chat        ready    127.0.0.1:41234  0(250m)       0\n"
+            "chat-1  chat        pending  -                -             0\n"
+            "slim-0  slim        ready    10.0.0.3:8000    2(1g.10gb@3)  0\n");
   ASSERT_EQ(Get("gpu"), kExitOk) << err_;
   EXPECT_EQ(out_,
             "NODE   INDEX  MODEL          MEMORY  ALLOCATED  REPLICAS\n"

@@ -166,11 +166,18 @@ std::string Engine(const Json& d) {
   return Text(e, "-");
 }
 
-// "0,1" for whole GPUs, "0(250m)" for a share.
+// "0,1" for whole GPUs, "0(250m)" for a share, "2(1g.10gb@3)" for a MIG
+// slice (its instance's first slot).
 std::string ReplicaGpus(const Json& r) {
   std::vector<std::string> parts;
   for (const Json& s : Array(r, {"gpuShare"})) {
     const double milli = Number(s, {"milli"});
+    if (const std::string mig = Text(s, {"mig"}); !mig.empty()) {
+      const std::string start = Text(s, {"migStart"});
+      parts.push_back(absl::StrCat(Text(s, {"gpu"}), "(", mig,
+                                   start.empty() ? "" : "@", start, ")"));
+      continue;
+    }
     parts.push_back(absl::StrCat(
         Text(s, {"gpu"}),
         milli > 0 && milli < 1000 ? absl::StrCat("(", milli, "m)") : ""));
