@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <tuple>
 #include <type_traits>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -376,6 +378,25 @@ absl::StatusOr<std::vector<DiscoveredGpu>> DiscoverGpus(
     } else {
       reader->Read(dev);
     }
+    // A GPU in MIG mode runs MIG devices only, and gpusched does not create
+    // them: without any, or with one whose profile it cannot tell, nothing
+    // can be placed there.
+    if (gpu.mig_enabled) {
+      const GpuModelSpec* model = catalog.Find(gpu.model);
+      bool known = model != nullptr && !gpu.mig_instances.empty();
+      for (const DiscoveredMigInstance& m : gpu.mig_instances) {
+        known = known && model->FindMigProfile(m.profile) != nullptr;
+      }
+      if (!known) {
+        gpu.healthy = false;
+        gpu.health_notes.push_back(
+            gpu.mig_instances.empty()
+                ? "MIG mode is on but the GPU has no MIG instance; create "
+                  "them (nvidia-smi mig -cgi ... -C) or turn MIG mode off"
+                : "MIG mode is on with an instance whose profile is not in "
+                  "the GPU catalog");
+      }
+    }
     readers.push_back(std::move(reader));
   }
   // NVLink peers: match each link's remote PCI address to a GPU.
@@ -448,7 +469,7 @@ absl::StatusOr<NodeSpec> LocalNodeSpec(const std::vector<DiscoveredGpu>& gpus,
   spec.simulated = false;
   spec.gpu_count = static_cast<int>(gpus.size());
   std::vector<std::string> models;
-  bool all_mig = !gpus.empty();
+  bool any_mig = false;
   for (const DiscoveredGpu& g : gpus) {
     const std::string model = g.model.empty() ? g.name : g.model;
     if (std::find(models.begin(), models.end(), model) == models.end()) {
@@ -457,7 +478,7 @@ absl::StatusOr<NodeSpec> LocalNodeSpec(const std::vector<DiscoveredGpu>& gpus,
     if (spec.gpu_memory_mib == 0 || g.memory_total_mib < spec.gpu_memory_mib) {
       spec.gpu_memory_mib = g.memory_total_mib;
     }
-    all_mig = all_mig && g.mig_enabled;
+    any_mig = any_mig || g.mig_enabled;
   }
   if (models.size() > 1) {
     return absl::InvalidArgumentError(
@@ -467,11 +488,47 @@ absl::StatusOr<NodeSpec> LocalNodeSpec(const std::vector<DiscoveredGpu>& gpus,
                      "node: declare the node in an inventory file instead"));
   }
   if (!models.empty()) spec.gpu_model = models[0];
+  spec.nvlink_group = NvLinkGroups(gpus);
+  // GPUs in MIG mode: the instances that exist are a static layout, at the
+  // slots NVML gives, else laid out canonically (LayOutMigDevices) where
+  // NVML does not say (it needs privileges). Other GPUs stay whole.
   const GpuModelSpec* model = catalog.Find(spec.gpu_model);
-  if (model != nullptr && model->mig_capable() && all_mig) {
+  if (model == nullptr || !model->mig_capable() || !any_mig) return spec;
+  std::vector<std::vector<MigInstance>> layout(gpus.size());
+  bool any = false;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (!gpus[i].mig_enabled) continue;
+    std::vector<MigSlice> exact;
+    std::map<std::string, int> counts;
+    bool starts_known = true;
+    for (const DiscoveredMigInstance& m : gpus[i].mig_instances) {
+      const MigProfile* p = model->FindMigProfile(m.profile);
+      if (p == nullptr) continue;  // the GPU is unhealthy (DiscoverGpus)
+      ++counts[p->name];
+      starts_known = starts_known && m.start >= 0;
+      exact.push_back({p, m.start});
+    }
+    std::sort(
+        exact.begin(), exact.end(),
+        [](const MigSlice& a, const MigSlice& b) { return a.start < b.start; });
+    if (!starts_known || !ValidateMigLayout(*model, exact).ok()) {
+      absl::StatusOr<std::vector<std::vector<MigSlice>>> canon =
+          LayOutMigDevices(*model,
+                           std::vector<std::pair<std::string, int>>(
+                               counts.begin(), counts.end()),
+                           1);
+      exact = canon.ok() && canon->size() == 1 ? (*canon)[0]
+                                               : std::vector<MigSlice>{};
+    }
+    for (const MigSlice& m : exact) {
+      layout[i].push_back({m.profile->name, m.start});
+    }
+    any = any || !layout[i].empty();
+  }
+  if (any) {
+    spec.mig_instances = std::move(layout);
     spec.mig_slots = model->mig_memory_slots;
   }
-  spec.nvlink_group = NvLinkGroups(gpus);
   return spec;
 }
 

@@ -230,10 +230,12 @@ struct LocalNodeOptions {
 
 // The NodeSpec of this machine (simulated = false). gpu_model is the catalog
 // name, or the NVML name for a GPU the catalog does not know; per-GPU memory
-// is the smallest NVML total; mig_slots is the catalog's when every GPU has
-// MIG mode on, else 0 (gpusched does not switch MIG modes); nvlink_group
-// from NvLinkGroups. InvalidArgument if the GPUs are of different models (a
-// node has one GPU model).
+// is the smallest NVML total; nvlink_group from NvLinkGroups. GPUs in MIG
+// mode get a static MIG layout (NodeSpec::mig_instances, inventory/mig.h):
+// the instances that exist, at NVML's slots, or laid out canonically where
+// NVML does not give the slots; the others stay whole (gpusched neither
+// switches MIG modes nor creates instances). InvalidArgument if the GPUs are
+// of different models (a node has one GPU model).
 absl::StatusOr<NodeSpec> LocalNodeSpec(
     const std::vector<DiscoveredGpu>& gpus, const LocalNodeOptions& options,
     const GpuCatalog& catalog = GpuCatalog::Builtin());

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 
 namespace gpusched::inventory {
 namespace {
@@ -456,12 +457,43 @@ TEST(LocalNodeSpecTest, BuildsARealNode) {
   EXPECT_EQ(spec->gpu_model, "H100-SXM-80GB");
   EXPECT_EQ(spec->gpu_count, 2);
   EXPECT_EQ(spec->gpu_memory_mib, 81000);  // the smallest
-  EXPECT_EQ(spec->mig_slots, 8);
+  // MIG mode with no instance: nothing to place MIG slices at (DiscoverGpus
+  // marks such GPUs unhealthy).
+  EXPECT_EQ(spec->mig_slots, 0);
+  EXPECT_TRUE(spec->mig_instances.empty());
   EXPECT_EQ(spec->nvlink_group, (std::vector<int>{0, 0}));
   EXPECT_EQ(spec->cpu_milli, 16000);
 
-  gpus[1].mig_enabled = false;  // not every GPU in MIG mode: no MIG slots
-  EXPECT_EQ(LocalNodeSpec(gpus, opt)->mig_slots, 0);
+  // GPU 0 in MIG mode with the instances NVML lists at their slots; GPU 1
+  // whole: a static layout, exactly those.
+  auto instance = [](const char* profile, int start) {
+    DiscoveredMigInstance m;
+    m.profile = profile;
+    m.start = start;
+    return m;
+  };
+  gpus[0].mig_instances = {instance("3g.40gb", 4), instance("1g.10gb", 0)};
+  gpus[1].mig_enabled = false;
+  absl::StatusOr<NodeSpec> mig = LocalNodeSpec(gpus, opt);
+  ASSERT_TRUE(mig.ok()) << mig.status();
+  EXPECT_EQ(mig->mig_slots, 8);
+  ASSERT_EQ(mig->mig_instances.size(), 2u);
+  EXPECT_EQ(mig->mig_instances[0],
+            (std::vector<MigInstance>{{"1g.10gb", 0}, {"3g.40gb", 4}}));
+  EXPECT_TRUE(mig->mig_instances[1].empty());
+  ClusterState with_mig;
+  ASSERT_TRUE(with_mig.AddNode(*mig).ok());
+  EXPECT_TRUE(with_mig.state(0).gpus[0].mig_static);
+  EXPECT_EQ(with_mig.state(0).idle_gpus, 1);
+  // Without NVML's slots (no privileges): laid out canonically, same count.
+  gpus[0].mig_instances = {instance("3g.40gb", -1), instance("1g.10gb", -1)};
+  mig = LocalNodeSpec(gpus, opt);
+  ASSERT_TRUE(mig.ok()) << mig.status();
+  ASSERT_EQ(mig->mig_instances[0].size(), 2u);
+  EXPECT_EQ(StaticMigSlices(*mig, "3g.40gb").size(), 1u);
+  EXPECT_EQ(StaticMigSlices(*mig, "1g.10gb").size(), 1u);
+  gpus[0].mig_instances.clear();
+  gpus[1].mig_enabled = true;
 
   gpus[1].model = "";
   gpus[1].name = "NVIDIA GeForce RTX 4090";

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/asio.hpp"
+#include "inventory/mig.h"
 
 namespace gpusched::runtime {
 
@@ -48,9 +49,17 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
         id = dg.uuid;
         if (!g.mig_profile.empty()) {
           id.clear();
+          // The instance at the slice's slot; where NVML gives no slots,
+          // the k-th instance of the profile on the GPU is the k-th of the
+          // node's canonical layout there (inventory::LocalNodeSpec).
+          int k = 0;
+          for (const auto& [gpu, start] :
+               inventory::StaticMigSlices(*in.node, g.mig_profile)) {
+            if (gpu == g.gpu && start < g.mig_start) ++k;
+          }
           for (const auto& mi : dg.mig_instances) {
-            if (mi.profile == g.mig_profile &&
-                (mi.start < 0 || mi.start == g.mig_start)) {
+            if (mi.profile != g.mig_profile) continue;
+            if (mi.start >= 0 ? mi.start == g.mig_start : k-- == 0) {
               id = mi.uuid;
               break;
             }

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inventory/mig.h"
 
 namespace gpusched::runtime {
 namespace {
@@ -117,6 +119,50 @@ TEST(EngineLaunchTest, DiscoveredGpusAreUuidsAndMigSlicesMigUuids) {
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(l.status().message(), HasSubstr("nvidia-smi mig -cgi"));
+}
+
+TEST(EngineLaunchTest, MigSlicesWithoutNvmlSlotsTakeTheKthInstance) {
+  // NVML gave no slots (unprivileged): two 1g instances on GPU 1, laid out
+  // canonically by LocalNodeSpec; the k-th slot of the layout is the k-th
+  // instance NVML lists.
+  const EngineTemplate t = Template();
+  std::vector<inventory::DiscoveredGpu> gpus(2);
+  for (int i = 0; i < 2; ++i) {
+    gpus[i].index = i;
+    gpus[i].uuid = absl::StrCat("GPU-", i);
+    gpus[i].name = "NVIDIA H100 80GB HBM3";
+    gpus[i].model = "H100-SXM-80GB";
+    gpus[i].memory_total_mib = 81559;
+  }
+  gpus[1].mig_enabled = true;
+  for (const char* uuid : {"MIG-first", "MIG-second"}) {
+    inventory::DiscoveredMigInstance m;
+    m.uuid = uuid;
+    m.profile = "1g.10gb";
+    gpus[1].mig_instances.push_back(m);
+  }
+  inventory::LocalNodeOptions o;
+  o.name = "host";
+  o.cpu_milli = 8000;
+  o.memory_mib = 16384;
+  absl::StatusOr<inventory::NodeSpec> n = inventory::LocalNodeSpec(gpus, o);
+  ASSERT_TRUE(n.ok()) << n.status();
+  const auto slots = inventory::StaticMigSlices(*n, "1g.10gb");
+  ASSERT_EQ(slots.size(), 2u);
+  EngineLaunchInput in = Input(t, *n);
+  in.nvml_gpus = &gpus;
+  in.resources.kind = "mig";
+  in.allocation.node = 0;
+  for (int k = 0; k < 2; ++k) {
+    inventory::GpuShare share;
+    share.gpu = slots[k].first;
+    share.mig_profile = "1g.10gb";
+    share.mig_start = slots[k].second;
+    in.allocation.gpus = {share};
+    auto l = PlanEngineLaunch(in);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_THAT(l->gpu_ids, ElementsAre(k == 0 ? "MIG-first" : "MIG-second"));
+  }
 }
 
 TEST(EngineLaunchTest, FractionsGetTheirMemoryShareAndMpsLimits) {
