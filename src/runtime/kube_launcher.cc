@@ -25,6 +25,10 @@ constexpr char kGpusAnnotation[] = "gpusched.io/gpus";
 constexpr char kShareAnnotation[] = "gpusched.io/gpu-share";
 // A MIG slice's instance: "<profile>@<start>".
 constexpr char kMigAnnotation[] = "gpusched.io/mig";
+// Why a Pod of gpusched's ended that gpusched did not delete.
+constexpr char kDeletedOutside[] =
+    " deleted outside gpusched (kubectl delete, an eviction or the node's "
+    "removal)";
 
 // A label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a
 // letter or digit.
@@ -387,12 +391,28 @@ void KubeLauncher::HandlePod(const json& object) {
   if (known == by_key_.end()) return;  // a leftover, or one that ended
   const ProcessId id = known->second;
   Pod& pod = pods_.at(id);
+  if (p.terminating && !pod.delete_sent && !pod.deleted_outside) {
+    // Someone else's delete: the Pod leaves the rotation now, as Kubernetes
+    // takes a terminating Pod out of a Service's endpoints, and its exit
+    // (a terminal phase or the object gone, whichever is seen first) says
+    // why.
+    pod.deleted_outside = true;
+    if (pod.ready) {
+      pod.ready = false;
+      readiness_.push_back(
+          {.id = id,
+           .ready = false,
+           .reason = absl::StrCat("Pod ", key, kDeletedOutside)});
+    }
+  }
   if (p.phase == "Succeeded" || p.phase == "Failed") {
     ExitEvent e;
     Terminated(object, &e);
     e.reason =
-        absl::StrCat("Pod ", key, " ", p.phase, p.reason.empty() ? "" : ": ",
-                     p.reason, p.node.empty() ? "" : " on node ", p.node);
+        absl::StrCat("Pod ", key, pod.deleted_outside ? kDeletedOutside : "",
+                     pod.deleted_outside ? ", then " : " ", p.phase,
+                     p.reason.empty() ? "" : ": ", p.reason,
+                     p.node.empty() ? "" : " on node ", p.node);
     if (!pod.delete_sent) {
       // Cleaned up: a finished Pod of gpusched's is not kept.
       pod.delete_sent = true;
@@ -401,7 +421,7 @@ void KubeLauncher::HandlePod(const json& object) {
     Exit(id, pod, std::move(e));
     return;
   }
-  if (p.ready != pod.ready && !pod.delete_sent) {
+  if (p.ready != pod.ready && !pod.delete_sent && !pod.deleted_outside) {
     pod.ready = p.ready;
     readiness_.push_back(
         {.id = id,
@@ -436,11 +456,8 @@ void KubeLauncher::HandlePodGone(const std::string& key) {
   ExitEvent e;
   e.signaled = true;
   e.signal = 15;
-  e.reason = pod.stop_requested
-                 ? absl::StrCat("Pod ", key, " deleted")
-                 : absl::StrCat("Pod ", key,
-                                " deleted outside gpusched (kubectl delete, "
-                                "an eviction or the node's removal)");
+  e.reason = pod.stop_requested ? absl::StrCat("Pod ", key, " deleted")
+                                : absl::StrCat("Pod ", key, kDeletedOutside);
   Exit(id, pod, std::move(e));
 }
 

@@ -136,8 +136,9 @@ class KubeLauncher : public Launcher {
     bool assigned_reported = false;
     bool ready = false;  // the Pod's Ready condition, as last reported
     bool stop_requested = false;
-    bool delete_sent = false;  // a delete with grace is in the API server
-    bool force_sent = false;   // grace 0 sent
+    bool delete_sent = false;      // a delete with grace is in the API server
+    bool deleted_outside = false;  // someone else's delete is (terminating)
+    bool force_sent = false;       // grace 0 sent
     Micros grace_deadline = kNever;
     bool retry_delete = false;  // the last delete failed: send it again
     Micros retry_grace = 0;
