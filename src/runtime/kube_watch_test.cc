@@ -50,6 +50,11 @@ class FakeCollection {
       watches_.clear();
     }
     server_->Shutdown(std::chrono::milliseconds(100));
+    // A watch that came in while the server shut down: released while the
+    // server, whose strand its connection uses, still exists (a Responder
+    // must not outlive its server; found by TSan under load).
+    absl::MutexLock l(&mu_);
+    watches_.clear();
   }
 
   KubeCredentials Credentials() const {
