@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "config/quantity.h"
+#include "inventory/cluster_state.h"
 #include "inventory/mig.h"
 
 namespace gpusched::inventory {
@@ -468,6 +469,13 @@ absl::StatusOr<std::vector<NodeSpec>> KubeNodeSpecs(
             "' is not a known GPU model; map it in kubernetes.productMap (",
             product.empty() ? "<product>" : product,
             ": <model>) to one of: ", absl::StrJoin(catalog.Names(), ", ")));
+        continue;
+      }
+      if (whole > ClusterState::kMaxGpusPerNode) {
+        problems.push_back(
+            absl::StrCat("Kubernetes node '", n.name, "': ", whole,
+                         " nvidia.com/gpu; gpusched places onto at most ",
+                         ClusterState::kMaxGpusPerNode, " GPUs per node"));
         continue;
       }
       spec.gpu_model = model->name;

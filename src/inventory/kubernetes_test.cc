@@ -235,6 +235,14 @@ TEST(KubeNodeSpecsTest, MapsGfdProductsOntoTheCatalog) {
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   EXPECT_EQ((*mapped)[0].gpu_model, "H100-SXM-80GB");
 
+  // More GPUs than placement takes on one node.
+  (*nodes)[1].gpus = 17;
+  auto many = KubeNodeSpecs(*nodes, {});
+  ASSERT_FALSE(many.ok());
+  EXPECT_THAT(std::string(many.status().message()),
+              HasSubstr("17 nvidia.com/gpu; gpusched places onto at most 16"));
+  (*nodes)[1].gpus = 4;
+
   // MIG devices of a profile the model lacks.
   auto lacks = KubeNodeSpecs(*nodes, {{"nvidia-mystery-gpu", "H200-141GB"}});
   ASSERT_FALSE(lacks.ok());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
+#include "inventory/cluster_state.h"
 #include "inventory/mig.h"
 
 namespace gpusched::inventory {
@@ -419,6 +420,14 @@ absl::StatusOr<std::vector<NodeSpec>> SlurmNodeSpecs(
     }
     if (!problem.empty()) {
       problems.push_back(std::move(problem));
+      continue;
+    }
+    if (n.gpus > ClusterState::kMaxGpusPerNode) {
+      problems.push_back(
+          absl::StrCat(what, ": ", n.gpus,
+                       " whole GPUs in its GRES; gpusched places "
+                       "onto at most ",
+                       ClusterState::kMaxGpusPerNode, " GPUs per node"));
       continue;
     }
     if (model != nullptr) {

@@ -234,6 +234,25 @@ TEST(SlurmNodeSpecsTest, MapsGresTypesOntoTheCatalog) {
   EXPECT_EQ((*specs)[3].gpu_count, 0);
 }
 
+TEST(SlurmNodeSpecsTest, MoreGpusThanPlacementTakesNameTheNode) {
+  // Found by fuzz_slurm: 42 GPUs parsed, then placement refused the node.
+  auto nodes = ParseSlurmNodes(
+      "NodeName=big CPUTot=8 CPUAlloc=0 RealMemory=32000 AllocMem=0 "
+      "State=IDLE Gres=gpu:h100:17\n");
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  auto specs = SlurmNodeSpecs(*nodes, {});
+  ASSERT_FALSE(specs.ok());
+  EXPECT_THAT(specs.status().message(),
+              HasSubstr("Slurm node 'big': 17 whole GPUs in its GRES"));
+  EXPECT_THAT(specs.status().message(), HasSubstr("at most 16 GPUs per node"));
+  (*nodes)[0].gpus = 16;
+  (*nodes)[0].gpu_blocks[0].count = 16;
+  specs = SlurmNodeSpecs(*nodes, {});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ClusterState cs;
+  EXPECT_TRUE(cs.AddNode((*specs)[0]).ok());
+}
+
 TEST(SlurmMigTest, TypesThatNameAProfile) {
   EXPECT_EQ(SlurmMigProfile("1g.10gb"), "1g.10gb");
   EXPECT_EQ(SlurmMigProfile("h100_3g.40gb"), "3g.40gb");
