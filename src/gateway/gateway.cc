@@ -48,7 +48,10 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
 
 Gateway::~Gateway() {
   // The upstream clients' threads stop first: no callback runs after this.
-  for (auto& u : upstreams_) u.reset();
+  // Stop, not reset: a callback still running may dispatch the next job
+  // through upstreams_, which must stay as it is until every thread ended
+  // (TSan in CI: reset wrote the pointer a callback was reading).
+  for (auto& u : upstreams_) u->Stop();
 }
 
 void Gateway::UseIoContext(boost::asio::io_context& ioc) {

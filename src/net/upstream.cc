@@ -274,6 +274,11 @@ UpstreamClient::UpstreamClient(UpstreamOptions options)
 }
 
 UpstreamClient::~UpstreamClient() {
+  Stop();
+  impl_->own.reset();
+}
+
+void UpstreamClient::Stop() {
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->closed = true;
@@ -283,7 +288,7 @@ UpstreamClient::~UpstreamClient() {
   if (impl_->options.io_context != nullptr) return;  // its owner runs it
   impl_->own->stop();
   for (std::thread& t : impl_->threads) t.join();
-  impl_->own.reset();
+  impl_->threads.clear();
 }
 
 std::string EndpointKey(const Endpoint& ep) {

@@ -85,6 +85,12 @@ class UpstreamClient {
 
   int idle_connections() const;
 
+  // Ends the client's own threads (after the callback running now, if any,
+  // returns); no callback runs on them afterwards. The client stays valid:
+  // a Send after Stop is queued and dropped unanswered when the client is
+  // destroyed. Not from a callback. The destructor calls it.
+  void Stop();
+
   struct Impl;
 
  private:
