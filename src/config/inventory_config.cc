@@ -25,7 +25,11 @@ namespace {
 
 constexpr absl::string_view kApiVersion = "gpusched.io/v1";
 constexpr absl::string_view kKind = "Inventory";
-constexpr int kMaxGpusPerNode = 64;
+// Placement's own per-node bound (ClusterState::kMaxGpusPerNode, fixed-size
+// per-GPU arrays); a node above it is refused here, at its line, and not
+// later by the cluster (config does not depend on inventory;
+// DeclaredTest.TheConfigsGpuBoundIsPlacements holds the two equal).
+constexpr int kMaxGpusPerNode = 16;
 constexpr int kMaxNodeCount = 1000000;
 
 class Parser : public YamlReader {

@@ -179,13 +179,30 @@ spec:
           "bad.yaml:8: unknown field 'gpu' in node (known: name, count, cpu, "
           "cpu_milli, memory, memory_mib, labels, simulated, gpus)",
           "bad.yaml:9: node 'b': missing memory (e.g. 768Gi) or memory_mib",
-          "bad.yaml:13: gpus.count must be in 1..64, got 0",
+          "bad.yaml:13: gpus.count must be in 1..16, got 0",
           "bad.yaml:17: node 'a': set cpu or cpu_milli, not both",
           "bad.yaml:19: simulated must be true or false, got 'maybe'",
           "bad.yaml:20: node: missing name",
           "bad.yaml:22: node: gpus: missing model",
           "bad.yaml:22: nvlink GPU index must be in 0..1, got 5",
           "bad.yaml:22: nvlink: GPU 0 is in two domains"));
+}
+
+TEST(InventoryConfigTest, GpuCountIsBoundedAsPlacementIs) {
+  // 16 is ClusterState::kMaxGpusPerNode: a node the config accepts is one
+  // placement takes.
+  EXPECT_TRUE(Parse(R"(spec:
+  nodes:
+    - {name: n, cpu: 1, memory: 1Gi, gpus: {model: h100, count: 16}}
+)")
+                  .ok());
+  absl::StatusOr<InventoryConfig> cfg = Parse(R"(spec:
+  nodes:
+    - {name: n, cpu: 1, memory: 1Gi, gpus: {model: h100, count: 17}}
+)");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().message(),
+            "inv.yaml:5: gpus.count must be in 1..16, got 17");
 }
 
 TEST(InventoryConfigTest, DuplicateNamesAfterExpansion) {

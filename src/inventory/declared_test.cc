@@ -108,5 +108,26 @@ TEST(DeclaredTest, ClusterStateRejectsDuplicateAcrossCalls) {
               HasSubstr("declared twice"));
 }
 
+TEST(DeclaredTest, TheConfigsGpuBoundIsPlacements) {
+  // The serve config takes gpus.count up to 16 (config cannot see
+  // ClusterState): the largest node it takes is one placement takes, and
+  // one more is refused by the config itself.
+  const config::InventoryConfig cfg = Parse(absl::StrCat(
+      "    - {name: big, cpu: 1, memory: 1Gi, gpus: {model: h100, count: ",
+      ClusterState::kMaxGpusPerNode, "}}\n"));
+  ClusterState state;
+  ASSERT_TRUE(AddDeclaredNodes(cfg, state).ok());
+  EXPECT_EQ(state.state(0).gpus.size(),
+            static_cast<size_t>(ClusterState::kMaxGpusPerNode));
+  absl::StatusOr<config::InventoryConfig> over = config::ParseInventoryYaml(
+      absl::StrCat("apiVersion: gpusched.io/v1\nkind: Inventory\nspec:\n"
+                   "  nodes:\n    - {name: big, cpu: 1, memory: 1Gi, gpus: "
+                   "{model: h100, count: ",
+                   ClusterState::kMaxGpusPerNode + 1, "}}\n"),
+      "inv.yaml");
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("gpus.count must be in"));
+}
+
 }  // namespace
 }  // namespace gpusched::inventory
