@@ -3,9 +3,9 @@
 # docs/reliability.md. Target (issue 15): control API p99 under 100 ms and
 # the gateway's p99 unchanged while the controller works through the largest
 # backlog the bounds allow: one apply of a deployment with replicas: 1000
-# (the manifest bound) on a declared node of 8 GPUs, fractions of 100
-# milli: 78 replicas fit (next to chat's 200 milli) and start engines, the
-# other 922 are placed, fail and retry every second.
+# (the manifest bound) on a declared node of 1 GPU, fractions of 100
+# milli: 8 replicas fit (next to chat's 200 milli) and start engines, the
+# other 992 are placed, fail and retry every second.
 # The same run three times in one invocation:
 #   capped     max_launches_per_pass: 2 (the default; CAP=N to change)
 #   paced      the same, with launch_interval_ms: 100 (INTERVAL=N to change)
