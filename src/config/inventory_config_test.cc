@@ -188,23 +188,6 @@ spec:
           "bad.yaml:22: nvlink: GPU 0 is in two domains"));
 }
 
-TEST(InventoryConfigTest, GpuCountIsBoundedAsPlacementIs) {
-  // 16 is ClusterState::kMaxGpusPerNode: a node the config accepts is one
-  // placement takes.
-  EXPECT_TRUE(Parse(R"(spec:
-  nodes:
-    - {name: n, cpu: 1, memory: 1Gi, gpus: {model: h100, count: 16}}
-)")
-                  .ok());
-  absl::StatusOr<InventoryConfig> cfg = Parse(R"(spec:
-  nodes:
-    - {name: n, cpu: 1, memory: 1Gi, gpus: {model: h100, count: 17}}
-)");
-  ASSERT_FALSE(cfg.ok());
-  EXPECT_EQ(cfg.status().message(),
-            "inv.yaml:5: gpus.count must be in 1..16, got 17");
-}
-
 TEST(InventoryConfigTest, DuplicateNamesAfterExpansion) {
   absl::StatusOr<InventoryConfig> cfg = Parse(R"(spec:
   nodes:

@@ -13,12 +13,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-config::InventoryConfig Parse(const std::string& nodes) {
-  absl::StatusOr<config::InventoryConfig> cfg = config::ParseInventoryYaml(
+absl::StatusOr<config::InventoryConfig> TryParse(const std::string& nodes) {
+  return config::ParseInventoryYaml(
       absl::StrCat("apiVersion: gpusched.io/v1\nkind: Inventory\nspec:\n"
                    "  nodes:\n",
                    nodes),
       "inv.yaml");
+}
+
+config::InventoryConfig Parse(const std::string& nodes) {
+  absl::StatusOr<config::InventoryConfig> cfg = TryParse(nodes);
   EXPECT_TRUE(cfg.ok()) << cfg.status();
   return cfg.ok() ? *std::move(cfg) : config::InventoryConfig{};
 }
@@ -112,21 +116,22 @@ TEST(DeclaredTest, TheConfigsGpuBoundIsPlacements) {
   // The serve config takes gpus.count up to 16 (config cannot see
   // ClusterState): the largest node it takes is one placement takes, and
   // one more is refused by the config itself.
-  const config::InventoryConfig cfg = Parse(absl::StrCat(
-      "    - {name: big, cpu: 1, memory: 1Gi, gpus: {model: h100, count: ",
-      ClusterState::kMaxGpusPerNode, "}}\n"));
+  auto node = [](int gpus) {
+    return absl::StrCat(
+        "    - {name: big, cpu: 1, memory: 1Gi, gpus: {model: h100, count: ",
+        gpus, "}}\n");
+  };
+  const config::InventoryConfig cfg =
+      Parse(node(ClusterState::kMaxGpusPerNode));
   ClusterState state;
   ASSERT_TRUE(AddDeclaredNodes(cfg, state).ok());
   EXPECT_EQ(state.state(0).gpus.size(),
             static_cast<size_t>(ClusterState::kMaxGpusPerNode));
-  absl::StatusOr<config::InventoryConfig> over = config::ParseInventoryYaml(
-      absl::StrCat("apiVersion: gpusched.io/v1\nkind: Inventory\nspec:\n"
-                   "  nodes:\n    - {name: big, cpu: 1, memory: 1Gi, gpus: "
-                   "{model: h100, count: ",
-                   ClusterState::kMaxGpusPerNode + 1, "}}\n"),
-      "inv.yaml");
+  absl::StatusOr<config::InventoryConfig> over =
+      TryParse(node(ClusterState::kMaxGpusPerNode + 1));
   ASSERT_FALSE(over.ok());
-  EXPECT_THAT(over.status().message(), HasSubstr("gpus.count must be in"));
+  EXPECT_EQ(over.status().message(),
+            "inv.yaml:5: gpus.count must be in 1..16, got 17");
 }
 
 }  // namespace
