@@ -17,10 +17,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "backends/kubernetes/kube_client.h"
+#include "backends/kubernetes/kube_watch.h"
 #include "net/http_server.h"
 #include "nlohmann/json.hpp"
-#include "runtime/kube_client.h"
-#include "runtime/kube_watch.h"
 
 namespace gs = gpusched;
 using nlohmann::json;
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return 1;
   }
-  gs::runtime::KubeCredentials creds;
+  gs::backends::KubeCredentials creds;
   creds.host = "127.0.0.1";
   creds.port = (*server)->port();
   creds.tls = false;
@@ -118,9 +118,9 @@ int main(int argc, char** argv) {
   std::vector<double> watcher, peer;
   for (int round = 0; round < rounds; ++round) {
     {
-      auto client = *gs::runtime::KubeClient::Create(creds, {});
+      auto client = *gs::backends::KubeClient::Create(creds, {});
       int64_t lines = 0;
-      gs::runtime::KubeResponse error;
+      gs::backends::KubeResponse error;
       const auto t0 = std::chrono::steady_clock::now();
       (void)client->Stream(
           "/api/v1/pods?watch=true", 10 * gs::kMicrosPerSecond,
@@ -140,11 +140,11 @@ int main(int argc, char** argv) {
       peer.push_back(events / s);
     }
     {
-      auto client = *gs::runtime::KubeClient::Create(creds, {});
-      gs::runtime::KubeWatcher w(client.get(),
-                                 {.path = "/api/v1/pods",
-                                  .label_selector = "",
-                                  .min_backoff = gs::kMicrosPerSecond});
+      auto client = *gs::backends::KubeClient::Create(creds, {});
+      gs::backends::KubeWatcher w(client.get(),
+                                  {.path = "/api/v1/pods",
+                                   .label_selector = "",
+                                   .min_backoff = gs::kMicrosPerSecond});
       const auto t0 = std::chrono::steady_clock::now();
       w.Start();
       while (w.stats().events < events) {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/slurm/slurm_nodes.h"
 #include "benchmark/benchmark.h"
 #include "common/check.h"
 #include "common/random.h"
-#include "inventory/slurm.h"
 #include "placement/registry.h"
 #include "placement/scheduler.h"
 
@@ -211,9 +211,9 @@ const absl::flat_hash_map<std::string, std::string> kGresMap = {
     {"a100", "A100-SXM4-80GB"}};
 
 std::vector<inventory::NodeSpec> SlurmSpecs(const std::string& text) {
-  auto nodes = inventory::ParseSlurmNodes(text);
+  auto nodes = backends::ParseSlurmNodes(text);
   CHECK(nodes.ok()) << nodes.status();
-  auto specs = inventory::SlurmNodeSpecs(*nodes, kGresMap);
+  auto specs = backends::SlurmNodeSpecs(*nodes, kGresMap);
   CHECK(specs.ok()) << specs.status();
   return *std::move(specs);
 }

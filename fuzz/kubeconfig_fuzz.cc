@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/kubernetes/kube_client.h"
 #include "fuzz/fuzz_input.h"
-#include "runtime/kube_client.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace rt = gpusched::runtime;

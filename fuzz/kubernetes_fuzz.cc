@@ -3,8 +3,8 @@
 // refused with an error, and what parses keeps its bounds.
 #include <cstdint>
 
+#include "backends/kubernetes/kube_nodes.h"
 #include "fuzz/fuzz_input.h"
-#include "inventory/kubernetes.h"
 #include "nlohmann/json.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/slurm/slurm_nodes.h"
 #include "fuzz/fuzz_input.h"
 #include "inventory/cluster_state.h"
-#include "inventory/slurm.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace inv = gpusched::inventory;

@@ -22,6 +22,10 @@ PACKAGES=(
   chromium  # tests/dashboard_test.sh: the headless browser playwright drives
   stress-ng  # scripts/stress-test.sh: CPU hogs beside make test
   slurm-wlm munge iproute2 util-linux  # tests/slurm_live_test.sh: a real Slurm cluster in network namespaces
+  etcd-server etcd-client  # the HA store (tests/etcd/: a 3-member cluster on loopback ports)
+  haproxy  # deploy/haproxy/: the load balancer in front of several instances
+  nftables  # tests/ha_live_test.sh: cut an instance off from etcd
+  ccache  # repeated builds on one machine (picked up by CMake when present)
 )
 
 # node and npm from elsewhere (NodeSource's nodejs bundles npm and conflicts

@@ -5,7 +5,9 @@
 #     as `now`, concurrency belongs to the drivers (runtime, gateway, net).
 #  2. The reference engine (src/engine) builds on net/, serving/ and common/
 #     only: not api/, runtime/, gateway/ or SQLite.
-#  3. net/ sits on common/ only.
+#  3. net/ sits on common/ only; store/ on common/ and config/; backends/
+#     (one folder per cluster manager) on inventory/, net/, config/ and
+#     common/.
 #  4. The live driver (runtime/) reaches the data plane and the metrics
 #     through its own interfaces (runtime/data_plane.h, driver_metrics.h):
 #     it includes nothing from gateway/, api/, cli/ or main/; the data
@@ -50,12 +52,16 @@ out=$(includes_outside engine engine net serving common)
 [ -z "$out" ] || bad "src/engine includes modules it must not: $out"
 out=$(includes_outside net net common)
 [ -z "$out" ] || bad "src/net includes modules above common/: $out"
+out=$(includes_outside store store config common)
+[ -z "$out" ] || bad "src/store includes modules it must not: $out"
+out=$(includes_outside backends backends inventory net config common)
+[ -z "$out" ] || bad "src/backends includes modules it must not: $out"
 grep -qE 'gpusched_(api|runtime|gateway)|SQLite' "$src/engine/CMakeLists.txt" &&
   bad "src/engine/CMakeLists.txt links api, runtime, gateway or SQLite"
 
 # 4. The driver and the data plane.
 out=$(includes_outside runtime runtime control placement serving autoscale \
-  inventory config net common)
+  inventory config net common store backends)
 [ -z "$out" ] || bad "src/runtime (the live driver) includes modules it must not: $out"
 hits=$(grep -rnE '#include "(runtime/controller|api/)' "$src/gateway" \
   --include='*.h' --include='*.cc' || true)
@@ -84,4 +90,4 @@ if [ "$failures" -gt 0 ]; then
   echo "layering: $failures problem(s)"
   exit 1
 fi
-echo "layering: ok (core: $core; engine on net, serving, common; net on common; runtime not on gateway or api)"
+echo "layering: ok (core: $core; engine on net, serving, common; net on common; store on config, common; backends on inventory, net, config, common; runtime not on gateway or api)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # clang's thread-safety analysis over the drivers that own locks (api/, common/,
-# gateway/, net/, runtime/, metrics/, engine/): every absl::Mutex-guarded
+# gateway/, net/, runtime/, metrics/, engine/, store/, backends/): every absl::Mutex-guarded
 # member (ABSL_GUARDED_BY) is touched only with its mutex held, every
 # function marked ABSL_EXCLUSIVE_LOCKS_REQUIRED is called with it. Each
 # source file is checked with clang -fsyntax-only and the build's own flags
@@ -22,7 +22,7 @@ fi
 python3 - "$src" "$build" "$clang" <<'PY'
 import concurrent.futures, json, os, shlex, subprocess, sys
 src, build, clang = sys.argv[1:4]
-dirs = ("api", "common", "gateway", "net", "runtime", "metrics", "engine")
+dirs = ("api", "common", "gateway", "net", "runtime", "metrics", "engine", "store", "backends")
 jobs = []
 for e in json.load(open(os.path.join(build, "compile_commands.json"))):
     f = e["file"]

@@ -78,14 +78,14 @@ net::HttpResponse Error(const absl::Status& st) {
   return Error(StatusOf(st), std::string(st.message()));
 }
 
-json KeyJson(const runtime::KeyInfo& k) {
+json KeyJson(const store::KeyInfo& k) {
   json j = {{"id", k.key_id},   {"tenant", k.tenant},   {"name", k.name},
             {"admin", k.admin}, {"created", k.created}, {"revoked", nullptr}};
   if (k.revoked) j["revoked"] = *k.revoked;
   return j;
 }
 
-json EventJson(const runtime::Event& e) {
+json EventJson(const store::Event& e) {
   return {{"id", e.id},
           {"time", IsoTime(e.time)},
           {"timeMicros", e.time},
@@ -116,7 +116,7 @@ struct ControlApi::Call {
   net::HttpRequest& req;
   std::shared_ptr<net::Responder>& r;
   ControlTarget target;  // path segments and query, decoded
-  runtime::KeyInfo key;
+  store::KeyInfo key;
   // The {name} segment of the route (parts[1]).
   const std::string& name() const { return target.parts.at(1); }
   void Send(http::status s, const json& j) { r->Send(Json(s, j)); }
@@ -402,7 +402,7 @@ void ControlApi::ListEvents(Call& c) {
   auto events = controller_->Events(*f);
   if (!events.ok()) return c.Fail(events.status());
   json items = json::array();
-  for (const runtime::Event& e : *events) items.push_back(EventJson(e));
+  for (const store::Event& e : *events) items.push_back(EventJson(e));
   c.Send(http::status::ok, json{{"items", items}});
 }
 
@@ -465,7 +465,7 @@ void ControlApi::SendKeys(Call& c, const std::string& tenant) {
   auto keys = controller_->ListKeys(tenant);
   if (!keys.ok()) return c.Fail(keys.status());
   json items = json::array();
-  for (const runtime::KeyInfo& k : *keys) items.push_back(KeyJson(k));
+  for (const store::KeyInfo& k : *keys) items.push_back(KeyJson(k));
   c.Send(http::status::ok, json{{"items", items}});
 }
 

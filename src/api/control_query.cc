@@ -154,8 +154,8 @@ bool MatchesRoute(absl::string_view pattern,
   return i == parts.size();
 }
 
-absl::StatusOr<runtime::EventFilter> ParseEventQuery(const ControlTarget& t) {
-  runtime::EventFilter f;
+absl::StatusOr<store::EventFilter> ParseEventQuery(const ControlTarget& t) {
+  store::EventFilter f;
   f.deployment = t.Get("deployment");
   f.tenant = t.Get("tenant");
   f.kinds = t.GetAll("kind");

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/store.h"
+#include "store/store.h"
 
 namespace gpusched::api {
 
@@ -56,7 +56,7 @@ bool MatchesRoute(absl::string_view pattern,
 
 // ?deployment=&tenant=&kind=...&since=&limit= (limit 1..kMaxEventsPerQuery,
 // default 100). InvalidArgument naming the parameter and its bound.
-absl::StatusOr<runtime::EventFilter> ParseEventQuery(const ControlTarget& t);
+absl::StatusOr<store::EventFilter> ParseEventQuery(const ControlTarget& t);
 
 // ?replica=&stream=stdout|stderr&tail=1..kMaxLogLines (default stderr, 100).
 struct LogsQuery {

@@ -27,7 +27,7 @@
 #include "gtest/gtest.h"
 #include "inventory/mig.h"
 #include "net/upstream.h"
-#include "runtime/store.h"
+#include "store/store.h"
 
 namespace gpusched::api {
 namespace {
@@ -36,15 +36,15 @@ using nlohmann::json;
 
 // Engines in this process: Start() serves the replica's model on the port
 // the controller chose; Crash() ends one as if its process died.
-class InProcessLauncher : public runtime::Launcher {
+class InProcessLauncher : public backends::Launcher {
  public:
   ~InProcessLauncher() override {
     absl::MutexLock lock(&mu_);
     for (auto& [id, e] : engines_) e.server->Shutdown(std::chrono::seconds(1));
   }
 
-  absl::StatusOr<runtime::ProcessId> Start(
-      const runtime::ProcessSpec& spec) override {
+  absl::StatusOr<backends::ProcessId> Start(
+      const backends::ProcessSpec& spec) override {
     engine::EngineOptions o;
     o.hidden = 16;
     net::HttpServerOptions http;
@@ -55,22 +55,22 @@ class InProcessLauncher : public runtime::Launcher {
     auto server = engine::EngineServer::Start(o, http);
     if (!server.ok()) return server.status();
     absl::MutexLock lock(&mu_);
-    const runtime::ProcessId id = ++next_id_;
+    const backends::ProcessId id = ++next_id_;
     engines_[id] = {spec.name, *std::move(server)};
     ++started_;
     start_times_.push_back(std::chrono::steady_clock::now());
     return id;
   }
-  std::vector<runtime::ExitEvent> Poll() override {
+  std::vector<backends::ExitEvent> Poll() override {
     absl::MutexLock lock(&mu_);
     return std::exchange(exits_, {});
   }
-  absl::Status Stop(runtime::ProcessId id, Micros, Micros) override {
+  absl::Status Stop(backends::ProcessId id, Micros, Micros) override {
     return End(id, /*asked=*/true);
   }
-  absl::Status Kill(runtime::ProcessId id) override { return End(id, true); }
+  absl::Status Kill(backends::ProcessId id) override { return End(id, true); }
   Micros Tick(Micros) override { return kNever; }
-  bool IsAlive(runtime::ProcessId id) const override {
+  bool IsAlive(backends::ProcessId id) const override {
     absl::MutexLock lock(&mu_);
     return engines_.contains(id);
   }
@@ -81,7 +81,7 @@ class InProcessLauncher : public runtime::Launcher {
 
   // Ends the engine of replica `name` without being asked (a crash).
   bool Crash(const std::string& name) {
-    runtime::ProcessId id = 0;
+    backends::ProcessId id = 0;
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [i, e] : engines_) {
@@ -95,11 +95,11 @@ class InProcessLauncher : public runtime::Launcher {
     return started_;
   }
   // Says, as a cluster manager does, which GPUs an engine holds.
-  void Assign(runtime::GpuAssignment a) {
+  void Assign(backends::GpuAssignment a) {
     absl::MutexLock lock(&mu_);
     assignments_.push_back(std::move(a));
   }
-  std::vector<runtime::GpuAssignment> Assignments() override {
+  std::vector<backends::GpuAssignment> Assignments() override {
     absl::MutexLock lock(&mu_);
     return std::exchange(assignments_, {});
   }
@@ -108,16 +108,16 @@ class InProcessLauncher : public runtime::Launcher {
   // created).
   bool reports_readiness = false;
   bool ReportsReadiness() const override { return reports_readiness; }
-  void Readiness(runtime::ReadinessReport r) {
+  void Readiness(backends::ReadinessReport r) {
     absl::MutexLock lock(&mu_);
     readiness_.push_back(std::move(r));
   }
-  std::vector<runtime::ReadinessReport> ReadinessReports() override {
+  std::vector<backends::ReadinessReport> ReadinessReports() override {
     absl::MutexLock lock(&mu_);
     return std::exchange(readiness_, {});
   }
   // The pid of replica `name`'s engine; 0 when none.
-  runtime::ProcessId PidOf(const std::string& name) const {
+  backends::ProcessId PidOf(const std::string& name) const {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, e] : engines_) {
       if (e.name == name) return id;
@@ -125,11 +125,11 @@ class InProcessLauncher : public runtime::Launcher {
     return 0;
   }
   // Says, as a cluster manager does, what a node holds for others.
-  void Report(runtime::NodeReport r) {
+  void Report(backends::NodeReport r) {
     absl::MutexLock lock(&mu_);
     reports_.push_back(std::move(r));
   }
-  std::vector<runtime::NodeReport> NodeReports() override {
+  std::vector<backends::NodeReport> NodeReports() override {
     absl::MutexLock lock(&mu_);
     return std::exchange(reports_, {});
   }
@@ -143,14 +143,14 @@ class InProcessLauncher : public runtime::Launcher {
     std::string name;
     std::unique_ptr<engine::EngineServer> server;
   };
-  absl::Status End(runtime::ProcessId id, bool asked) {
+  absl::Status End(backends::ProcessId id, bool asked) {
     std::unique_ptr<engine::EngineServer> server;
     {
       absl::MutexLock lock(&mu_);
       auto it = engines_.find(id);
       if (it == engines_.end()) return absl::NotFoundError("no such engine");
       server = std::move(it->second.server);
-      runtime::ExitEvent e;
+      backends::ExitEvent e;
       e.id = id;
       e.name = it->second.name;
       e.signaled = !asked;
@@ -164,12 +164,12 @@ class InProcessLauncher : public runtime::Launcher {
   }
 
   mutable absl::Mutex mu_;
-  std::map<runtime::ProcessId, Engine> engines_ ABSL_GUARDED_BY(mu_);
-  std::vector<runtime::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
-  std::vector<runtime::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
-  std::vector<runtime::NodeReport> reports_ ABSL_GUARDED_BY(mu_);
-  std::vector<runtime::ReadinessReport> readiness_ ABSL_GUARDED_BY(mu_);
-  runtime::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<backends::ProcessId, Engine> engines_ ABSL_GUARDED_BY(mu_);
+  std::vector<backends::ExitEvent> exits_ ABSL_GUARDED_BY(mu_);
+  std::vector<backends::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
+  std::vector<backends::NodeReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<backends::ReadinessReport> readiness_ ABSL_GUARDED_BY(mu_);
+  backends::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::chrono::steady_clock::time_point> start_times_
       ABSL_GUARDED_BY(mu_);
@@ -193,7 +193,7 @@ spec:
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = runtime::Store::Open(":memory:");
+    auto store = store::Store::Open(":memory:");
     ASSERT_TRUE(store.ok());
     store_ = *std::move(store);
     auto g = gateway::Gateway::Create(
@@ -276,7 +276,7 @@ class ControllerTest : public ::testing::Test {
     return pred();
   }
 
-  std::unique_ptr<runtime::Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::unique_ptr<gateway::Gateway> gateway_;
   inventory::NodeSpec node_;  // the one node, as given to the controller
   InProcessLauncher* launcher_ = nullptr;
@@ -315,7 +315,7 @@ TEST_F(ControllerTest, ReplicasStartCrashScaleAndDrainWhileCallsComeIn) {
             (void)controller_->MetricsSnapshot();
             break;
           default: {
-            runtime::EventFilter f;
+            store::EventFilter f;
             f.limit = 20;
             (void)controller_->Events(f);
             (void)gateway_->Load("chat");
@@ -348,13 +348,13 @@ TEST_F(ControllerTest, ReplicasStartCrashScaleAndDrainWhileCallsComeIn) {
   ASSERT_TRUE(WaitFor([&] { return launcher_->size() == 0; }));
   EXPECT_GT(reads.load(), 0);
 
-  runtime::EventFilter f;
+  store::EventFilter f;
   f.deployment = "chat";
   f.limit = 1000;
   auto events = controller_->Events(f);
   ASSERT_TRUE(events.ok());
   int ready = 0, failed = 0;
-  for (const runtime::Event& e : *events) {
+  for (const store::Event& e : *events) {
     ready += e.kind == "replica.ready";
     failed += e.kind == "replica.failed" || e.kind == "replica.exited";
   }
@@ -384,12 +384,12 @@ TEST_F(ControllerTest, AllocationsFollowGpusTheClusterManagerSwapped) {
     launcher_->Assign({pid, "node-0", {1 - gpu}, {}, ""});
   }
   EXPECT_TRUE(WaitFor([&] { return gpus_by_pid() == swapped; }));
-  runtime::EventFilter f;
+  store::EventFilter f;
   f.kinds = {"replica.gpus_assigned", "replica.gpus_mismatch"};
   auto events = controller_->Events(f);
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 2u);
-  for (const runtime::Event& e : *events) {
+  for (const store::Event& e : *events) {
     EXPECT_EQ(e.kind, "replica.gpus_assigned") << e.message;
   }
   // The accounting holds both shares where they are now.
@@ -475,12 +475,12 @@ spec:
            d[0]["status"].value("message", "").find("GpuFit") !=
                std::string::npos;
   })) << controller_->DeploymentsJson("big").dump();
-  runtime::EventFilter f;
+  store::EventFilter f;
   f.kinds = {"node.mig_foreign", "replica.gpus_assigned"};
   auto events = controller_->Events(f);
   ASSERT_TRUE(events.ok());
   std::set<std::string> kinds;
-  for (const runtime::Event& e : *events) kinds.insert(e.kind);
+  for (const store::Event& e : *events) kinds.insert(e.kind);
   EXPECT_EQ(kinds, (std::set<std::string>{"node.mig_foreign",
                                           "replica.gpus_assigned"}));
 }
@@ -496,7 +496,7 @@ TEST_F(ManagerReadinessTest, AReplicaServesOnlyWhileTheManagerSaysReady) {
   ApplyFraction("chat", 250, "4Gi", 1);
   // The engine answers gpusched's probe, but the manager has not said ready.
   ASSERT_TRUE(WaitFor([&] { return launcher_->PidOf("chat-0") != 0; }));
-  const runtime::ProcessId pid = launcher_->PidOf("chat-0");
+  const backends::ProcessId pid = launcher_->PidOf("chat-0");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(Ready("chat"), 0);
   launcher_->Readiness({.id = pid, .ready = true, .reason = ""});
@@ -508,13 +508,13 @@ TEST_F(ManagerReadinessTest, AReplicaServesOnlyWhileTheManagerSaysReady) {
   EXPECT_EQ(launcher_->PidOf("chat-0"), pid);
   launcher_->Readiness({.id = pid, .ready = true, .reason = ""});
   ASSERT_TRUE(WaitFor([&] { return Ready("chat") == 1; }));
-  runtime::EventFilter f;
+  store::EventFilter f;
   f.kinds = {"replica.manager_unready", "replica.manager_ready"};
   auto events = controller_->Events(f);
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 2u);  // the first Ready is no news
   std::set<std::string> kinds;
-  for (const runtime::Event& e : *events) kinds.insert(e.kind);
+  for (const store::Event& e : *events) kinds.insert(e.kind);
   EXPECT_EQ(kinds, (std::set<std::string>{"replica.manager_unready",
                                           "replica.manager_ready"}));
 }

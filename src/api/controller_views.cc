@@ -358,7 +358,7 @@ runtime::DriverMetrics::Snapshot::Gpu Controller::GpuView(int n, int g) const {
   v.allocated_memory_mib = spec.gpu_memory_mib - st.memory_free_mib;
   // NVML GPUs are node 0's (ControllerCluster::gpus).
   if (!spec.simulated && n == 0 && g < static_cast<int>(cluster_.gpus.size())) {
-    const inventory::DiscoveredGpu& dg = cluster_.gpus[g];
+    const backends::DiscoveredGpu& dg = cluster_.gpus[g];
     v.nvml = true;
     v.healthy = dg.healthy;
     v.nvml_memory_used_mib = dg.memory_total_mib ? dg.memory_used_mib : 0;

@@ -1,6 +1,6 @@
 // ReplicaSet: the life of one deployment's replicas as a clock-driven
 // policy core, shared by the live controller (runtime/controller.cc, engines
-// through a runtime::Launcher) and the simulator (sim/serve_sim.cc,
+// through a backends::Launcher) and the simulator (sim/serve_sim.cc,
 // simulated engines on a virtual clock).
 //
 // The core owns the replicas' states and every rule about them:

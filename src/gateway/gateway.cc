@@ -444,7 +444,7 @@ int64_t Gateway::Queued(const Model& m) const {
   return queued;
 }
 
-void Gateway::SetEventSink(std::function<void(runtime::Event)> sink) {
+void Gateway::SetEventSink(std::function<void(store::Event)> sink) {
   absl::MutexLock lock(&rejections_mu_);
   event_sink_ = std::move(sink);
 }
@@ -459,7 +459,7 @@ void Gateway::NoteRejection(const std::string& deployment,
 void Gateway::FlushRejections() {
   std::map<std::tuple<std::string, std::string, serving::RejectReason>, int64_t>
       batch;
-  std::function<void(runtime::Event)> sink;
+  std::function<void(store::Event)> sink;
   {
     absl::MutexLock lock(&rejections_mu_);
     const Micros now = NowMicros();
@@ -471,7 +471,7 @@ void Gateway::FlushRejections() {
   const Micros wall = runtime::WallClock::Get().Now();
   for (const auto& [key, n] : batch) {
     const auto& [deployment, tenant, reason] = key;
-    runtime::Event e;
+    store::Event e;
     e.time = wall;
     e.kind = "request.rejected";
     e.deployment = deployment;
@@ -812,13 +812,13 @@ void Gateway::NoteMigration(const std::string& deployment,
                             const std::string& tenant, const std::string& from,
                             bool migrated, const std::string& why) {
   if (config_.metrics) config_.metrics->Migration(deployment, migrated);
-  std::function<void(runtime::Event)> sink;
+  std::function<void(store::Event)> sink;
   {
     absl::MutexLock lock(&rejections_mu_);
     sink = event_sink_;
   }
   if (!sink) return;
-  runtime::Event e;
+  store::Event e;
   e.time = runtime::WallClock::Get().Now();
   e.kind = migrated ? "request.migrated" : "request.stream_failed";
   e.deployment = deployment;

@@ -11,7 +11,7 @@
 //     replica), .../ready; POST .../infer (queued like any request).
 //   GET /healthz.
 // Headers:
-//   Authorization: Bearer <api key>      the tenant (runtime::Store keys)
+//   Authorization: Bearer <api key>      the tenant (store::Store keys)
 //   X-Gpusched-Priority: <class name>    default: the tenant's class
 //   X-Gpusched-Deadline-Ms: <ms>         first-token deadline from arrival
 //   X-Gpusched-Session: <id>             session (first 256 bytes): the
@@ -57,9 +57,9 @@
 #include "net/http_server.h"
 #include "net/upstream.h"
 #include "runtime/data_plane.h"
-#include "runtime/store.h"
 #include "serving/dispatcher.h"
 #include "serving/split.h"
+#include "store/store.h"
 
 namespace gpusched::gateway {
 
@@ -128,7 +128,7 @@ using DeploymentLoad = runtime::ServingLoad;
 
 // Checks an API key; the runtime wraps its Store (thread-safe).
 using Authenticator =
-    std::function<absl::StatusOr<runtime::KeyInfo>(std::string_view secret)>;
+    std::function<absl::StatusOr<store::KeyInfo>(std::string_view secret)>;
 
 class Gateway : public runtime::DataPlane {
  public:
@@ -190,7 +190,7 @@ class Gateway : public runtime::DataPlane {
   void Tick() override;
   // Rejections become "request.rejected" events, one per (deployment,
   // tenant, reason) and second with their count, sent from Tick().
-  void SetEventSink(std::function<void(runtime::Event)> sink);
+  void SetEventSink(std::function<void(store::Event)> sink);
   // Demand at zero: called with the deployment and the request's arrival
   // (steady clock) when a request is held while the deployment has no
   // ready replica and held no other request, i.e. once per burst of first
@@ -393,8 +393,7 @@ class Gateway : public runtime::DataPlane {
                      serving::RejectReason reason);
   void FlushRejections();
   absl::Mutex rejections_mu_;
-  std::function<void(runtime::Event)> event_sink_
-      ABSL_GUARDED_BY(rejections_mu_);
+  std::function<void(store::Event)> event_sink_ ABSL_GUARDED_BY(rejections_mu_);
   std::map<std::tuple<std::string, std::string, serving::RejectReason>, int64_t>
       rejections_ ABSL_GUARDED_BY(rejections_mu_);
   Micros next_rejection_flush_ ABSL_GUARDED_BY(rejections_mu_) = 0;

@@ -29,7 +29,7 @@ class GatewayTest : public ::testing::Test {
  protected:
   void Start(bool with_dead_replica, double rpm = 0) {
     for (int i = 0; i < 2; ++i) StartEngine("chat");
-    auto store = runtime::Store::Open(":memory:");
+    auto store = store::Store::Open(":memory:");
     ASSERT_TRUE(store.ok());
     store_ = *std::move(store);
     ASSERT_TRUE(store_->PutTenant("alice", "{}", 1, 0).ok());
@@ -107,7 +107,7 @@ class GatewayTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<engine::EngineServer>> engines_;
-  std::unique_ptr<runtime::Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::unique_ptr<Gateway> gateway_;
   std::unique_ptr<net::HttpServer> server_;
   std::string alice_, bob_;

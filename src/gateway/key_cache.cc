@@ -4,8 +4,7 @@
 
 namespace gpusched::gateway {
 
-absl::StatusOr<runtime::KeyInfo> KeyCache::Authenticate(
-    std::string_view secret) {
+absl::StatusOr<store::KeyInfo> KeyCache::Authenticate(std::string_view secret) {
   absl::MutexLock lock(&mu_);
   // Read the version before the lookup: a revoke that lands in between
   // moves it again, and the next call drops what this one cached.
@@ -16,7 +15,7 @@ absl::StatusOr<runtime::KeyInfo> KeyCache::Authenticate(
   }
   auto it = keys_.find(absl::string_view(secret.data(), secret.size()));
   if (it != keys_.end()) return it->second;
-  absl::StatusOr<runtime::KeyInfo> info = store_->AuthenticateKey(secret);
+  absl::StatusOr<store::KeyInfo> info = store_->AuthenticateKey(secret);
   if (info.ok()) {
     if (keys_.size() >= capacity_) keys_.clear();
     keys_.emplace(std::string(secret), *info);

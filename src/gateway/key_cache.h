@@ -22,26 +22,26 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/store.h"
+#include "store/store.h"
 
 namespace gpusched::gateway {
 
 class KeyCache {
  public:
-  explicit KeyCache(runtime::Store* store, size_t capacity = 10000)
+  explicit KeyCache(store::Store* store, size_t capacity = 10000)
       : store_(store), capacity_(capacity) {}
 
   // The key's tenant and role, or Unauthenticated (the Store's message).
-  absl::StatusOr<runtime::KeyInfo> Authenticate(std::string_view secret);
+  absl::StatusOr<store::KeyInfo> Authenticate(std::string_view secret);
 
   size_t size();  // secrets cached now
 
  private:
-  runtime::Store* const store_;
+  store::Store* const store_;
   const size_t capacity_;
   absl::Mutex mu_;
   int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
-  absl::flat_hash_map<std::string, runtime::KeyInfo> keys_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, store::KeyInfo> keys_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpusched::gateway

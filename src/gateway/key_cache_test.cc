@@ -11,7 +11,7 @@ namespace {
 class KeyCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = runtime::Store::Open(":memory:");
+    auto store = store::Store::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     ASSERT_TRUE(store_->PutTenant("alice", R"({"name":"alice"})", 1, 1).ok());
@@ -23,7 +23,7 @@ class KeyCacheTest : public ::testing::Test {
     key_ids_[k->secret] = k->key_id;
     return k->secret;
   }
-  std::unique_ptr<runtime::Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::map<std::string, std::string> key_ids_;
 };
 

@@ -14,20 +14,20 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "backends/local/nvml.h"
 #include "cli/table.h"
 #include "config/inventory_config.h"
 #include "inventory/alibaba_nodes.h"
 #include "inventory/cluster_state.h"
 #include "inventory/declared.h"
 #include "inventory/gpu_catalog.h"
-#include "inventory/nvml.h"
 #include "main/inventory_source.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched {
 namespace {
 
-using inventory::DiscoveredGpu;
+using backends::DiscoveredGpu;
 using inventory::NodeSpec;
 using Json = nlohmann::ordered_json;
 

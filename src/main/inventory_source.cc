@@ -14,15 +14,15 @@
 namespace gpusched {
 namespace {
 
-using inventory::DiscoveredGpu;
+using backends::DiscoveredGpu;
 using inventory::NodeSpec;
 
 // This machine as a node, from NVML.
 absl::StatusOr<Inventory> Discover() {
   absl::StatusOr<std::vector<DiscoveredGpu>> gpus =
-      inventory::DiscoverLocalGpus();
+      backends::DiscoverLocalGpus();
   if (!gpus.ok()) return gpus.status();
-  inventory::LocalNodeOptions opt;
+  backends::LocalNodeOptions opt;
   char host[256] = {};
   opt.name = gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0'
                  ? host
@@ -33,7 +33,7 @@ absl::StatusOr<Inventory> Discover() {
   if (pages > 0 && page_size > 0) {
     opt.memory_mib = int64_t{pages} * page_size / (1024 * 1024);
   }
-  absl::StatusOr<NodeSpec> node = inventory::LocalNodeSpec(*gpus, opt);
+  absl::StatusOr<NodeSpec> node = backends::LocalNodeSpec(*gpus, opt);
   if (!node.ok()) return node.status();
   Inventory inv;
   inv.source = "nvml";

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/local/nvml.h"
 #include "inventory/cluster_state.h"
-#include "inventory/nvml.h"
 
 namespace gpusched {
 
@@ -19,7 +19,7 @@ struct Inventory {
   std::string source;  // "nvml" or "declared"
   std::string config;  // the manifest read, for "declared"
   std::vector<inventory::NodeSpec> nodes;
-  std::vector<inventory::DiscoveredGpu> gpus;  // for "nvml"
+  std::vector<backends::DiscoveredGpu> gpus;  // for "nvml"
 };
 
 // `source`: "auto" (NVML, else the declared inventory; `on_fallback` is told

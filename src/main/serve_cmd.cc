@@ -17,22 +17,22 @@
 #include "api/control_api.h"
 #include "api/controller_metrics.h"
 #include "api/static_assets.h"
+#include "backends/kubernetes/kube_client.h"
+#include "backends/kubernetes/kube_launcher.h"
+#include "backends/kubernetes/kube_nodes.h"
+#include "backends/slurm/slurm_launcher.h"
+#include "backends/slurm/slurm_nodes.h"
 #include "common/worker_pool.h"
 #include "config/serve_config.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/key_cache.h"
-#include "inventory/kubernetes.h"
-#include "inventory/slurm.h"
 #include "main/inventory_source.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
 #include "runtime/controller.h"
-#include "runtime/kube_client.h"
-#include "runtime/kube_launcher.h"
 #include "runtime/real_clock.h"
-#include "runtime/slurm_launcher.h"
-#include "runtime/store.h"
+#include "store/store.h"
 
 namespace gpusched {
 namespace {
@@ -63,18 +63,18 @@ std::string SelfPath() {
 // launcher that runs replicas there as jobs.
 absl::Status FromSlurm(const config::SlurmConfig& cfg,
                        runtime::ControllerCluster* cluster,
-                       std::unique_ptr<runtime::Launcher>* launcher) {
-  std::unique_ptr<runtime::SlurmClient> client = runtime::SystemSlurmClient(
+                       std::unique_ptr<backends::Launcher>* launcher) {
+  std::unique_ptr<backends::SlurmClient> client = backends::SystemSlurmClient(
       cfg.bin_dir, cfg.command_timeout_ms * kMicrosPerMilli);
-  absl::StatusOr<std::vector<inventory::SlurmNode>> all =
-      runtime::ReadSlurmNodes(*client);
+  absl::StatusOr<std::vector<backends::SlurmNode>> all =
+      backends::ReadSlurmNodes(*client);
   if (!all.ok()) {
     return absl::Status(
         all.status().code(),
         absl::StrCat("slurm: cannot read the nodes: ", all.status().message()));
   }
-  std::vector<inventory::SlurmNode> nodes;
-  for (inventory::SlurmNode& n : *all) {
+  std::vector<backends::SlurmNode> nodes;
+  for (backends::SlurmNode& n : *all) {
     if (cfg.partition.empty() ||
         std::find(n.partitions.begin(), n.partitions.end(), cfg.partition) !=
             n.partitions.end()) {
@@ -89,18 +89,18 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   absl::flat_hash_map<std::string, std::string> gres_map(cfg.gres_map.begin(),
                                                          cfg.gres_map.end());
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
-      inventory::SlurmNodeSpecs(nodes, gres_map);
+      backends::SlurmNodeSpecs(nodes, gres_map);
   if (!specs.ok()) return specs.status();
   cluster->nodes = *specs;
   cluster->source = "slurm";
-  runtime::SlurmLauncherOptions o;
+  backends::SlurmLauncherOptions o;
   o.partition = cfg.partition;
   o.account = cfg.account;
   o.qos = cfg.qos;
   o.job_prefix = cfg.job_prefix;
   o.poll_interval = cfg.poll_interval_ms * kMicrosPerMilli;
   o.default_memory_mib = cfg.default_memory_mib;
-  *launcher = std::make_unique<runtime::SlurmLauncher>(
+  *launcher = std::make_unique<backends::SlurmLauncher>(
       o, std::move(client), std::move(nodes), *std::move(specs),
       &runtime::SteadyClock::Get());
   return absl::OkStatus();
@@ -110,36 +110,36 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
 // and the launcher that runs replicas there as Pods.
 absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
                             runtime::ControllerCluster* cluster,
-                            std::unique_ptr<runtime::Launcher>* launcher) {
-  absl::StatusOr<runtime::KubeCredentials> creds =
-      runtime::ResolveKubeCredentials(cfg.kubeconfig, cfg.api_server);
+                            std::unique_ptr<backends::Launcher>* launcher) {
+  absl::StatusOr<backends::KubeCredentials> creds =
+      backends::ResolveKubeCredentials(cfg.kubeconfig, cfg.api_server);
   if (!creds.ok()) {
     return absl::Status(creds.status().code(),
                         absl::StrCat("kubernetes: ", creds.status().message()));
   }
-  runtime::KubeClient::Options co;
+  backends::KubeClient::Options co;
   co.timeout = cfg.request_timeout_ms * kMicrosPerMilli;
-  auto client = [&]() { return runtime::KubeClient::Create(*creds, co); };
-  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> api = client();
+  auto client = [&]() { return backends::KubeClient::Create(*creds, co); };
+  absl::StatusOr<std::unique_ptr<backends::KubeClient>> api = client();
   if (!api.ok()) return api.status();
   std::string selector;
   for (const auto& [k, v] : cfg.node_selector) {
     absl::StrAppend(&selector, selector.empty() ? "" : ",", k, "=", v);
   }
-  absl::StatusOr<runtime::KubeResponse> r = (*api)->Request(
+  absl::StatusOr<backends::KubeResponse> r = (*api)->Request(
       "GET", selector.empty()
                  ? std::string("/api/v1/nodes")
                  : absl::StrCat("/api/v1/nodes?labelSelector=",
-                                runtime::KubeQueryEscape(selector)));
+                                backends::KubeQueryEscape(selector)));
   absl::Status st =
-      r.ok() ? runtime::KubeStatusError(*r, "list nodes") : r.status();
+      r.ok() ? backends::KubeStatusError(*r, "list nodes") : r.status();
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("kubernetes: cannot read the nodes (",
                                      creds->source, "): ", st.message()));
   }
-  absl::StatusOr<std::vector<inventory::KubeNode>> nodes =
-      inventory::ParseKubeNodeList(
+  absl::StatusOr<std::vector<backends::KubeNode>> nodes =
+      backends::ParseKubeNodeList(
           nlohmann::json::parse(r->body, nullptr, false), cfg.tolerations);
   if (!nodes.ok()) {
     return absl::Status(nodes.status().code(),
@@ -153,15 +153,15 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
   absl::flat_hash_map<std::string, std::string> product_map(
       cfg.product_map.begin(), cfg.product_map.end());
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
-      inventory::KubeNodeSpecs(*nodes, product_map);
+      backends::KubeNodeSpecs(*nodes, product_map);
   if (!specs.ok()) return specs.status();
   cluster->nodes = *specs;
   cluster->source = "kubernetes";
-  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> pods = client();
-  absl::StatusOr<std::unique_ptr<runtime::KubeClient>> node_client = client();
+  absl::StatusOr<std::unique_ptr<backends::KubeClient>> pods = client();
+  absl::StatusOr<std::unique_ptr<backends::KubeClient>> node_client = client();
   if (!pods.ok()) return pods.status();
   if (!node_client.ok()) return node_client.status();
-  runtime::KubeLauncherOptions o;
+  backends::KubeLauncherOptions o;
   o.namespace_name = cfg.namespace_name;
   o.instance = cfg.instance;
   o.scheduler_name = cfg.scheduler_name;
@@ -172,7 +172,7 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
                 : cfg.image;
   o.service_account = cfg.service_account;
   o.default_memory_mib = cfg.default_memory_mib;
-  *launcher = std::make_unique<runtime::KubeLauncher>(
+  *launcher = std::make_unique<backends::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
       *std::move(nodes), *std::move(specs));
   return absl::OkStatus();
@@ -188,7 +188,7 @@ absl::StatusOr<std::pair<std::string, bool>> KeyFromFile(
     secret = std::string(absl::StripAsciiWhitespace(secret));
     if (!secret.empty()) return std::pair{secret, false};
   }
-  auto secret = runtime::GenerateApiKeySecret();
+  auto secret = store::GenerateApiKeySecret();
   if (!secret.ok()) return secret.status();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
@@ -215,7 +215,7 @@ int RunServe(const ServeFlags& flags) {
 
   // The cluster: Slurm's nodes, else NVML GPUs, else the declared inventory.
   runtime::ControllerCluster cluster;
-  std::unique_ptr<runtime::Launcher> launcher;
+  std::unique_ptr<backends::Launcher> launcher;
   if (cfg->slurm.enabled) {
     if (absl::Status st = FromSlurm(cfg->slurm, &cluster, &launcher);
         !st.ok()) {
@@ -246,7 +246,7 @@ int RunServe(const ServeFlags& flags) {
   }
   if (cluster.nodes.empty()) cluster.source = "none (CPU-only replicas)";
 
-  auto store = runtime::Store::Open(cfg->state);
+  auto store = store::Store::Open(cfg->state);
   if (!store.ok()) return Fail(std::string(store.status().message()));
 
   // Metrics (GET /metrics): declared before the gateway and the
@@ -296,7 +296,7 @@ int RunServe(const ServeFlags& flags) {
   controller = *std::move(made);
   ctl = controller.get();
   (*gateway)->SetEventSink(
-      [&ctl](runtime::Event e) { ctl->RecordEvent(std::move(e)); });
+      [&ctl](store::Event e) { ctl->RecordEvent(std::move(e)); });
   if (absl::Status st = controller->Start(); !st.ok()) {
     return Fail(std::string(st.message()));
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "backends/local/local_launcher.h"
 #include "common/status.h"
 #include "control/room.h"
 #include "placement/registry.h"
@@ -129,8 +130,8 @@ control::LifecycleOptions Controller::LifecycleOptionsFor(
 }
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
-    ControllerOptions options, ControllerCluster cluster, runtime::Store* store,
-    runtime::DataPlane* gateway, std::unique_ptr<runtime::Launcher> launcher) {
+    ControllerOptions options, ControllerCluster cluster, store::Store* store,
+    runtime::DataPlane* gateway, std::unique_ptr<backends::Launcher> launcher) {
   std::unique_ptr<Controller> c(new Controller());
   // No other thread sees it yet; the lock keeps the analysis whole.
   absl::MutexLock lock(&c->mu_);
@@ -138,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     absl::MutexLock l(&c->launcher_mu_);
     c->launcher_ = launcher != nullptr
                        ? std::move(launcher)
-                       : std::make_unique<runtime::LocalLauncher>();
+                       : std::make_unique<backends::LocalLauncher>();
     c->manager_readiness_ = c->launcher_->ReportsReadiness();
   }
   c->options_ = std::move(options);
@@ -235,7 +236,7 @@ absl::Status Controller::Start() {
     launcher_->Sync();
   }
 
-  std::vector<runtime::Document> deployments, tenants;
+  std::vector<store::Document> deployments, tenants;
   {
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
     ASSIGN_OR_RETURN(deployments, store_->ListDeployments());
@@ -243,7 +244,7 @@ absl::Status Controller::Start() {
   absl::MutexLock lock(&mu_);
   for (const auto& [docs, what] :
        {std::pair{&tenants, "tenant"}, std::pair{&deployments, "deployment"}}) {
-    for (const runtime::Document& doc : *docs) {
+    for (const store::Document& doc : *docs) {
       json j = json::parse(doc.manifest_json, nullptr, false);
       auto m = config::ManifestFromJson(
           j, absl::StrCat("stored ", what, " ", doc.name));
@@ -275,11 +276,11 @@ absl::Status Controller::Start() {
   // at their manifest's initial count.
   for (auto& [name, d] : deployments_) {
     if (!scaling_.has(name)) continue;
-    runtime::EventFilter f;
+    store::EventFilter f;
     f.kinds = {"deployment.autoscaled", "replica.evicted"};
     f.deployment = name;
     f.limit = 1;
-    absl::StatusOr<std::vector<runtime::Event>> last;
+    absl::StatusOr<std::vector<store::Event>> last;
     { last = store_->QueryEvents(f); }
     if (!last.ok() || last->empty()) continue;
     const json& details = (*last)[0].details;
@@ -380,11 +381,11 @@ void Controller::Loop() {
     }
     // NVML GPUs are read again now and then (memory used, utilization,
     // health), outside the lock: a read takes milliseconds.
-    std::optional<std::vector<inventory::DiscoveredGpu>> gpus;
+    std::optional<std::vector<backends::DiscoveredGpu>> gpus;
     if (cluster_.source == "nvml" && options_.gpu_read_period > 0 &&
         Now() >= next_gpu_read) {
       next_gpu_read = Now() + options_.gpu_read_period;
-      auto read = inventory::DiscoverLocalGpus();
+      auto read = backends::DiscoverLocalGpus();
       if (read.ok() && read->size() == cluster_.gpus.size()) {
         gpus = *std::move(read);
       }
@@ -395,7 +396,7 @@ void Controller::Loop() {
   mu_.Unlock();
 }
 
-void Controller::RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus) {
+void Controller::RefreshGpus(std::vector<backends::DiscoveredGpu> gpus) {
   for (size_t g = 0; g < gpus.size(); ++g) {
     if (gpus[g].healthy != cluster_.gpus[g].healthy) {
       (void)cluster_state_.SetGpuHealth(0, static_cast<int>(g),
@@ -469,12 +470,12 @@ void Controller::Reconcile(Micros now) {
 }
 
 void Controller::HandleExits(Micros now) {
-  std::vector<runtime::ExitEvent> exits;
+  std::vector<backends::ExitEvent> exits;
   {
     absl::MutexLock l(&launcher_mu_);
     exits = launcher_->Poll();
   }
-  for (const runtime::ExitEvent& ev : exits) {
+  for (const backends::ExitEvent& ev : exits) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
         if (r.pid != ev.id) continue;

@@ -5,7 +5,7 @@
 // rolling replacement, readiness and health probes, restart backoff,
 // drain), placement is the placement scheduler's (the policy the simulator
 // measures), making room is control::PlanRoom. The controller places each
-// replica, launches its engine through a runtime::Launcher with those GPUs
+// replica, launches its engine through a backends::Launcher with those GPUs
 // (CUDA_VISIBLE_DEVICES, the engine's memory flag, MPS limits when MPS
 // runs), sends the probes, and keeps the Gateway's view of ready replicas
 // and tenants current. Every decision is an event in the Store's log.
@@ -43,13 +43,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/launcher.h"
+#include "backends/local/nvml.h"
 #include "config/manifest.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
 #include "control/rollout.h"
 #include "control/scaling.h"
 #include "inventory/cluster_state.h"
-#include "inventory/nvml.h"
 #include "net/upstream.h"
 #include "nlohmann/json.hpp"
 #include "placement/scheduler.h"
@@ -58,9 +59,8 @@
 #include "runtime/engine_launch.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
-#include "runtime/launcher.h"
 #include "runtime/real_clock.h"
-#include "runtime/store.h"
+#include "store/store.h"
 
 namespace gpusched::runtime {
 
@@ -109,8 +109,8 @@ struct ControllerOptions {
 // The cluster the controller places onto.
 struct ControllerCluster {
   std::vector<inventory::NodeSpec> nodes;
-  std::vector<inventory::DiscoveredGpu> gpus;  // NVML GPUs of node 0, if any
-  std::string source;                          // "nvml" or "declared"
+  std::vector<backends::DiscoveredGpu> gpus;  // NVML GPUs of node 0, if any
+  std::string source;                         // "nvml" or "declared"
 };
 
 // "2026-11-29T23:10:00.123456Z" for microseconds since the Unix epoch.
@@ -124,12 +124,12 @@ struct ApplyResult {
 
 class Controller {
  public:
-  // `launcher` runs the engines (null: a runtime::LocalLauncher, processes
+  // `launcher` runs the engines (null: a backends::LocalLauncher, processes
   // on this machine).
   static absl::StatusOr<std::unique_ptr<Controller>> Create(
-      ControllerOptions options, ControllerCluster cluster,
-      runtime::Store* store, runtime::DataPlane* data_plane,
-      std::unique_ptr<runtime::Launcher> launcher = nullptr);
+      ControllerOptions options, ControllerCluster cluster, store::Store* store,
+      runtime::DataPlane* data_plane,
+      std::unique_ptr<backends::Launcher> launcher = nullptr);
   ~Controller();  // Stop() if not stopped
 
   // Loads the stored state, cleans up after a previous run and starts the
@@ -183,19 +183,19 @@ class Controller {
 
   // --- Keys and events (the Store, which is thread-safe) ------------------
   // The data plane checks keys itself (gateway::KeyCache over the Store).
-  absl::StatusOr<runtime::NewApiKey> CreateKey(const std::string& tenant,
-                                               const std::string& name,
-                                               bool admin);
+  absl::StatusOr<store::NewApiKey> CreateKey(const std::string& tenant,
+                                             const std::string& name,
+                                             bool admin);
   // Registers `secret` (from a key file or the config) for `tenant` (admin
   // when empty and `admin`), idempotently.
   absl::Status EnsureKey(std::string_view secret, const std::string& tenant,
                          bool admin);
   absl::Status RevokeKey(const std::string& key_id);
-  absl::StatusOr<std::vector<runtime::KeyInfo>> ListKeys(
+  absl::StatusOr<std::vector<store::KeyInfo>> ListKeys(
       const std::string& tenant);
-  absl::StatusOr<std::vector<runtime::Event>> Events(
-      const runtime::EventFilter& filter);
-  void RecordEvent(runtime::Event e);
+  absl::StatusOr<std::vector<store::Event>> Events(
+      const store::EventFilter& filter);
+  void RecordEvent(store::Event e);
 
  private:
   // What the driver keeps of a replica whose life the core
@@ -204,7 +204,7 @@ class Controller {
   // here, never launched.
   struct Replica {
     std::string name;
-    runtime::ProcessId pid = 0;
+    backends::ProcessId pid = 0;
     net::Endpoint endpoint;
     bool placed = false;
     inventory::Allocation allocation;
@@ -229,7 +229,7 @@ class Controller {
   struct StartJob {
     std::string deployment, replica;
     runtime::EngineLaunch launch;
-    absl::StatusOr<runtime::ProcessId> pid = absl::UnknownError("not started");
+    absl::StatusOr<backends::ProcessId> pid = absl::UnknownError("not started");
   };
   // One replica for the views: the core's record (null for an attached
   // endpoint) and the driver's (null until first launched).
@@ -351,7 +351,7 @@ class Controller {
   void Scrape(Deployment& d, Replica& r, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnProbe(const std::string& deployment, const std::string& replica,
-               runtime::ProcessId pid, bool ok);
+               backends::ProcessId pid, bool ok);
   std::vector<Row> Rows(const Deployment& d) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Options of the core for a deployment launched from `engine`.
@@ -363,9 +363,9 @@ class Controller {
   // (GPUs of other users' work and unusable nodes take no new replica; the
   // replicas on an unusable node are drained and replaced elsewhere).
   void HandleClusterReports(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FollowAssignments(const std::vector<runtime::GpuAssignment>& assigned)
+  void FollowAssignments(const std::vector<backends::GpuAssignment>& assigned)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyNodeReport(const runtime::NodeReport& n, Micros now)
+  void ApplyNodeReport(const backends::NodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At start: the processes a previous run left (a cluster manager's jobs)
   // that still serve a deployment at its current version, up to its
@@ -376,14 +376,14 @@ class Controller {
   // engine; false when there is none to take.
   bool AdoptLeftover(Deployment& d, Replica& r, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndLeftover(const runtime::Leftover& l, const std::string& why)
+  void EndLeftover(const backends::Leftover& l, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndStaleLeftovers(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a replica's engine is started with, for adopting it after a
   // restart: "<port>.<metrics_port>.<version hash>".
   static std::string LaunchTag(int port, int metrics_port,
                                const std::string& version);
-  void RefreshGpus(std::vector<inventory::DiscoveredGpu> gpus)
+  void RefreshGpus(std::vector<backends::DiscoveredGpu> gpus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushReady(Deployment& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replicas of the current version that should run: the autoscaler's
@@ -454,7 +454,7 @@ class Controller {
 
   ControllerOptions options_;
   ControllerCluster cluster_;
-  runtime::Store* store_ = nullptr;
+  store::Store* store_ = nullptr;
   runtime::DataPlane* gateway_ = nullptr;  // the data plane
 
   // The controller's state. cluster_ (its NVML readings) is written by the
@@ -480,13 +480,13 @@ class Controller {
   absl::Mutex launcher_mu_ ABSL_ACQUIRED_AFTER(mu_);
   // launcher_->ReportsReadiness(), read once at Create.
   bool manager_readiness_ = false;
-  std::unique_ptr<runtime::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
+  std::unique_ptr<backends::Launcher> launcher_ ABSL_GUARDED_BY(launcher_mu_);
   // Leftovers waiting to be adopted, per deployment, until the deadline.
-  absl::flat_hash_map<std::string, std::vector<runtime::Leftover>> leftovers_
+  absl::flat_hash_map<std::string, std::vector<backends::Leftover>> leftovers_
       ABSL_GUARDED_BY(mu_);
   Micros adopt_deadline_ ABSL_GUARDED_BY(mu_) = 0;
   // The last report per node from a cluster manager's launcher.
-  absl::flat_hash_map<std::string, runtime::NodeReport> node_reports_
+  absl::flat_hash_map<std::string, backends::NodeReport> node_reports_
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<net::UpstreamClient> probe_;
   std::thread loop_;

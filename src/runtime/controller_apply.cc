@@ -21,7 +21,7 @@ using nlohmann::json;
 
 void Controller::Event(const std::string& kind, const std::string& deployment,
                        const std::string& message, json details) {
-  runtime::Event e;
+  store::Event e;
   e.time = Wall();
   e.kind = kind;
   e.deployment = deployment;
@@ -30,7 +30,7 @@ void Controller::Event(const std::string& kind, const std::string& deployment,
   RecordEvent(std::move(e));
 }
 
-void Controller::RecordEvent(runtime::Event e) {
+void Controller::RecordEvent(store::Event e) {
   auto id = store_->AppendEvent(e);
   if (!id.ok()) {
     std::fprintf(stderr, "gpusched: event not stored: %s\n",
@@ -41,7 +41,7 @@ void Controller::RecordEvent(runtime::Event e) {
   if (*id % 1000 == 0) (void)store_->PruneEvents(100000, INT64_MIN);
 }
 
-absl::StatusOr<runtime::NewApiKey> Controller::CreateKey(
+absl::StatusOr<store::NewApiKey> Controller::CreateKey(
     const std::string& tenant, const std::string& name, bool admin) {
   return store_->CreateApiKey(tenant, name, Wall(), admin);
 }
@@ -58,13 +58,13 @@ absl::Status Controller::RevokeKey(const std::string& key_id) {
   return store_->RevokeApiKey(key_id, Wall());
 }
 
-absl::StatusOr<std::vector<runtime::KeyInfo>> Controller::ListKeys(
+absl::StatusOr<std::vector<store::KeyInfo>> Controller::ListKeys(
     const std::string& tenant) {
   return store_->ListApiKeys(tenant);
 }
 
-absl::StatusOr<std::vector<runtime::Event>> Controller::Events(
-    const runtime::EventFilter& filter) {
+absl::StatusOr<std::vector<store::Event>> Controller::Events(
+    const store::EventFilter& filter) {
   return store_->QueryEvents(filter);
 }
 

@@ -18,10 +18,10 @@ namespace gpusched::runtime {
 using nlohmann::json;
 
 void Controller::HandleClusterReports(Micros now) {
-  std::vector<runtime::GpuAssignment> assigned;
-  std::vector<runtime::NodeReport> nodes;
-  std::vector<runtime::ManagerReport> manager;
-  std::vector<runtime::ReadinessReport> readiness;
+  std::vector<backends::GpuAssignment> assigned;
+  std::vector<backends::NodeReport> nodes;
+  std::vector<backends::ManagerReport> manager;
+  std::vector<backends::ReadinessReport> readiness;
   {
     absl::MutexLock l(&launcher_mu_);
     assigned = launcher_->Assignments();
@@ -29,7 +29,7 @@ void Controller::HandleClusterReports(Micros now) {
     manager = launcher_->ManagerReports();
     readiness = launcher_->ReadinessReports();
   }
-  for (const runtime::ManagerReport& m : manager) {
+  for (const backends::ManagerReport& m : manager) {
     if (m.reachable) {
       Event("manager.reachable", "", "the cluster manager answers again");
     } else {
@@ -40,8 +40,8 @@ void Controller::HandleClusterReports(Micros now) {
     }
   }
   FollowAssignments(assigned);
-  for (const runtime::NodeReport& n : nodes) ApplyNodeReport(n, now);
-  for (const runtime::ReadinessReport& rr : readiness) {
+  for (const backends::NodeReport& n : nodes) ApplyNodeReport(n, now);
+  for (const backends::ReadinessReport& rr : readiness) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
         if (r.pid != rr.id || r.manager_ready == rr.ready) continue;
@@ -67,7 +67,7 @@ void Controller::HandleClusterReports(Micros now) {
 }
 
 void Controller::FollowAssignments(
-    const std::vector<runtime::GpuAssignment>& assigned) {
+    const std::vector<backends::GpuAssignment>& assigned) {
   struct Move {
     std::string deployment;
     std::string replica;
@@ -80,7 +80,7 @@ void Controller::FollowAssignments(
     std::vector<int> chosen;
   };
   std::vector<Move> moves;
-  for (const runtime::GpuAssignment& a : assigned) {
+  for (const backends::GpuAssignment& a : assigned) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
         if (r.pid != a.id) continue;
@@ -181,7 +181,7 @@ void Controller::FollowAssignments(
   }
 }
 
-void Controller::ApplyNodeReport(const runtime::NodeReport& n, Micros now) {
+void Controller::ApplyNodeReport(const backends::NodeReport& n, Micros now) {
   const int node = cluster_state_.FindNode(n.node);
   if (node < 0) return;
   const inventory::NodeState& st = cluster_state_.state(node);
@@ -288,7 +288,7 @@ std::string Controller::LaunchTag(int port, int metrics_port,
   return absl::StrCat(port, ".", metrics_port, ".", StableHash(version));
 }
 
-void Controller::EndLeftover(const runtime::Leftover& l,
+void Controller::EndLeftover(const backends::Leftover& l,
                              const std::string& why) {
   absl::Status st;
   {
@@ -304,13 +304,13 @@ void Controller::EndLeftover(const runtime::Leftover& l,
 }
 
 void Controller::PlanLeftovers(Micros now) {
-  std::vector<runtime::Leftover> all;
+  std::vector<backends::Leftover> all;
   {
     absl::MutexLock lock(&launcher_mu_);
     all = launcher_->Leftovers();
   }
   absl::flat_hash_map<std::string, int> kept;
-  for (runtime::Leftover& l : all) {
+  for (backends::Leftover& l : all) {
     auto d = deployments_.find(l.deployment);
     std::vector<std::string> tag = absl::StrSplit(l.tag, '.');
     int port = 0;
@@ -339,7 +339,7 @@ void Controller::EndStaleLeftovers(Micros now) {
   auto stale = std::move(leftovers_);
   leftovers_.clear();
   for (auto& [name, list] : stale) {
-    for (const runtime::Leftover& l : list) {
+    for (const backends::Leftover& l : list) {
       EndLeftover(l, "no replica took it over in time");
     }
   }
@@ -349,7 +349,7 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
   auto it = leftovers_.find(d.spec.name);
   if (it == leftovers_.end()) return false;
   while (!it->second.empty()) {
-    runtime::Leftover l = std::move(it->second.back());
+    backends::Leftover l = std::move(it->second.back());
     it->second.pop_back();
     const int node = cluster_state_.FindNode(l.node);
     const inventory::NodeSpec& spec = cluster_state_.spec(node);

@@ -325,10 +325,10 @@ void Controller::FinishStart(StartJob& job, Micros now) {
     Carry(d, out, now);
     return;
   }
-  const runtime::ProcessSpec& spec = job.launch.process;
+  const backends::ProcessSpec& spec = job.launch.process;
   const std::vector<std::string>& ids = job.launch.gpu_ids;
   const int port = job.launch.port;
-  const runtime::ProcessId pid = *job.pid;
+  const backends::ProcessId pid = *job.pid;
   {
     std::ofstream pf(PidFile(r.name), std::ios::trunc);
     pf << pid << "\n" << spec.argv.front() << "\n";

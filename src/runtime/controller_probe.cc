@@ -19,7 +19,7 @@ using nlohmann::json;
 void Controller::Probe(Deployment& d, Replica& r, Micros now) {
   r.probing = true;  // attached endpoints; the core tracks its replicas
   const std::string deployment = d.spec.name, replica = r.name;
-  const runtime::ProcessId pid = r.pid;
+  const backends::ProcessId pid = r.pid;
   net::UpstreamCallbacks cb;
   auto status = std::make_shared<unsigned>(0);
   cb.on_head = [status](const boost::beast::http::response_header<>& h) {
@@ -88,7 +88,7 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
 }
 
 void Controller::OnProbe(const std::string& deployment,
-                         const std::string& replica, runtime::ProcessId pid,
+                         const std::string& replica, backends::ProcessId pid,
                          bool ok) {
   absl::MutexLock lock(&mu_);
   auto dit = deployments_.find(deployment);

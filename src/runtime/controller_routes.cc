@@ -369,9 +369,9 @@ json Controller::RoutesJson(const std::string& only) {
 }
 
 absl::Status Controller::RestoreRoutes() {
-  std::vector<runtime::Document> docs;
+  std::vector<store::Document> docs;
   ASSIGN_OR_RETURN(docs, store_->ListRoutes());
-  for (const runtime::Document& doc : docs) {
+  for (const store::Document& doc : docs) {
     json j = json::parse(doc.manifest_json, nullptr, false);
     auto m =
         config::ManifestFromJson(j, absl::StrCat("stored route ", doc.name));

@@ -45,13 +45,13 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
       std::string id = std::to_string(g.gpu);
       if (in.nvml_gpus != nullptr &&
           g.gpu < static_cast<int>(in.nvml_gpus->size())) {
-        const inventory::DiscoveredGpu& dg = (*in.nvml_gpus)[g.gpu];
+        const backends::DiscoveredGpu& dg = (*in.nvml_gpus)[g.gpu];
         id = dg.uuid;
         if (!g.mig_profile.empty()) {
           id.clear();
           // The instance at the slice's slot; where NVML gives no slots,
           // the k-th instance of the profile on the GPU is the k-th of the
-          // node's canonical layout there (inventory::LocalNodeSpec).
+          // node's canonical layout there (backends::LocalNodeSpec).
           int k = 0;
           for (const auto& [gpu, start] :
                inventory::StaticMigSlices(*in.node, g.mig_profile)) {
@@ -110,7 +110,7 @@ absl::StatusOr<EngineLaunch> PlanEngineLaunch(const EngineLaunchInput& in) {
   out.process.log_dir = in.log_dir;
   out.process.port = out.port;
   out.process.readiness_path = in.engine->readiness.path;
-  ProcessPlacement& where = out.process.placement;
+  backends::ProcessPlacement& where = out.process.placement;
   where.deployment = in.deployment;
   if (in.allocation.node >= 0 && in.node != nullptr) {
     where.node = in.node->name;

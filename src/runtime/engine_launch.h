@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/launcher.h"
+#include "backends/local/nvml.h"
 #include "config/manifest.h"
 #include "inventory/cluster_state.h"
-#include "inventory/nvml.h"
 #include "runtime/engine_template.h"
-#include "runtime/launcher.h"
 
 namespace gpusched::runtime {
 
@@ -34,7 +34,7 @@ struct EngineLaunchInput {
   const inventory::NodeSpec* node = nullptr;  // the allocation's node
   // The node's NVML GPUs when it is this machine and was discovered
   // (UUIDs, MIG instances); null else.
-  const std::vector<inventory::DiscoveredGpu>* nvml_gpus = nullptr;
+  const std::vector<backends::DiscoveredGpu>* nvml_gpus = nullptr;
   std::string self_path;  // {self}: this binary
   bool mps = false;       // an MPS control daemon runs: set MPS limits
   std::string log_dir;
@@ -48,7 +48,7 @@ struct EngineLaunch {
   // Where the engine listens and the gateway reaches it ({host}): the
   // node's address when it has one, else 127.0.0.1.
   std::string host = "127.0.0.1";
-  ProcessSpec process;
+  backends::ProcessSpec process;
   uint16_t port = 0;
   uint16_t metrics_port = 0;         // 0: the engine's port
   std::vector<std::string> gpu_ids;  // CUDA_VISIBLE_DEVICES

@@ -84,10 +84,10 @@ TEST(EngineLaunchTest, WholeGpusAreIndexesAndTensorParallel) {
 TEST(EngineLaunchTest, DiscoveredGpusAreUuidsAndMigSlicesMigUuids) {
   const EngineTemplate t = Template();
   const inventory::NodeSpec n = Node();
-  std::vector<inventory::DiscoveredGpu> gpus(2);
+  std::vector<backends::DiscoveredGpu> gpus(2);
   gpus[0].uuid = "GPU-aaaa";
   gpus[1].uuid = "GPU-bbbb";
-  inventory::DiscoveredMigInstance mig;
+  backends::DiscoveredMigInstance mig;
   mig.uuid = "MIG-cccc";
   mig.profile = "3g.40gb";
   mig.start = 4;
@@ -126,7 +126,7 @@ TEST(EngineLaunchTest, MigSlicesWithoutNvmlSlotsTakeTheKthInstance) {
   // canonically by LocalNodeSpec; the k-th slot of the layout is the k-th
   // instance NVML lists.
   const EngineTemplate t = Template();
-  std::vector<inventory::DiscoveredGpu> gpus(2);
+  std::vector<backends::DiscoveredGpu> gpus(2);
   for (int i = 0; i < 2; ++i) {
     gpus[i].index = i;
     gpus[i].uuid = absl::StrCat("GPU-", i);
@@ -136,16 +136,16 @@ TEST(EngineLaunchTest, MigSlicesWithoutNvmlSlotsTakeTheKthInstance) {
   }
   gpus[1].mig_enabled = true;
   for (const char* uuid : {"MIG-first", "MIG-second"}) {
-    inventory::DiscoveredMigInstance m;
+    backends::DiscoveredMigInstance m;
     m.uuid = uuid;
     m.profile = "1g.10gb";
     gpus[1].mig_instances.push_back(m);
   }
-  inventory::LocalNodeOptions o;
+  backends::LocalNodeOptions o;
   o.name = "host";
   o.cpu_milli = 8000;
   o.memory_mib = 16384;
-  absl::StatusOr<inventory::NodeSpec> n = inventory::LocalNodeSpec(gpus, o);
+  absl::StatusOr<inventory::NodeSpec> n = backends::LocalNodeSpec(gpus, o);
   ASSERT_TRUE(n.ok()) << n.status();
   const auto slots = inventory::StaticMigSlices(*n, "1g.10gb");
   ASSERT_EQ(slots.size(), 2u);
