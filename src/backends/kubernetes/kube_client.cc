@@ -1,8 +1,5 @@
 #include "backends/kubernetes/kube_client.h"
 
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -10,32 +7,18 @@
 #include <optional>
 #include <sstream>
 #include <utility>
-#include <variant>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "boost/asio/connect.hpp"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/ip/tcp.hpp"
-#include "boost/asio/ssl.hpp"
-#include "boost/beast/core.hpp"
-#include "boost/beast/http.hpp"
-#include "boost/beast/ssl.hpp"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
 
 namespace gpusched::backends {
 namespace {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace ssl = asio::ssl;
-using tcp = asio::ip::tcp;
 
 constexpr size_t kMaxCredentialFile = 1 << 20;
 
@@ -55,12 +38,6 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
     }
   }
   return out;
-}
-
-bool IsIp(const std::string& host) {
-  boost::system::error_code ec;
-  (void)asio::ip::make_address(host, ec);
-  return !ec;
 }
 
 }  // namespace
@@ -379,363 +356,64 @@ absl::Status KubeStatusError(const KubeResponse& r, absl::string_view what) {
   }
 }
 
-// One connection: plain TCP or TLS over it.
-using PlainStream = beast::tcp_stream;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-
-struct KubeClient::Impl {
-  std::optional<ssl::context> tls;
-  absl::Mutex mu;
-  bool cancelled ABSL_GUARDED_BY(mu) = false;
-  absl::flat_hash_set<asio::io_context*> active ABSL_GUARDED_BY(mu);
-};
-
 KubeClient::KubeClient(KubeCredentials credentials, Options options,
-                       std::unique_ptr<Impl> impl)
+                       std::unique_ptr<net::HttpClient> http)
     : creds_(std::move(credentials)),
       options_(options),
-      impl_(std::move(impl)) {}
+      http_(std::move(http)) {}
 
 KubeClient::~KubeClient() = default;
 
 absl::StatusOr<std::unique_ptr<KubeClient>> KubeClient::Create(
     KubeCredentials credentials, Options options) {
-  auto impl = std::make_unique<Impl>();
-  if (credentials.tls) {
-    impl->tls.emplace(ssl::context::tls_client);
-    ssl::context& ctx = *impl->tls;
-    boost::system::error_code ec;
-    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                    ssl::context::no_tlsv1_1);
-    if (credentials.ca_pem.empty()) {
-      ctx.set_default_verify_paths(ec);
-    } else {
-      ctx.add_certificate_authority(
-          asio::buffer(credentials.ca_pem.data(), credentials.ca_pem.size()),
-          ec);
-    }
-    if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          credentials.source, ": cannot load the CA: ", ec.message()));
-    }
-    if (!credentials.client_cert_pem.empty()) {
-      ctx.use_certificate_chain(
-          asio::buffer(credentials.client_cert_pem.data(),
-                       credentials.client_cert_pem.size()),
-          ec);
-      if (!ec) {
-        ctx.use_private_key(asio::buffer(credentials.client_key_pem.data(),
-                                         credentials.client_key_pem.size()),
-                            ssl::context::pem, ec);
-      }
-      if (ec) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            credentials.source,
-            ": cannot load the client certificate or key: ", ec.message()));
-      }
-    }
-    ctx.set_verify_mode(credentials.insecure_skip_verify ? ssl::verify_none
-                                                         : ssl::verify_peer);
+  net::HttpClientOptions o;
+  o.host = credentials.host;
+  o.port = credentials.port;
+  o.tls = credentials.tls;
+  o.tls_server_name = credentials.tls_server_name;
+  o.ca_pem = credentials.ca_pem;
+  o.insecure_skip_verify = credentials.insecure_skip_verify;
+  o.client_cert_pem = credentials.client_cert_pem;
+  o.client_key_pem = credentials.client_key_pem;
+  o.timeout = options.timeout;
+  o.peer = absl::StrCat("the API server ", credentials.server);
+  auto http = net::HttpClient::Create(std::move(o));
+  if (!http.ok()) {
+    return absl::Status(
+        http.status().code(),
+        absl::StrCat(credentials.source, ": ", http.status().message()));
   }
   return std::unique_ptr<KubeClient>(
-      new KubeClient(std::move(credentials), options, std::move(impl)));
+      new KubeClient(std::move(credentials), options, *std::move(http)));
 }
 
-void KubeClient::Cancel() {
-  absl::MutexLock l(&impl_->mu);
-  impl_->cancelled = true;
-  for (asio::io_context* io : impl_->active) io->stop();
-}
+void KubeClient::Cancel() { http_->Cancel(); }
 
-namespace {
-
-std::chrono::steady_clock::duration Dur(Micros us) {
-  return std::chrono::microseconds(us);
-}
-
-beast::tcp_stream& Lowest(PlainStream& s) { return s; }
-beast::tcp_stream& Lowest(TlsStream& s) { return beast::get_lowest_layer(s); }
-
-absl::Status Failed(const KubeCredentials& c, absl::string_view step,
-                    const beast::error_code& ec) {
-  const std::string text =
-      absl::StrCat("the API server ", c.server, ": ", step, ": ", ec.message());
-  if (ec == beast::error::timeout) return absl::DeadlineExceededError(text);
-  if (ec == asio::error::operation_aborted) return absl::CancelledError(text);
-  return absl::UnavailableError(text);
-}
-
-}  // namespace
-
-// One exchange on its own connection (and io_context, registered so that
-// Cancel() can stop it).
-class KubeExchange {
- public:
-  KubeExchange(const KubeCredentials& c, KubeClient::Impl& impl, Micros timeout)
-      : c_(c), impl_(impl), timeout_(timeout) {}
-  ~KubeExchange() {
-    absl::MutexLock l(&impl_.mu);
-    impl_.active.erase(&io_);
-  }
-
-  // Runs the operation `start` begins to its end; the error it ended with
-  // (operation_aborted when the client was cancelled). The cancelled flag is
-  // read after restart(): a Cancel() that came before is seen here, and one
-  // that comes after stops run().
-  template <typename Start>
-  beast::error_code Await(Start&& start) {
-    beast::error_code out = asio::error::operation_aborted;
-    bool done = false;
-    start([&out, &done](beast::error_code ec, auto&&...) {
-      out = ec;
-      done = true;
-    });
-    io_.restart();
-    {
-      absl::MutexLock l(&impl_.mu);
-      if (impl_.cancelled) return asio::error::operation_aborted;
-    }
-    io_.run();
-    return done ? out : beast::error_code(asio::error::operation_aborted);
-  }
-
-  absl::Status Open() {
-    {
-      absl::MutexLock l(&impl_.mu);
-      if (impl_.cancelled) {
-        return absl::CancelledError("the Kubernetes client was stopped");
-      }
-      impl_.active.insert(&io_);
-    }
-    tcp::resolver resolver(io_);
-    beast::error_code ec;
-    const tcp::resolver::results_type addrs =
-        resolver.resolve(c_.host, std::to_string(c_.port), ec);
-    if (ec) return Failed(c_, "resolve", ec);
-    if (c_.tls) {
-      stream_.emplace<TlsStream>(io_, *impl_.tls);
-    } else {
-      stream_.emplace<PlainStream>(io_);
-    }
-    return std::visit(
-        [&](auto& s) -> absl::Status {
-          if constexpr (std::is_same_v<std::decay_t<decltype(s)>,
-                                       std::monostate>) {
-            return absl::InternalError("no stream");
-          } else {
-            Lowest(s).expires_after(Dur(timeout_));
-            beast::error_code e = Await([&](auto h) {
-              Lowest(s).async_connect(
-                  addrs,
-                  [h](beast::error_code ec2, const tcp::endpoint&) { h(ec2); });
-            });
-            if (e) return Failed(c_, "connect", e);
-            if constexpr (std::is_same_v<std::decay_t<decltype(s)>,
-                                         TlsStream>) {
-              return Handshake(s);
-            }
-            return absl::OkStatus();
-          }
-        },
-        stream_);
-  }
-
-  absl::Status Write(http::request<http::string_body>& req) {
-    return Visit([&](auto& s) {
-      Lowest(s).expires_after(Dur(timeout_));
-      beast::error_code e =
-          Await([&](auto h) { http::async_write(s, req, std::move(h)); });
-      return e ? Failed(c_, "write", e) : absl::OkStatus();
-    });
-  }
-
-  // The whole response.
-  absl::StatusOr<KubeResponse> Read() {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxKubeBody);
-    absl::Status st = Visit([&](auto& s) {
-      Lowest(s).expires_after(Dur(timeout_));
-      beast::error_code e = Await(
-          [&](auto h) { http::async_read(s, buffer_, parser, std::move(h)); });
-      return e ? Failed(c_, "read", e) : absl::OkStatus();
-    });
-    if (!st.ok()) return st;
-    return Response(parser.get());
-  }
-
-  // The head, then each line of the body to `on_line`.
-  absl::Status ReadLines(Micros idle,
-                         const std::function<bool(absl::string_view)>& on_line,
-                         KubeResponse* error_response) {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(boost::none);
-    absl::Status st = Visit([&](auto& s) {
-      Lowest(s).expires_after(Dur(timeout_));
-      beast::error_code e = Await([&](auto h) {
-        http::async_read_header(s, buffer_, parser, std::move(h));
-      });
-      return e ? Failed(c_, "read", e) : absl::OkStatus();
-    });
-    if (!st.ok()) return st;
-    if (parser.get().result_int() != 200) {
-      parser.body_limit(kMaxKubeBody);
-      st = Visit([&](auto& s) {
-        Lowest(s).expires_after(Dur(timeout_));
-        beast::error_code e = Await([&](auto h) {
-          http::async_read(s, buffer_, parser, std::move(h));
-        });
-        return e ? Failed(c_, "read", e) : absl::OkStatus();
-      });
-      if (!st.ok()) return st;
-      *error_response = Response(parser.get());
-      return absl::OkStatus();
-    }
-    size_t scanned = 0;
-    while (true) {
-      std::string& body = parser.get().body();
-      size_t nl;
-      while ((nl = body.find('\n', scanned)) != std::string::npos) {
-        absl::string_view line(body.data(), nl);
-        if (!absl::StripAsciiWhitespace(line).empty() && !on_line(line)) {
-          return absl::OkStatus();
-        }
-        body.erase(0, nl + 1);
-        scanned = 0;
-      }
-      scanned = body.size();
-      if (body.size() > kMaxKubeLine) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("the API server ", c_.server, ": a watch event over ",
-                         kMaxKubeLine >> 20, " MiB"));
-      }
-      if (parser.is_done()) {
-        if (!absl::StripAsciiWhitespace(body).empty()) on_line(body);
-        return absl::OkStatus();
-      }
-      st = Visit([&](auto& s) {
-        Lowest(s).expires_after(Dur(idle));
-        beast::error_code e = Await([&](auto h) {
-          http::async_read_some(s, buffer_, parser, std::move(h));
-        });
-        return e ? Failed(c_, "watch", e) : absl::OkStatus();
-      });
-      if (!st.ok()) return st;
-    }
-  }
-
- private:
-  absl::Status Handshake(TlsStream& s) {
-    SSL* ssl = s.native_handle();
-    const std::string& name =
-        c_.tls_server_name.empty() ? c_.host : c_.tls_server_name;
-    if (!IsIp(name)) SSL_set_tlsext_host_name(ssl, name.c_str());
-    if (!c_.insecure_skip_verify) {
-      X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-      const int ok = IsIp(name)
-                         ? X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str())
-                         : X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
-      if (ok != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot verify the server name ", name));
-      }
-    }
-    beast::error_code e = Await([&](auto h) {
-      s.async_handshake(ssl::stream_base::client, std::move(h));
-    });
-    return e ? Failed(c_, "TLS handshake", e) : absl::OkStatus();
-  }
-
-  template <typename F>
-  absl::Status Visit(F&& f) {
-    if (auto* p = std::get_if<PlainStream>(&stream_)) return f(*p);
-    if (auto* t = std::get_if<TlsStream>(&stream_)) return f(*t);
-    return absl::InternalError("not connected");
-  }
-
-  static KubeResponse Response(http::response<http::string_body>& res) {
-    KubeResponse out;
-    out.status = res.result_int();
-    out.body = std::move(res.body());
-    if (auto it = res.find(http::field::retry_after); it != res.end()) {
-      int s = 0;
-      if (absl::SimpleAtoi(
-              absl::string_view(it->value().data(), it->value().size()), &s) &&
-          s > 0) {
-        out.retry_after = std::min<Micros>(s, 3600) * kMicrosPerSecond;
-      }
-    }
-    return out;
-  }
-
-  const KubeCredentials& c_;
-  KubeClient::Impl& impl_;
-  Micros timeout_;
-  asio::io_context io_;
-  beast::flat_buffer buffer_;
-  std::variant<std::monostate, PlainStream, TlsStream> stream_;
-};
-
-namespace {
-
-absl::StatusOr<http::request<http::string_body>> MakeRequest(
-    const KubeCredentials& c, absl::string_view method,
-    absl::string_view target, absl::string_view body) {
-  http::request<http::string_body> req;
-  const http::verb verb =
-      http::string_to_verb(beast::string_view(method.data(), method.size()));
-  if (verb == http::verb::unknown) {
-    return absl::InvalidArgumentError(absl::StrCat("bad method ", method));
-  }
-  req.method(verb);
-  req.target(beast::string_view(target.data(), target.size()));
-  req.version(11);
-  const bool v6 = c.host.find(':') != std::string::npos;
-  req.set(http::field::host,
-          absl::StrCat(v6 ? "[" : "", c.host, v6 ? "]" : "", ":", c.port));
-  req.set(http::field::user_agent, "gpusched");
-  req.set(http::field::accept, "application/json");
-  std::string token = c.token;
-  if (!c.token_file.empty()) {
-    if (absl::StatusOr<std::string> t = ReadSmallFile(c.token_file, "token");
+net::HttpClient::Headers KubeClient::AuthHeaders() const {
+  std::string token = creds_.token;
+  if (!creds_.token_file.empty()) {
+    if (absl::StatusOr<std::string> t =
+            ReadSmallFile(creds_.token_file, "token");
         t.ok()) {
       token = std::string(absl::StripAsciiWhitespace(*t));
     }
   }
-  if (!token.empty()) {
-    req.set(http::field::authorization, absl::StrCat("Bearer ", token));
-  }
-  if (!body.empty()) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = std::string(body);
-  }
-  req.prepare_payload();
-  return req;
+  if (token.empty()) return {};
+  return {{"Authorization", absl::StrCat("Bearer ", token)}};
 }
-
-}  // namespace
 
 absl::StatusOr<KubeResponse> KubeClient::Request(absl::string_view method,
                                                  absl::string_view target,
                                                  absl::string_view body) {
-  ASSIGN_OR_RETURN(auto req, MakeRequest(creds_, method, target, body));
-  requests_.fetch_add(1);
-  KubeExchange x(creds_, *impl_, options_.timeout);
-  if (absl::Status st = x.Open(); !st.ok()) return st;
-  if (absl::Status st = x.Write(req); !st.ok()) return st;
-  return x.Read();
+  return http_->Request(method, target, AuthHeaders(), body);
 }
 
 absl::Status KubeClient::Stream(
     absl::string_view target, Micros idle,
     const std::function<bool(absl::string_view)>& on_line,
     KubeResponse* error_response) {
-  ASSIGN_OR_RETURN(auto req, MakeRequest(creds_, "GET", target, {}));
-  requests_.fetch_add(1);
-  KubeExchange x(creds_, *impl_, options_.timeout);
-  if (absl::Status st = x.Open(); !st.ok()) return st;
-  if (absl::Status st = x.Write(req); !st.ok()) return st;
-  return x.ReadLines(idle, on_line, error_response);
+  return http_->Stream("GET", target, AuthHeaders(), {}, idle, on_line,
+                       error_response);
 }
 
 }  // namespace gpusched::backends

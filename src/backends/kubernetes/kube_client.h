@@ -10,12 +10,12 @@
 // insecure-skip-tls-verify; plain http:// is accepted only for a server URL
 // that says so.
 //
-// Requests are HTTP/1.1 on a connection of their own, each step (connect,
-// TLS handshake, write, first byte, every piece of a body) bounded by the
-// timeout; bodies are bounded (kMaxKubeBody, one watch line kMaxKubeLine).
-// Errors come from the API's Status objects: KubeStatusError maps them onto
-// absl codes with the API's reason and message, and Retry-After (429, 503)
-// is kept for the caller's backoff.
+// Requests go through net::HttpClient: HTTP/1.1 on a connection of their own,
+// each step (connect, TLS handshake, write, first byte, every piece of a body)
+// bounded by the timeout; bodies are bounded (kMaxKubeBody, one watch line
+// kMaxKubeLine). Errors come from the API's Status objects: KubeStatusError
+// maps them onto absl codes with the API's reason and message, and Retry-After
+// (429, 503) is kept for the caller's backoff.
 //
 // Thread-safe: calls on different threads run independently; Cancel() ends
 // every call in progress (a blocked watch) from any thread, and every later
@@ -23,25 +23,23 @@
 #ifndef GPUSCHED_BACKENDS_KUBERNETES_KUBE_CLIENT_H_
 #define GPUSCHED_BACKENDS_KUBERNETES_KUBE_CLIENT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "net/http_client.h"
 #include "nlohmann/json.hpp"
 
 namespace gpusched::backends {
 
 // Bounds on what is read from the API server.
-inline constexpr size_t kMaxKubeBody = 256 << 20;  // one response body
-inline constexpr size_t kMaxKubeLine = 16 << 20;   // one watch event
+inline constexpr size_t kMaxKubeBody = net::kMaxHttpClientBody;
+inline constexpr size_t kMaxKubeLine = net::kMaxHttpClientLine;
 
 struct KubeCredentials {
   std::string host;  // name or IP (no brackets)
@@ -85,11 +83,7 @@ absl::StatusOr<KubeCredentials> ParseKubeconfig(const std::string& text,
 absl::StatusOr<KubeCredentials> ResolveKubeCredentials(
     const std::string& kubeconfig, const std::string& server);
 
-struct KubeResponse {
-  unsigned status = 0;
-  std::string body;
-  Micros retry_after = 0;  // from Retry-After; 0 when absent
-};
+using KubeResponse = net::HttpClientResponse;
 
 // OK for 2xx; else an error from the body's Status object (reason, message)
 // or the HTTP status, prefixed with `what` ("POST pods"): 400 and 422
@@ -141,18 +135,18 @@ class KubeClient {
 
   const KubeCredentials& credentials() const { return creds_; }
   // Requests sent since the client was made (watches included).
-  int64_t requests() const { return requests_.load(); }
+  int64_t requests() const { return http_->requests(); }
 
  private:
-  friend class KubeExchange;
-  struct Impl;
   KubeClient(KubeCredentials credentials, Options options,
-             std::unique_ptr<Impl> impl);
+             std::unique_ptr<net::HttpClient> http);
+  // The bearer token (a token file is read at each request: projected
+  // tokens rotate).
+  net::HttpClient::Headers AuthHeaders() const;
 
   KubeCredentials creds_;
   Options options_;
-  std::unique_ptr<Impl> impl_;
-  std::atomic<int64_t> requests_{0};
+  std::unique_ptr<net::HttpClient> http_;
 };
 
 }  // namespace gpusched::backends
