@@ -5,7 +5,8 @@
 #     as `now`, concurrency belongs to the drivers (runtime, gateway, net).
 #  2. The reference engine (src/engine) builds on net/, serving/ and common/
 #     only: not api/, runtime/, gateway/ or SQLite.
-#  3. net/ sits on common/ only; store/ on common/ and config/; backends/
+#  3. net/ sits on common/ only; store/ on common/, config/ and net/ (the
+#     etcd client rides net::HttpClient); backends/
 #     (one folder per cluster manager) on inventory/, net/, config/ and
 #     common/.
 #  4. The live driver (runtime/) reaches the data plane and the metrics
@@ -52,7 +53,7 @@ out=$(includes_outside engine engine net serving common)
 [ -z "$out" ] || bad "src/engine includes modules it must not: $out"
 out=$(includes_outside net net common)
 [ -z "$out" ] || bad "src/net includes modules above common/: $out"
-out=$(includes_outside store store config common)
+out=$(includes_outside store store config net common)
 [ -z "$out" ] || bad "src/store includes modules it must not: $out"
 out=$(includes_outside backends backends inventory net config common)
 [ -z "$out" ] || bad "src/backends includes modules it must not: $out"
@@ -90,4 +91,4 @@ if [ "$failures" -gt 0 ]; then
   echo "layering: $failures problem(s)"
   exit 1
 fi
-echo "layering: ok (core: $core; engine on net, serving, common; net on common; store on config, common; backends on inventory, net, config, common; runtime not on gateway or api)"
+echo "layering: ok (core: $core; engine on net, serving, common; net on common; store on config, net, common; backends on inventory, net, config, common; runtime not on gateway or api)"

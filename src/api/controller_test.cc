@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "inventory/mig.h"
 #include "net/upstream.h"
+#include "store/sqlite_store.h"
 #include "store/store.h"
 
 namespace gpusched::api {
@@ -193,9 +194,9 @@ spec:
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = store::Store::Open(":memory:");
-    ASSERT_TRUE(store.ok());
-    store_ = *std::move(store);
+    auto opened = store::SqliteStore::Open(":memory:");
+    ASSERT_TRUE(opened.ok());
+    store_ = *std::move(opened);
     auto g = gateway::Gateway::Create(
         gateway::GatewayConfig{},
         [this](std::string_view k) { return store_->AuthenticateKey(k); });

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "store/sqlite_store.h"
 
 namespace gpusched::gateway {
 namespace {
@@ -29,9 +30,9 @@ class GatewayTest : public ::testing::Test {
  protected:
   void Start(bool with_dead_replica, double rpm = 0) {
     for (int i = 0; i < 2; ++i) StartEngine("chat");
-    auto store = store::Store::Open(":memory:");
-    ASSERT_TRUE(store.ok());
-    store_ = *std::move(store);
+    auto opened = store::SqliteStore::Open(":memory:");
+    ASSERT_TRUE(opened.ok());
+    store_ = *std::move(opened);
     ASSERT_TRUE(store_->PutTenant("alice", "{}", 1, 0).ok());
     ASSERT_TRUE(store_->PutTenant("bob", "{}", 1, 0).ok());
     alice_ = store_->CreateApiKey("alice", "k", 0)->secret;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "store/sqlite_store.h"
 
 namespace gpusched::gateway {
 namespace {
@@ -11,9 +12,9 @@ namespace {
 class KeyCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = store::Store::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
+    auto opened = store::SqliteStore::Open(":memory:");
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = *std::move(opened);
     ASSERT_TRUE(store_->PutTenant("alice", R"({"name":"alice"})", 1, 1).ok());
     ASSERT_TRUE(store_->PutTenant("bob", R"({"name":"bob"})", 1, 1).ok());
   }

@@ -32,7 +32,8 @@
 #include "net/http_server.h"
 #include "runtime/controller.h"
 #include "runtime/real_clock.h"
-#include "store/store.h"
+#include "store/api_keys.h"
+#include "store/sqlite_store.h"
 
 namespace gpusched {
 namespace {
@@ -246,8 +247,8 @@ int RunServe(const ServeFlags& flags) {
   }
   if (cluster.nodes.empty()) cluster.source = "none (CPU-only replicas)";
 
-  auto store = store::Store::Open(cfg->state);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
+  auto state = store::SqliteStore::Open(cfg->state);
+  if (!state.ok()) return Fail(std::string(state.status().message()));
 
   // Metrics (GET /metrics): declared before the gateway and the
   // controller, which update them, so they outlive both.
@@ -261,7 +262,7 @@ int RunServe(const ServeFlags& flags) {
   gateway_config.version = GPUSCHED_VERSION;
   // The data plane checks keys itself, over the store (never through the
   // controller).
-  gateway::KeyCache keys(store->get());
+  gateway::KeyCache keys(state->get());
   auto gateway = gateway::Gateway::Create(
       gateway_config,
       [&keys](std::string_view secret) { return keys.Authenticate(secret); });
@@ -290,7 +291,7 @@ int RunServe(const ServeFlags& flags) {
                  getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr);
   std::unique_ptr<runtime::Controller> controller;
   runtime::Controller* ctl = nullptr;
-  auto made = runtime::Controller::Create(options, cluster, store->get(),
+  auto made = runtime::Controller::Create(options, cluster, state->get(),
                                           gateway->get(), std::move(launcher));
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);

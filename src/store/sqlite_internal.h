@@ -1,5 +1,5 @@
-// Internal to the Store (store.cc, store_documents.cc): one use of a
-// cached statement, and transactions.
+// Internal to the SQLite store (sqlite_store.cc, sqlite_documents.cc): one use
+// of a cached statement, and transactions.
 #ifndef GPUSCHED_STORE_SQLITE_INTERNAL_H_
 #define GPUSCHED_STORE_SQLITE_INTERNAL_H_
 
@@ -11,16 +11,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "store/store.h"
+#include "store/sqlite_store.h"
 
 namespace gpusched::store {
 
 // One use of a cached statement: binds parameters in order, steps, reads
 // columns, and resets the statement when it goes out of scope (an unreset
 // SELECT would hold its read snapshot and block WAL checkpoints).
-class Store::Query {
+class SqliteStore::Query {
  public:
-  Query(const Store* store, sqlite3_stmt* stmt, std::string_view purpose)
+  Query(const SqliteStore* store, sqlite3_stmt* stmt, std::string_view purpose)
       : store_(store), stmt_(stmt), purpose_(purpose) {}
   ~Query() {
     sqlite3_reset(stmt_);
@@ -83,7 +83,7 @@ class Store::Query {
     return *this;
   }
 
-  const Store* store_;
+  const SqliteStore* store_;
   sqlite3_stmt* stmt_;
   std::string_view purpose_;
   int n_ = 0;
@@ -91,7 +91,7 @@ class Store::Query {
 };
 
 template <typename Body>
-absl::Status Store::Transaction(std::string_view purpose, Body body) {
+absl::Status SqliteStore::Transaction(std::string_view purpose, Body body) {
   RETURN_IF_ERROR(
       Exec("BEGIN IMMEDIATE",
            absl::StrCat("beginning transaction for ",

@@ -1,29 +1,21 @@
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
+#include "store/sqlite_store.h"
+
 #include <sqlite3.h>
 
-#include <array>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
+#include "store/api_keys.h"
 #include "store/sqlite_internal.h"
-#include "store/store.h"
+#include "store/store_internal.h"
 
 namespace gpusched::store {
 namespace {
 
 constexpr int kBusyTimeoutMs = 5000;
-constexpr std::string_view kKeyPrefix = "gs-";
-constexpr size_t kSecretRandomBytes = 30;  // 40 base64url characters
-constexpr size_t kSecretChars = 40;
-constexpr size_t kKeyIdChars = 8;
-constexpr size_t kSaltBytes = 16;
-constexpr int kKeyIdAttempts = 4;
 
 absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
@@ -88,72 +80,25 @@ CREATE TABLE route_states (
 ) STRICT;
 )sql";
 
-absl::Status RandomBytes(size_t n, std::string* out) {
-  out->assign(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out->data()),
-                 static_cast<int>(n)) != 1) {
-    return absl::InternalError("store: RAND_bytes failed");
-  }
-  return absl::OkStatus();
-}
-
-// SHA-256(salt || secret) through the EVP interface.
-absl::StatusOr<std::string> HashSecret(std::string_view salt,
-                                       std::string_view secret) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                              EVP_MD_CTX_free);
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest;
-  unsigned int len = 0;
-  if (ctx == nullptr ||
-      EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), salt.data(), salt.size()) != 1 ||
-      EVP_DigestUpdate(ctx.get(), secret.data(), secret.size()) != 1 ||
-      EVP_DigestFinal_ex(ctx.get(), digest.data(), &len) != 1) {
-    return absl::InternalError("store: SHA-256 of an API key failed");
-  }
-  return std::string(reinterpret_cast<const char*>(digest.data()), len);
-}
-
-bool IsUrlSafe(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '-' || c == '_';
-}
-
-// The key id embedded in a well-formed secret, or nullopt.
-std::optional<std::string> KeyIdOf(std::string_view secret) {
-  if (secret.size() != kKeyPrefix.size() + kSecretChars ||
-      secret.substr(0, kKeyPrefix.size()) != kKeyPrefix) {
-    return std::nullopt;
-  }
-  for (char c : secret.substr(kKeyPrefix.size())) {
-    if (!IsUrlSafe(c)) return std::nullopt;
-  }
-  return std::string(secret.substr(kKeyPrefix.size(), kKeyIdChars));
-}
-
-absl::Status Unauthenticated() {
-  return absl::UnauthenticatedError("invalid API key");
-}
+// Schema version 3: the desired replica count each deployment last had,
+// and the instance that recorded each event (a shared store's; empty here).
+constexpr const char* kSchemaV3 = R"sql(
+CREATE TABLE desired_replicas (
+  name TEXT PRIMARY KEY REFERENCES deployments(name) ON DELETE CASCADE,
+  replicas INTEGER NOT NULL,
+  updated_us INTEGER NOT NULL
+) STRICT;
+ALTER TABLE events ADD COLUMN instance TEXT NOT NULL DEFAULT '';
+)sql";
 
 }  // namespace
 
-absl::StatusOr<std::string> GenerateApiKeySecret() {
-  std::string raw;
-  RETURN_IF_ERROR(RandomBytes(kSecretRandomBytes, &raw));
-  std::string secret =
-      absl::StrCat(AbslView(kKeyPrefix), absl::WebSafeBase64Escape(raw));
-  OPENSSL_cleanse(raw.data(), raw.size());
-  if (!KeyIdOf(secret).has_value()) {
-    return absl::InternalError("store: generated API key is malformed");
-  }
-  return secret;
-}
-
-void Store::StmtDeleter::operator()(sqlite3_stmt* stmt) const {
+void SqliteStore::StmtDeleter::operator()(sqlite3_stmt* stmt) const {
   sqlite3_finalize(stmt);
 }
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
+    const std::string& path) {
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
@@ -164,22 +109,22 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     sqlite3_close_v2(db);
     return status;
   }
-  std::unique_ptr<Store> store(new Store(db));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
   {
     absl::MutexLock lock(&store->mu_);  // not shared yet; for the analysis
-    RETURN_IF_ERROR(store->Configure(path));
+    RETURN_IF_ERROR(store->Configure());
     RETURN_IF_ERROR(store->InitSchema());
   }
   return store;
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   absl::MutexLock lock(&mu_);
   statements_.clear();  // finalize before closing
   sqlite3_close_v2(db_);
 }
 
-absl::Status Store::Error(int rc, std::string_view purpose) const {
+absl::Status SqliteStore::Error(int rc, std::string_view purpose) const {
   const std::string msg =
       absl::StrCat("store: ", AbslView(purpose), ": ", sqlite3_errmsg(db_),
                    " (sqlite code ", rc, ")");
@@ -203,8 +148,8 @@ absl::Status Store::Error(int rc, std::string_view purpose) const {
   }
 }
 
-absl::StatusOr<sqlite3_stmt*> Store::Prepare(const std::string& sql,
-                                             std::string_view purpose) {
+absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const std::string& sql,
+                                                   std::string_view purpose) {
   auto it = statements_.find(sql);
   if (it != statements_.end()) return it->second.get();
   sqlite3_stmt* stmt = nullptr;
@@ -219,7 +164,8 @@ absl::StatusOr<sqlite3_stmt*> Store::Prepare(const std::string& sql,
   return stmt;
 }
 
-absl::Status Store::Exec(const std::string& sql, std::string_view purpose) {
+absl::Status SqliteStore::Exec(const std::string& sql,
+                               std::string_view purpose) {
   ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(sql, purpose));
   Query q(this, stmt, purpose);
   while (true) {
@@ -228,7 +174,8 @@ absl::Status Store::Exec(const std::string& sql, std::string_view purpose) {
   }
 }
 
-absl::Status Store::Configure(const std::string& path) {
+absl::Status SqliteStore::Configure() {
+  const std::string& path = path_;
   sqlite3_extended_result_codes(db_, 1);
   const int rc = sqlite3_busy_timeout(db_, kBusyTimeoutMs);
   if (rc != SQLITE_OK) return Error(rc, "setting busy timeout");
@@ -250,7 +197,7 @@ absl::Status Store::Configure(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status Store::InitSchema() {
+absl::Status SqliteStore::InitSchema() {
   return Transaction(
       "schema setup", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
         bool exists = false;
@@ -275,6 +222,7 @@ absl::Status Store::InitSchema() {
         if (!exists) {
           RETURN_IF_ERROR(script(kSchemaV1, "creating schema version 1"));
           RETURN_IF_ERROR(script(kSchemaV2, "creating schema version 2"));
+          RETURN_IF_ERROR(script(kSchemaV3, "creating schema version 3"));
           ASSIGN_OR_RETURN(
               sqlite3_stmt * stmt,
               Prepare("INSERT INTO schema_version(version) VALUES (?)",
@@ -301,6 +249,9 @@ absl::Status Store::InitSchema() {
         }
         if (version == 1) {
           RETURN_IF_ERROR(script(kSchemaV2, "upgrading to schema version 2"));
+        }
+        if (version <= 2) {
+          RETURN_IF_ERROR(script(kSchemaV3, "upgrading to schema version 3"));
           ASSIGN_OR_RETURN(
               sqlite3_stmt * up,
               Prepare("INSERT INTO schema_version(version) VALUES (?)",
@@ -343,9 +294,8 @@ KeyInfo ReadKeyInfo(sqlite3_stmt* stmt) {
 }
 }  // namespace
 
-absl::StatusOr<std::optional<KeyInfo>> Store::FindKey(const std::string& key_id,
-                                                      std::string* salt,
-                                                      std::string* hash) {
+absl::StatusOr<std::optional<KeyInfo>> SqliteStore::FindKey(
+    const std::string& key_id, std::string* salt, std::string* hash) {
   constexpr std::string_view kPurpose = "looking up an API key";
   ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
                    Prepare(absl::StrCat("SELECT ", kKeyColumns,
@@ -361,13 +311,13 @@ absl::StatusOr<std::optional<KeyInfo>> Store::FindKey(const std::string& key_id,
   return std::optional<KeyInfo>(ReadKeyInfo(stmt));
 }
 
-absl::Status Store::InsertKey(const std::string& key_id,
-                              std::string_view secret,
-                              const std::string& tenant,
-                              const std::string& name, bool admin, Micros now) {
+absl::Status SqliteStore::InsertKey(const std::string& key_id,
+                                    std::string_view secret,
+                                    const std::string& tenant,
+                                    const std::string& name, bool admin,
+                                    Micros now) {
   constexpr std::string_view kPurpose = "storing an API key";
-  std::string salt;
-  RETURN_IF_ERROR(RandomBytes(kSaltBytes, &salt));
+  ASSIGN_OR_RETURN(const std::string salt, RandomBytes(kSaltBytes));
   ASSIGN_OR_RETURN(const std::string hash, HashSecret(salt, secret));
   ASSIGN_OR_RETURN(
       sqlite3_stmt * stmt,
@@ -384,10 +334,10 @@ absl::Status Store::InsertKey(const std::string& key_id,
   return q.Text(name).Int(admin ? 1 : 0).Blob(salt).Blob(hash).Int(now).Run();
 }
 
-absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
-                                              const std::string& name,
-                                              Micros now, bool admin) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<NewApiKey> SqliteStore::CreateApiKey(const std::string& tenant,
+                                                    const std::string& name,
+                                                    Micros now, bool admin) {
+  absl::ReleasableMutexLock lock(&mu_);
   if (tenant.empty() && !admin) {
     return absl::InvalidArgumentError(
         "store: an API key that is not an admin key needs a tenant");
@@ -397,7 +347,7 @@ absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
       "creating an API key",
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
         if (!tenant.empty()) {
-          absl::StatusOr<Document> t = GetDocument(DocKind::kTenant, tenant);
+          absl::StatusOr<Document> t = GetLocked(DocKind::kTenant, tenant);
           if (!t.ok()) return t.status();
         }
         // A 48-bit key id collides almost never; draw again if it does.
@@ -416,21 +366,20 @@ absl::StatusOr<NewApiKey> Store::CreateApiKey(const std::string& tenant,
         return absl::InternalError(
             "store: could not draw an unused API key id");
       });
+  lock.Release();
   if (!status.ok()) return status;
+  Changed();
   return key;
 }
 
-absl::StatusOr<KeyInfo> Store::AuthenticateKey(std::string_view secret) {
+absl::StatusOr<KeyInfo> SqliteStore::AuthenticateKey(std::string_view secret) {
   absl::MutexLock lock(&mu_);
   const std::optional<std::string> key_id = KeyIdOf(secret);
-  if (!key_id.has_value()) return Unauthenticated();
+  if (!key_id.has_value()) return InvalidKeyError();
   std::string salt, hash;
   ASSIGN_OR_RETURN(std::optional<KeyInfo> info, FindKey(*key_id, &salt, &hash));
-  if (!info.has_value()) return Unauthenticated();
-  ASSIGN_OR_RETURN(const std::string computed, HashSecret(salt, secret));
-  if (computed.size() != hash.size() ||
-      CRYPTO_memcmp(computed.data(), hash.data(), hash.size()) != 0) {
-    return Unauthenticated();
+  if (!info.has_value() || !SecretMatches(salt, hash, secret)) {
+    return InvalidKeyError();
   }
   // Only the holder of the real secret learns that it was revoked.
   if (info->revoked.has_value()) {
@@ -440,23 +389,27 @@ absl::StatusOr<KeyInfo> Store::AuthenticateKey(std::string_view secret) {
   return *std::move(info);
 }
 
-absl::Status Store::RevokeApiKey(const std::string& key_id, Micros now) {
-  absl::MutexLock lock(&mu_);
-  const std::string purpose = absl::StrCat("revoking API key ", key_id);
-  ASSIGN_OR_RETURN(
-      sqlite3_stmt * stmt,
-      Prepare("UPDATE api_keys SET revoked_us = COALESCE(revoked_us, ?) "
-              "WHERE key_id = ?",
-              purpose));
-  RETURN_IF_ERROR(Query(this, stmt, purpose).Int(now).Text(key_id).Run());
-  if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(absl::StrCat("API key ", key_id, " not found"));
+absl::Status SqliteStore::RevokeApiKey(const std::string& key_id, Micros now) {
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string purpose = absl::StrCat("revoking API key ", key_id);
+    ASSIGN_OR_RETURN(
+        sqlite3_stmt * stmt,
+        Prepare("UPDATE api_keys SET revoked_us = COALESCE(revoked_us, ?) "
+                "WHERE key_id = ?",
+                purpose));
+    RETURN_IF_ERROR(Query(this, stmt, purpose).Int(now).Text(key_id).Run());
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("API key ", key_id, " not found"));
+    }
+    keys_version_.fetch_add(1, std::memory_order_release);
   }
-  keys_version_.fetch_add(1, std::memory_order_release);
+  Changed();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<KeyInfo>> Store::ListApiKeys(
+absl::StatusOr<std::vector<KeyInfo>> SqliteStore::ListApiKeys(
     const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "listing API keys";
@@ -478,37 +431,20 @@ absl::StatusOr<std::vector<KeyInfo>> Store::ListApiKeys(
   return out;
 }
 
-absl::StatusOr<KeyInfo> Store::EnsureAdminKey(std::string_view secret,
-                                              Micros now) {
-  absl::MutexLock lock(&mu_);
-  return EnsureKeyLocked(secret, "", "admin (config)", /*admin=*/true, now);
-}
-
-absl::StatusOr<KeyInfo> Store::EnsureKey(std::string_view secret,
-                                         const std::string& tenant,
-                                         const std::string& name, bool admin,
-                                         Micros now) {
-  absl::MutexLock lock(&mu_);
-  return EnsureKeyLocked(secret, tenant, name, admin, now);
-}
-
-absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
+absl::StatusOr<KeyInfo> SqliteStore::EnsureKey(std::string_view secret,
                                                const std::string& tenant,
                                                const std::string& name,
                                                bool admin, Micros now) {
   const std::string what = admin ? "the configured admin key"
                                  : absl::StrCat("the key of tenant ", tenant);
   const std::optional<std::string> key_id = KeyIdOf(secret);
-  if (!key_id.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "store: ", what, " is not of the form '", AbslView(kKeyPrefix),
-        "' followed by ", kSecretChars,
-        " URL-safe base64 characters (generate one with gpusched)"));
-  }
+  if (!key_id.has_value()) return MalformedKeyError(what);
   if (!admin && tenant.empty()) {
     return absl::InvalidArgumentError("store: a tenant key needs a tenant");
   }
   KeyInfo result;
+  bool inserted = false;
+  absl::ReleasableMutexLock lock(&mu_);
   absl::Status status = Transaction(
       "registering a configured key",
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
@@ -517,6 +453,7 @@ absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
                          FindKey(*key_id, &salt, &hash));
         if (!info.has_value()) {
           RETURN_IF_ERROR(InsertKey(*key_id, secret, tenant, name, admin, now));
+          inserted = true;
           ASSIGN_OR_RETURN(info, FindKey(*key_id, &salt, &hash));
           if (!info.has_value()) {
             return absl::InternalError("store: key vanished on insert");
@@ -524,9 +461,7 @@ absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
           result = *std::move(info);
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(const std::string computed, HashSecret(salt, secret));
-        if (computed.size() != hash.size() ||
-            CRYPTO_memcmp(computed.data(), hash.data(), hash.size()) != 0) {
+        if (!SecretMatches(salt, hash, secret)) {
           return absl::AlreadyExistsError(
               absl::StrCat("store: key id ", *key_id, " of ", what,
                            " belongs to another key; generate a new key"));
@@ -545,46 +480,56 @@ absl::StatusOr<KeyInfo> Store::EnsureKeyLocked(std::string_view secret,
         result = *std::move(info);
         return absl::OkStatus();
       });
+  lock.Release();
   if (!status.ok()) return status;
+  if (inserted) Changed();
   return result;
 }
 
 // --- Event log --------------------------------------------------------------
 
-absl::StatusOr<int64_t> Store::AppendEvent(const Event& event) {
-  absl::MutexLock lock(&mu_);
-  if (event.kind.empty()) {
-    return absl::InvalidArgumentError("store: event kind is empty");
+absl::StatusOr<int64_t> SqliteStore::AppendEvent(const Event& event,
+                                                 const Fence* fence) {
+  int64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (event.kind.empty()) {
+      return absl::InvalidArgumentError("store: event kind is empty");
+    }
+    constexpr std::string_view kPurpose = "appending an event";
+    // `replace` keeps dump() from throwing on invalid UTF-8.
+    const std::string details = event.details.dump(
+        -1, ' ', false, nlohmann::json::error_handler_t::replace);
+    ASSIGN_OR_RETURN(
+        sqlite3_stmt * stmt,
+        Prepare(
+            "INSERT INTO events(time_us, kind, deployment, tenant, message, "
+            "details, instance) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            kPurpose));
+    RETURN_IF_ERROR(Query(this, stmt, kPurpose)
+                        .Int(event.time)
+                        .Text(event.kind)
+                        .Text(event.deployment)
+                        .Text(event.tenant)
+                        .Text(event.message)
+                        .Text(details)
+                        .Text(event.instance)
+                        .Run());
+    id = sqlite3_last_insert_rowid(db_);
   }
-  constexpr std::string_view kPurpose = "appending an event";
-  // `replace` keeps dump() from throwing on invalid UTF-8.
-  const std::string details = event.details.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
-  ASSIGN_OR_RETURN(
-      sqlite3_stmt * stmt,
-      Prepare("INSERT INTO events(time_us, kind, deployment, tenant, message, "
-              "details) VALUES (?, ?, ?, ?, ?, ?)",
-              kPurpose));
-  RETURN_IF_ERROR(Query(this, stmt, kPurpose)
-                      .Int(event.time)
-                      .Text(event.kind)
-                      .Text(event.deployment)
-                      .Text(event.tenant)
-                      .Text(event.message)
-                      .Text(details)
-                      .Run());
-  return sqlite3_last_insert_rowid(db_);
+  Changed();
+  return id;
 }
 
-absl::StatusOr<std::vector<Event>> Store::QueryEvents(
+absl::StatusOr<std::vector<Event>> SqliteStore::QueryEvents(
     const EventFilter& filter) {
   absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "querying events";
   // One cached statement per combination of present filters; kinds travel as
   // one JSON array so their number does not multiply the shapes.
   std::string sql =
-      "SELECT id, time_us, kind, deployment, tenant, message, details "
-      "FROM events WHERE time_us >= ? AND time_us < ?";
+      "SELECT id, time_us, kind, deployment, tenant, message, details, "
+      "instance FROM events WHERE time_us >= ? AND time_us < ?";
   if (!filter.kinds.empty()) {
     sql += " AND kind IN (SELECT value FROM json_each(?))";
   }
@@ -619,6 +564,7 @@ absl::StatusOr<std::vector<Event>> Store::QueryEvents(
     e.deployment = q.ColText(3);
     e.tenant = q.ColText(4);
     e.message = q.ColText(5);
+    e.instance = q.ColText(7);
     e.details = nlohmann::json::parse(q.ColText(6), nullptr,
                                       /*allow_exceptions=*/false);
     if (e.details.is_discarded()) {
@@ -630,8 +576,8 @@ absl::StatusOr<std::vector<Event>> Store::QueryEvents(
   return out;
 }
 
-absl::StatusOr<int64_t> Store::PruneEvents(int64_t max_rows,
-                                           Micros older_than) {
+absl::StatusOr<int64_t> SqliteStore::PruneEvents(int64_t max_rows,
+                                                 Micros older_than) {
   absl::MutexLock lock(&mu_);
   constexpr std::string_view kPurpose = "pruning events";
   int64_t deleted = 0;
@@ -658,6 +604,26 @@ absl::StatusOr<int64_t> Store::PruneEvents(int64_t max_rows,
         return absl::OkStatus();
       }));
   return deleted;
+}
+
+// --- Changes and health -----------------------------------------------------
+
+void SqliteStore::Changed() {
+  revision_.fetch_add(1, std::memory_order_acq_rel);
+  if (on_change_) on_change_();
+}
+
+void SqliteStore::SetChangeCallback(std::function<void()> callback) {
+  on_change_ = std::move(callback);
+}
+
+StoreHealth SqliteStore::Health() const {
+  StoreHealth h;
+  h.kind = "sqlite";
+  h.where = path_;
+  h.reachable = true;
+  h.revision = revision();
+  return h;
 }
 
 }  // namespace gpusched::store

@@ -1,54 +1,55 @@
-// Store: the persistent state of `gpusched serve` in one SQLite database.
+// Store: everything that must survive a gpusched instance, behind one
+// interface with two implementations (docs/state-store.md, docs/ha.md):
+//   - SqliteStore (sqlite_store.h): one file, one instance; the embedded
+//     default of `make run`;
+//   - EtcdStore (etcd_store.h): an etcd cluster shared by several
+//     instances, of which one leads (election.h).
+// Both pass the same conformance suite (store_conformance_test.cc).
 //
-// It holds the desired state (deployments and tenants as JSON documents,
-// hashed API keys) and the event log, so that a `kill -9` and a restart lose
-// nothing the store accepted: every mutating call returns only after its
-// transaction committed to the write-ahead log (journal_mode=WAL,
-// synchronous=NORMAL). NORMAL survives a process crash; a power loss or OS
-// crash may roll back the last few commits (see docs/state-store.md).
+// What is kept: deployments, tenants and ModelRoutes (validated manifests as
+// JSON with a generation), each route's rollout state, the desired replica
+// count each deployment last had, API keys as salted hashes, the event log;
+// and, for instances that do not lead, what the leader publishes of the
+// cluster it runs (status documents: replica states, GPUs, nodes).
 //
-// Ownership: the runtime owns one Store; the controller, the control API and
-// the gateway's key cache share it.
-// Thread-safety: thread-safe. One mutex serializes the calls (the
-// prepared-statement cache and the open transaction belong to the one
-// connection); no call waits on anything but SQLite. Another process may
-// open the same file (SQLite's locks and the busy timeout serialize
-// writers), but gpusched does not do so itself.
+// Writes a user makes (apply, delete, scale, keys) are accepted on every
+// instance, under the documents' generations (optimistic concurrency).
+// Writes the leader makes of its own decisions (rollout progress, desired
+// counts, status, its events) carry its Fence: a store shared by several
+// instances refuses them (FailedPrecondition, "not the leader") once another
+// instance leads, in the same transaction as the write.
 //
-// Time: nothing here reads a clock; every timestamp is a Micros passed in.
-// Errors: every SQLite failure becomes an absl::Status naming what the store
-// was doing plus sqlite3_errmsg; nothing throws.
+// Reads are answered from what the store has seen: SQLite from its file,
+// etcd from a copy kept current by a watch (fail-static: an instance cut off
+// from etcd keeps answering from its last known state, and says so in
+// Health()). Every write returns once it is durable and visible to reads on
+// this instance.
+//
+// Thread-safety: every implementation is thread-safe.
+// Time: nothing here reads a clock for its data; timestamps are passed in.
+// Errors: absl::Status naming what the store was doing; Unavailable when
+// the store cannot be reached (the control API answers 503); nothing throws.
 #ifndef GPUSCHED_STORE_STORE_H_
 #define GPUSCHED_STORE_STORE_H_
 
-#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
 
-struct sqlite3;
-struct sqlite3_stmt;
-
 namespace gpusched::store {
 
-// The schema version this build reads and writes. A database with a newer
-// version is refused at Open (never downgraded or partially read).
-inline constexpr int kStoreSchemaVersion = 2;
-
-// A deployment or tenant: the validated manifest as JSON text plus
-// bookkeeping. `generation` only grows (see Store::PutDeployment).
+// A deployment, tenant or ModelRoute: the validated manifest as JSON text
+// plus bookkeeping.
 struct Document {
   std::string name;
   std::string manifest_json;
@@ -56,6 +57,9 @@ struct Document {
   Micros created = 0;  // first Put
   Micros updated = 0;  // last successful Put
 };
+
+enum class DocKind { kDeployment, kTenant, kRoute };
+const char* DocKindName(DocKind kind);  // "deployment", "tenant", "route"
 
 // A newly created API key. `secret` is shown once and never stored.
 struct NewApiKey {
@@ -74,13 +78,18 @@ struct KeyInfo {
 };
 
 struct Event {
-  int64_t id = 0;  // assigned by AppendEvent; ignored on input
+  // Assigned by AppendEvent, ignored on input: ids grow in the order the
+  // store committed the events (across every instance of a shared store)
+  // and are never reused.
+  int64_t id = 0;
   Micros time = 0;
   std::string kind;        // e.g. "deployment.applied"; required
   std::string deployment;  // empty: not about one deployment
   std::string tenant;      // empty: not about one tenant
   std::string message;
   nlohmann::json details = nlohmann::json::object();
+  // The instance that recorded it (a shared store; empty otherwise).
+  std::string instance;
 };
 
 // Filters AND together; an empty field does not filter.
@@ -95,174 +104,208 @@ struct EventFilter {
   // Cursor: continue after this event id in the chosen order (ids greater
   // than it when oldest_first, smaller otherwise). 0: from the start.
   int64_t after_id = 0;
-  // Order is append order (event id), which is time order when events are
-  // appended with a non-decreasing clock. Default newest first.
+  // Order is commit order (event id). Default newest first.
   bool oldest_first = false;
+};
+
+// Proof of leadership (election.h): the election key and the revision at
+// which its holder created it. A fenced write happens only while that key
+// still exists with that revision.
+struct Fence {
+  std::string key;
+  int64_t revision = 0;
+};
+
+// Whether the store answers, for /readyz, /api/v1/cluster and metrics.
+struct StoreHealth {
+  std::string kind;   // "sqlite" | "etcd"
+  std::string where;  // the file, or the endpoints
+  bool reachable = true;
+  std::string error;     // the last failure while unreachable
+  Micros last_ok = 0;    // steady clock: the last call that got an answer
+  int64_t revision = 0;  // what reads are answered from (etcd: the copy's)
+  // etcd: the copy is being rebuilt from a list (after a compaction or a
+  // long partition); reads answer the last complete copy meanwhile.
+  bool resyncing = false;
 };
 
 class Store {
  public:
-  // Opens (creating if absent) the database at `path`; ":memory:" gives a
-  // private in-memory database for tests. Creates the schema when the file
-  // has none, refuses a newer schema version (FailedPrecondition), enables
-  // WAL, synchronous=NORMAL, foreign keys and a busy timeout.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  virtual ~Store() = default;
 
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual const char* kind() const = 0;  // "sqlite" | "etcd"
+  // Whether several instances may share this store (each sees the others'
+  // writes through revision() and the change callback).
+  virtual bool shared() const = 0;
 
-  // --- Deployments and tenants -------------------------------------------
-  // Put contract (optimistic concurrency): the caller reads a document, bumps
-  // its generation and writes it back. A Put whose `generation` is less than
-  // the stored one fails with FailedPrecondition and changes nothing (someone
-  // else wrote a newer version: re-read and retry). An equal generation is an
-  // idempotent re-apply and overwrites (a runtime replaying its last write
-  // after a crash). A first Put sets `created`; every Put sets `updated` to
-  // `now`. `manifest_json` must be valid JSON (InvalidArgument otherwise);
-  // `name` non-empty; `generation` >= 0.
-  absl::Status PutDeployment(const std::string& name,
-                             const std::string& manifest_json,
-                             int64_t generation, Micros now);
-  absl::StatusOr<Document> GetDeployment(const std::string& name);
-  // Sorted by name.
-  absl::StatusOr<std::vector<Document>> ListDeployments();
+  // --- Deployments, tenants and routes --------------------------------------
+  // Put contract (optimistic concurrency): the caller reads a document,
+  // bumps its generation and writes it back. A Put fails with
+  // FailedPrecondition and changes nothing when the stored generation is
+  // greater, or equal with another manifest (someone else wrote meanwhile:
+  // re-read and retry). An equal generation with the same manifest is an
+  // idempotent re-apply (updated moves). A first Put sets `created`; every
+  // Put sets `updated` to `now`. `manifest_json` must be valid JSON
+  // (InvalidArgument otherwise); `name` non-empty; `generation` >= 0.
+  virtual absl::Status Put(DocKind kind, const std::string& name,
+                           const std::string& manifest_json, int64_t generation,
+                           Micros now) = 0;
   // NotFound when absent.
-  absl::Status DeleteDeployment(const std::string& name);
+  virtual absl::StatusOr<Document> Get(DocKind kind,
+                                       const std::string& name) = 0;
+  // Sorted by name.
+  virtual absl::StatusOr<std::vector<Document>> List(DocKind kind) = 0;
+  // NotFound when absent. A tenant goes with its API keys; a deployment
+  // with its desired count; a route with its rollout state.
+  virtual absl::Status Delete(DocKind kind, const std::string& name) = 0;
 
-  // Same contract as deployments. Deleting a tenant deletes its API keys.
-  absl::Status PutTenant(const std::string& name,
-                         const std::string& manifest_json, int64_t generation,
-                         Micros now);
-  absl::StatusOr<Document> GetTenant(const std::string& name);
-  absl::StatusOr<std::vector<Document>> ListTenants();
-  absl::Status DeleteTenant(const std::string& name);
+  absl::Status PutDeployment(const std::string& name, const std::string& json,
+                             int64_t generation, Micros now) {
+    return Put(DocKind::kDeployment, name, json, generation, now);
+  }
+  absl::StatusOr<Document> GetDeployment(const std::string& name) {
+    return Get(DocKind::kDeployment, name);
+  }
+  absl::StatusOr<std::vector<Document>> ListDeployments() {
+    return List(DocKind::kDeployment);
+  }
+  absl::Status DeleteDeployment(const std::string& name) {
+    return Delete(DocKind::kDeployment, name);
+  }
+  absl::Status PutTenant(const std::string& name, const std::string& json,
+                         int64_t generation, Micros now) {
+    return Put(DocKind::kTenant, name, json, generation, now);
+  }
+  absl::StatusOr<Document> GetTenant(const std::string& name) {
+    return Get(DocKind::kTenant, name);
+  }
+  absl::StatusOr<std::vector<Document>> ListTenants() {
+    return List(DocKind::kTenant);
+  }
+  absl::Status DeleteTenant(const std::string& name) {
+    return Delete(DocKind::kTenant, name);
+  }
+  absl::Status PutRoute(const std::string& name, const std::string& json,
+                        int64_t generation, Micros now) {
+    return Put(DocKind::kRoute, name, json, generation, now);
+  }
+  absl::StatusOr<Document> GetRoute(const std::string& name) {
+    return Get(DocKind::kRoute, name);
+  }
+  absl::StatusOr<std::vector<Document>> ListRoutes() {
+    return List(DocKind::kRoute);
+  }
+  absl::Status DeleteRoute(const std::string& name) {
+    return Delete(DocKind::kRoute, name);
+  }
 
-  // ModelRoutes, same contract; a route's rollout state (JSON,
-  // control::Rollout::State) is kept beside it and goes with it.
-  absl::Status PutRoute(const std::string& name,
-                        const std::string& manifest_json, int64_t generation,
-                        Micros now);
-  absl::StatusOr<Document> GetRoute(const std::string& name);
-  absl::StatusOr<std::vector<Document>> ListRoutes();
-  absl::Status DeleteRoute(const std::string& name);
-  // FailedPrecondition-like error when the route is not stored.
-  absl::Status PutRouteState(const std::string& name,
-                             const std::string& state_json, Micros now);
+  // A route's rollout state (JSON, control::Rollout::State), kept beside
+  // it. FailedPrecondition when the route is not stored (or, fenced, when
+  // the fence no longer holds).
+  virtual absl::Status PutRouteState(const std::string& name,
+                                     const std::string& state_json, Micros now,
+                                     const Fence* fence = nullptr) = 0;
   // NotFound when none was put.
-  absl::StatusOr<std::string> GetRouteState(const std::string& name);
+  virtual absl::StatusOr<std::string> GetRouteState(
+      const std::string& name) = 0;
 
-  // --- API keys ------------------------------------------------------------
-  // Secrets look like "gs-" + 40 URL-safe base64 characters (240 random
-  // bits). The first 8 characters after "gs-" are the key id: not secret,
-  // shown in listings and used to find the row. The store keeps a 16-byte
-  // random salt and SHA-256(salt || secret), never the secret.
+  // The replica count a deployment last had (the autoscaler's decision or
+  // an eviction), so that a restart or a new leader resumes from it.
+  // FailedPrecondition when the deployment is not stored (or the fence
+  // fails); `replicas` >= 0.
+  virtual absl::Status PutDesiredReplicas(const std::string& deployment,
+                                          int replicas, Micros now,
+                                          const Fence* fence = nullptr) = 0;
+  virtual absl::StatusOr<std::map<std::string, int>> ListDesiredReplicas() = 0;
+
+  // --- API keys
+  // --------------------------------------------------------------- Secrets
+  // look like "gs-" + 40 URL-safe base64 characters (240 random bits). The
+  // first 8 characters after "gs-" are the key id: not secret, shown in
+  // listings and used to find the key. The store keeps a 16-byte random salt
+  // and SHA-256(salt || secret), never the secret.
 
   // Creates a key for `tenant` (which must exist: NotFound otherwise). An
   // admin key may have an empty tenant; a tenant key may not.
-  absl::StatusOr<NewApiKey> CreateApiKey(const std::string& tenant,
-                                         const std::string& name, Micros now,
-                                         bool admin = false);
+  virtual absl::StatusOr<NewApiKey> CreateApiKey(const std::string& tenant,
+                                                 const std::string& name,
+                                                 Micros now,
+                                                 bool admin = false) = 0;
   // Unauthenticated on a malformed secret, an unknown key id, a hash
   // mismatch (compared in constant time) or a revoked key. Messages never
   // contain the secret.
-  absl::StatusOr<KeyInfo> AuthenticateKey(std::string_view secret);
+  virtual absl::StatusOr<KeyInfo> AuthenticateKey(std::string_view secret) = 0;
   // Marks the key revoked at `now` (kept for the audit trail). Revoking a
   // revoked key is a no-op. NotFound when absent.
-  absl::Status RevokeApiKey(const std::string& key_id, Micros now);
+  virtual absl::Status RevokeApiKey(const std::string& key_id, Micros now) = 0;
   // Keys of `tenant` (all keys when empty), by key id; no hashes.
-  absl::StatusOr<std::vector<KeyInfo>> ListApiKeys(const std::string& tenant);
-  // Registers the admin key from the server config, idempotently: a no-op
-  // when the same secret is already registered. InvalidArgument when the
-  // secret is not of the "gs-" form; AlreadyExists when another secret holds
-  // its key id; FailedPrecondition when it was revoked (an operator revoked
-  // it through the API; a restart does not silently re-enable it).
-  absl::StatusOr<KeyInfo> EnsureAdminKey(std::string_view secret, Micros now);
-  // The same for any key: registers `secret` for `tenant` (or as an admin
-  // key), idempotently; FailedPrecondition when the key id is registered
-  // for another tenant or role, or was revoked.
-  absl::StatusOr<KeyInfo> EnsureKey(std::string_view secret,
-                                    const std::string& tenant,
-                                    const std::string& name, bool admin,
-                                    Micros now);
-  // Grows whenever a key that authenticated may stop doing so (a revoke, a
-  // tenant deleted with its keys): a cache of AuthenticateKey answers taken
-  // at an older version must be dropped.
-  int64_t keys_version() const {
-    return keys_version_.load(std::memory_order_acquire);
+  virtual absl::StatusOr<std::vector<KeyInfo>> ListApiKeys(
+      const std::string& tenant) = 0;
+  // Registers `secret` for `tenant` (or as an admin key), idempotently:
+  // InvalidArgument when the secret is not of the "gs-" form;
+  // AlreadyExists when another secret holds its key id; FailedPrecondition
+  // when the key id is registered for another tenant or role, or was
+  // revoked (an operator revoked it through the API; a restart does not
+  // silently re-enable it).
+  virtual absl::StatusOr<KeyInfo> EnsureKey(std::string_view secret,
+                                            const std::string& tenant,
+                                            const std::string& name, bool admin,
+                                            Micros now) = 0;
+  absl::StatusOr<KeyInfo> EnsureAdminKey(std::string_view secret, Micros now) {
+    return EnsureKey(secret, "", "admin (config)", /*admin=*/true, now);
   }
+  // Grows whenever a key that authenticated may stop doing so (a revoke, a
+  // tenant deleted with its keys, on any instance): a cache of
+  // AuthenticateKey answers taken at an older version must be dropped.
+  virtual int64_t keys_version() const = 0;
 
-  // --- Event log -----------------------------------------------------------
-  // Appends and returns the new id (ids grow and are never reused, even
-  // after pruning). InvalidArgument when `kind` is empty.
-  absl::StatusOr<int64_t> AppendEvent(const Event& event);
-  absl::StatusOr<std::vector<Event>> QueryEvents(const EventFilter& filter);
+  // --- Event log
+  // -------------------------------------------------------------- Appends and
+  // returns the new id. InvalidArgument when `kind` is empty.
+  virtual absl::StatusOr<int64_t> AppendEvent(const Event& event,
+                                              const Fence* fence = nullptr) = 0;
+  virtual absl::StatusOr<std::vector<Event>> QueryEvents(
+      const EventFilter& filter) = 0;
   // Bounded retention: deletes events older than `older_than` (time <
-  // older_than; pass std::numeric_limits<Micros>::min() to skip) and then all
-  // but the newest `max_rows` (pass a negative value to skip). Returns the
-  // number of rows deleted.
-  absl::StatusOr<int64_t> PruneEvents(int64_t max_rows, Micros older_than);
+  // older_than; pass std::numeric_limits<Micros>::min() to skip) and then
+  // all but the newest `max_rows` (pass a negative value to skip). Returns
+  // how many were deleted.
+  virtual absl::StatusOr<int64_t> PruneEvents(int64_t max_rows,
+                                              Micros older_than) = 0;
 
- private:
-  class Query;
-  enum class DocKind { kDeployment, kTenant, kRoute };
-  static const char* Table(DocKind kind);  // its table
-  static const char* What(DocKind kind);   // for messages
-  struct StmtDeleter {
-    void operator()(sqlite3_stmt* stmt) const;
-  };
+  // --- Status: what the leader publishes for the other instances ------------
+  // JSON documents by name ("deployments/chat", "cluster/gpus"). Not part of
+  // the desired state: a single-instance store keeps them in memory only.
+  virtual absl::Status PutStatus(const std::string& name,
+                                 const std::string& json,
+                                 const Fence* fence = nullptr) = 0;
+  // NotFound when absent.
+  virtual absl::Status DeleteStatus(const std::string& name,
+                                    const Fence* fence = nullptr) = 0;
+  // Those whose name starts with `prefix`, by name.
+  virtual absl::StatusOr<std::map<std::string, std::string>> ListStatus(
+      const std::string& prefix) = 0;
 
-  explicit Store(sqlite3* db) : db_(db) {}
-  absl::Status Configure(const std::string& path)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status InitSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // The cached prepared statement for `sql`, reset and unbound.
-  absl::StatusOr<sqlite3_stmt*> Prepare(const std::string& sql,
-                                        std::string_view purpose)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Exec(const std::string& sql, std::string_view purpose)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back on error.
-  template <typename Body>
-  absl::Status Transaction(std::string_view purpose, Body body)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Error(int rc, std::string_view purpose) const;
-
-  absl::Status PutDocument(DocKind kind, const std::string& name,
-                           const std::string& manifest_json, int64_t generation,
-                           Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Document> GetDocument(DocKind kind, const std::string& name)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::vector<Document>> ListDocuments(DocKind kind)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status DeleteDocument(DocKind kind, const std::string& name)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status InsertKey(const std::string& key_id, std::string_view secret,
-                         const std::string& tenant, const std::string& name,
-                         bool admin, Micros now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<KeyInfo>> FindKey(const std::string& key_id,
-                                                 std::string* salt,
-                                                 std::string* hash)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::StatusOr<KeyInfo> EnsureKeyLocked(std::string_view secret,
-                                          const std::string& tenant,
-                                          const std::string& name, bool admin,
-                                          Micros now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::Mutex mu_;
-  sqlite3* db_;  // the connection: used with mu_ held (or before sharing)
-  std::map<std::string, std::unique_ptr<sqlite3_stmt, StmtDeleter>, std::less<>>
-      statements_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> keys_version_{0};
+  // --- Changes and health
+  // ----------------------------------------------------- Grows with every
+  // change this store has seen, from any instance: a reader that saw revision R
+  // has nothing new to read while it stays R.
+  virtual int64_t revision() const = 0;
+  // Called (on a thread of the store's, or the writer's) after each change
+  // that revision() counts; it must not call back into the store while the
+  // store's locks are held: it should only note the change and wake its
+  // owner. Null clears it. Set before sharing.
+  virtual void SetChangeCallback(std::function<void()> callback) = 0;
+  virtual StoreHealth Health() const = 0;
+  // Every round trip to the store: what (e.g. "txn"), seconds, success.
+  // For metrics; set before sharing; null clears it.
+  using RoundTripObserver =
+      std::function<void(std::string_view op, double seconds, bool ok)>;
+  virtual void SetRoundTripObserver(RoundTripObserver observer) = 0;
 };
 
-// A fresh random secret of the "gs-" form (for `gpusched` to print as a new
-// admin key for the config). Internal on a random-source failure.
-absl::StatusOr<std::string> GenerateApiKeySecret();
+// The store's answer to a fenced write whose fence no longer holds.
+absl::Status NotLeaderError(const Fence& fence, std::string_view what);
 
 }  // namespace gpusched::store
 

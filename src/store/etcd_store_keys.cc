@@ -1,0 +1,352 @@
+// The etcd store's API keys and event log.
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "store/api_keys.h"
+#include "store/etcd_store.h"
+#include "store/etcd_store_internal.h"
+#include "store/store_internal.h"
+
+namespace gpusched::store {
+
+namespace {
+
+struct KeyRecord {
+  KeyInfo info;
+  std::string salt, hash;
+};
+
+std::optional<KeyRecord> ParseKey(const std::string& id, const EtcdKv& kv) {
+  const json j = json::parse(kv.value, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  KeyRecord k;
+  k.info.key_id = id;
+  if (j.contains("tenant") && j["tenant"].is_string()) {
+    k.info.tenant = j["tenant"].get<std::string>();
+  }
+  if (j.contains("name") && j["name"].is_string()) {
+    k.info.name = j["name"].get<std::string>();
+  }
+  k.info.admin = EtcdBool(j, "admin");
+  k.info.created = EtcdInt(j, "created");
+  if (j.contains("revoked") && !j["revoked"].is_null()) {
+    k.info.revoked = EtcdInt(j, "revoked");
+  }
+  k.salt = UnB64(j, "salt");
+  k.hash = UnB64(j, "hash");
+  if (k.salt.empty() || k.hash.empty()) return std::nullopt;
+  return k;
+}
+
+json KeyValue(const KeyRecord& k) {
+  json j = {{"tenant", k.info.tenant}, {"name", k.info.name},
+            {"admin", k.info.admin},   {"salt", B64(k.salt)},
+            {"hash", B64(k.hash)},     {"created", k.info.created},
+            {"revoked", nullptr}};
+  if (k.info.revoked) j["revoked"] = *k.info.revoked;
+  return j;
+}
+
+}  // namespace
+
+// --- API keys ---------------------------------------------------------------
+
+absl::StatusOr<NewApiKey> EtcdStore::CreateApiKey(const std::string& tenant,
+                                                  const std::string& name,
+                                                  Micros now, bool admin) {
+  if (tenant.empty() && !admin) {
+    return absl::InvalidArgumentError(
+        "store: an API key that is not an admin key needs a tenant");
+  }
+  for (int attempt = 0; attempt < kKeyIdAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(std::string secret, GenerateApiKeySecret());
+    const std::string key_id = *KeyIdOf(secret);
+    KeyRecord k;
+    k.info = {key_id, tenant, name, admin, now, std::nullopt};
+    ASSIGN_OR_RETURN(k.salt, RandomBytes(kSaltBytes));
+    ASSIGN_OR_RETURN(k.hash, HashSecret(k.salt, secret));
+    const std::string rel = absl::StrCat("keys/", key_id);
+    json compare = json::array({Absent(Key(rel))});
+    if (!tenant.empty()) {
+      compare.push_back(Exists(Key(absl::StrCat("tenants/", tenant))));
+    }
+    ASSIGN_OR_RETURN(
+        json r,
+        Txn(compare, json::array({PutOp(Key(rel), DumpJson(KeyValue(k)))})));
+    if (EtcdBool(r, "succeeded")) {
+      Visible(EtcdInt(r["header"], "revision"));
+      return NewApiKey{key_id, std::move(secret)};
+    }
+    if (!tenant.empty()) {
+      ASSIGN_OR_RETURN(std::optional<EtcdKv> t,
+                       Fresh(absl::StrCat("tenants/", tenant)));
+      if (!t.has_value()) {
+        return absl::NotFoundError(
+            absl::StrCat("tenant '", tenant, "' not found"));
+      }
+    }
+    // The key id was taken: draw again.
+  }
+  return absl::InternalError("store: could not draw an unused API key id");
+}
+
+absl::StatusOr<KeyInfo> EtcdStore::AuthenticateKey(std::string_view secret) {
+  const std::optional<std::string> key_id = KeyIdOf(secret);
+  if (!key_id.has_value()) return InvalidKeyError();
+  std::optional<EtcdKv> kv = Cached(absl::StrCat("keys/", *key_id));
+  std::optional<KeyRecord> k =
+      kv.has_value() ? ParseKey(*key_id, *kv) : std::nullopt;
+  if (!k.has_value() || !SecretMatches(k->salt, k->hash, secret)) {
+    return InvalidKeyError();
+  }
+  // A tenant key belongs to the tenant object it was made under: one
+  // deleted (and perhaps made again since) takes its keys with it.
+  if (!k->info.tenant.empty()) {
+    std::optional<EtcdKv> t = Cached(absl::StrCat("tenants/", k->info.tenant));
+    if (!t.has_value() || t->create_revision > kv->create_revision) {
+      return InvalidKeyError();
+    }
+  }
+  if (k->info.revoked.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("API key ", k->info.key_id, " has been revoked"));
+  }
+  return k->info;
+}
+
+absl::Status EtcdStore::RevokeApiKey(const std::string& key_id, Micros now) {
+  const std::string rel = absl::StrCat("keys/", key_id);
+  std::optional<EtcdKv> cur = Cached(rel);
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    if (!cur.has_value()) {
+      ASSIGN_OR_RETURN(cur, Fresh(rel));
+      if (!cur.has_value()) {
+        return absl::NotFoundError(
+            absl::StrCat("API key ", key_id, " not found"));
+      }
+    }
+    std::optional<KeyRecord> k = ParseKey(key_id, *cur);
+    if (!k.has_value()) {
+      return absl::DataLossError(
+          absl::StrCat("store: API key ", key_id, " in etcd is malformed"));
+    }
+    if (k->info.revoked.has_value()) return absl::OkStatus();
+    k->info.revoked = now;
+    ASSIGN_OR_RETURN(
+        json r, Txn(json::array({ModIs(Key(rel), cur->mod_revision)}),
+                    json::array({PutOp(Key(rel), DumpJson(KeyValue(*k)))})));
+    if (EtcdBool(r, "succeeded")) {
+      Visible(EtcdInt(r["header"], "revision"));
+      return absl::OkStatus();
+    }
+    cur.reset();
+  }
+  return absl::AbortedError(
+      absl::StrCat("store: API key ", key_id, " kept changing; retry"));
+}
+
+absl::StatusOr<std::vector<KeyInfo>> EtcdStore::ListApiKeys(
+    const std::string& tenant) {
+  std::vector<KeyInfo> out;
+  for (const EtcdKv& kv : Range("keys/")) {
+    std::optional<KeyRecord> k = ParseKey(kv.key.substr(5), kv);
+    if (!k.has_value()) continue;
+    if (!tenant.empty() && k->info.tenant != tenant) continue;
+    if (!k->info.tenant.empty()) {
+      std::optional<EtcdKv> t =
+          Cached(absl::StrCat("tenants/", k->info.tenant));
+      if (!t.has_value() || t->create_revision > kv.create_revision) continue;
+    }
+    out.push_back(k->info);
+  }
+  return out;
+}
+
+absl::StatusOr<KeyInfo> EtcdStore::EnsureKey(std::string_view secret,
+                                             const std::string& tenant,
+                                             const std::string& name,
+                                             bool admin, Micros now) {
+  const std::string what = admin ? "the configured admin key"
+                                 : absl::StrCat("the key of tenant ", tenant);
+  const std::optional<std::string> key_id = KeyIdOf(secret);
+  if (!key_id.has_value()) return MalformedKeyError(what);
+  if (!admin && tenant.empty()) {
+    return absl::InvalidArgumentError("store: a tenant key needs a tenant");
+  }
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    bool retry = false;
+    absl::StatusOr<KeyInfo> k =
+        EnsureKeyOnce(secret, *key_id, tenant, name, admin, now, &retry);
+    if (!retry) return k;
+  }
+  return absl::AbortedError(
+      absl::StrCat("store: ", what, " kept changing; retry"));
+}
+
+absl::StatusOr<KeyInfo> EtcdStore::EnsureKeyOnce(std::string_view secret,
+                                                 const std::string& key_id,
+                                                 const std::string& tenant,
+                                                 const std::string& name,
+                                                 bool admin, Micros now,
+                                                 bool* retry) {
+  const std::string what = admin ? "the configured admin key"
+                                 : absl::StrCat("the key of tenant ", tenant);
+  const std::string rel = absl::StrCat("keys/", key_id);
+  ASSIGN_OR_RETURN(std::optional<EtcdKv> cur, Fresh(rel));
+  if (!cur.has_value()) {
+    KeyRecord k;
+    k.info = {key_id, tenant, name, admin, now, std::nullopt};
+    ASSIGN_OR_RETURN(k.salt, RandomBytes(kSaltBytes));
+    ASSIGN_OR_RETURN(k.hash, HashSecret(k.salt, secret));
+    json compare = json::array({Absent(Key(rel))});
+    if (!tenant.empty()) {
+      compare.push_back(Exists(Key(absl::StrCat("tenants/", tenant))));
+    }
+    ASSIGN_OR_RETURN(
+        json r,
+        Txn(compare, json::array({PutOp(Key(rel), DumpJson(KeyValue(k)))})));
+    if (EtcdBool(r, "succeeded")) {
+      Visible(EtcdInt(r["header"], "revision"));
+      return k.info;
+    }
+    if (!tenant.empty()) {
+      ASSIGN_OR_RETURN(std::optional<EtcdKv> t,
+                       Fresh(absl::StrCat("tenants/", tenant)));
+      if (!t.has_value()) {
+        return absl::NotFoundError(
+            absl::StrCat("tenant '", tenant, "' not found"));
+      }
+    }
+    *retry = true;  // another instance registered it meanwhile
+    return absl::AbortedError("retry");
+  }
+  std::optional<KeyRecord> k = ParseKey(key_id, *cur);
+  if (!k.has_value()) {
+    return absl::DataLossError(
+        absl::StrCat("store: API key ", key_id, " in etcd is malformed"));
+  }
+  if (!SecretMatches(k->salt, k->hash, secret)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("store: key id ", key_id, " of ", what,
+                     " belongs to another key; generate a new key"));
+  }
+  if (k->info.admin != admin || k->info.tenant != tenant) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store: ", what, " (", key_id, ") is registered as ",
+        k->info.admin ? "an admin key"
+                      : absl::StrCat("a key of tenant ", k->info.tenant)));
+  }
+  if (k->info.revoked.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store: ", what, " ", key_id, " was revoked; configure a new one"));
+  }
+  return k->info;
+}
+
+// --- Events -----------------------------------------------------------------
+
+absl::StatusOr<int64_t> EtcdStore::AppendEvent(const Event& event,
+                                               const Fence* fence) {
+  if (event.kind.empty()) {
+    return absl::InvalidArgumentError("store: event kind is empty");
+  }
+  int64_t seq = 0;
+  {
+    absl::MutexLock l(&mu_);
+    seq = ++event_seq_;
+  }
+  // Keys sort by time (pruning by age is a range), then by who wrote them.
+  const std::string rel =
+      absl::StrFormat("events/%016x-%s-%08x",
+                      static_cast<uint64_t>(std::max<Micros>(event.time, 0)),
+                      options_.instance, static_cast<uint64_t>(seq));
+  const json value = {{"time", event.time},
+                      {"kind", event.kind},
+                      {"deployment", event.deployment},
+                      {"tenant", event.tenant},
+                      {"message", event.message},
+                      {"details", event.details},
+                      {"instance", event.instance.empty() ? options_.instance
+                                                          : event.instance}};
+  json compare = json::array();
+  if (fence != nullptr) compare.push_back(FenceCompare(*fence));
+  ASSIGN_OR_RETURN(
+      json r, Txn(compare, json::array({PutOp(Key(rel), DumpJson(value))})));
+  if (!EtcdBool(r, "succeeded")) {
+    if (fence == nullptr)
+      return absl::InternalError("store: an event put failed");
+    return NotLeaderError(*fence, absl::StrCat("recording event ", event.kind));
+  }
+  const int64_t rev = EtcdInt(r["header"], "revision");
+  Visible(rev);
+  return rev;
+}
+
+absl::StatusOr<std::vector<Event>> EtcdStore::QueryEvents(
+    const EventFilter& filter) {
+  std::vector<Event> out;
+  const size_t limit =
+      filter.limit > 0 ? static_cast<size_t>(filter.limit) : SIZE_MAX;
+  absl::MutexLock l(&mu_);
+  auto take = [&](const Event& e) {
+    if (EventMatches(e, filter)) out.push_back(e);
+    return out.size() < limit;
+  };
+  if (filter.oldest_first) {
+    for (auto it = copy_->events.begin(); it != copy_->events.end(); ++it) {
+      if (!take(it->second)) break;
+    }
+  } else {
+    for (auto it = copy_->events.rbegin(); it != copy_->events.rend(); ++it) {
+      if (!take(it->second)) break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> EtcdStore::PruneEvents(int64_t max_rows,
+                                               Micros older_than) {
+  std::vector<std::string> doomed;
+  {
+    absl::MutexLock l(&mu_);
+    // By id, newest first: the first max_rows stay (when bounded by count),
+    // and any older than `older_than` go.
+    int64_t kept = 0;
+    std::map<int64_t, std::string> key_of;
+    for (const auto& [key, kv] : copy_->kvs) {
+      if (absl::StartsWith(key, "events/")) key_of[kv.create_revision] = key;
+    }
+    for (auto it = copy_->events.rbegin(); it != copy_->events.rend(); ++it) {
+      const bool too_old = it->second.time < older_than;
+      const bool too_many = max_rows >= 0 && kept >= max_rows;
+      if (too_old || too_many) {
+        auto k = key_of.find(it->first);
+        if (k != key_of.end()) doomed.push_back(k->second);
+      } else {
+        ++kept;
+      }
+    }
+  }
+  int64_t deleted = 0;
+  for (size_t i = 0; i < doomed.size(); i += kMaxTxnOps) {
+    json ops = json::array();
+    for (size_t j = i; j < std::min(doomed.size(), i + kMaxTxnOps); ++j) {
+      ops.push_back(DelOp(Key(doomed[j])));
+    }
+    ASSIGN_OR_RETURN(json r, Txn(json::array(), ops));
+    for (const json& resp : r.contains("responses") ? r["responses"] : json()) {
+      deleted += EtcdInt(resp.contains("response_delete_range")
+                             ? resp["response_delete_range"]
+                             : json(),
+                         "deleted");
+    }
+    Visible(EtcdInt(r["header"], "revision"));
+  }
+  return deleted;
+}
+
+}  // namespace gpusched::store
