@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/control_forward.h"
 #include "api/control_query.h"
 #include "config/manifest.h"
 #include "nlohmann/json.hpp"
@@ -42,6 +43,10 @@ http::status StatusOf(const absl::Status& st) {
       return http::status::forbidden;
     case absl::StatusCode::kUnauthenticated:
       return http::status::unauthorized;
+    case absl::StatusCode::kUnavailable:
+      return http::status::service_unavailable;
+    case absl::StatusCode::kAborted:
+      return http::status::conflict;
     default:
       return http::status::internal_server_error;
   }
@@ -75,7 +80,12 @@ net::HttpResponse Forbidden() {
 }
 
 net::HttpResponse Error(const absl::Status& st) {
-  return Error(StatusOf(st), std::string(st.message()));
+  net::HttpResponse res = Error(StatusOf(st), std::string(st.message()));
+  // The store is away (or another transient state): retry shortly.
+  if (st.code() == absl::StatusCode::kUnavailable) {
+    res.set(http::field::retry_after, "1");
+  }
+  return res;
 }
 
 json KeyJson(const store::KeyInfo& k) {
@@ -87,6 +97,7 @@ json KeyJson(const store::KeyInfo& k) {
 
 json EventJson(const store::Event& e) {
   return {{"id", e.id},
+          {"instance", e.instance},
           {"time", IsoTime(e.time)},
           {"timeMicros", e.time},
           {"kind", e.kind},
@@ -137,7 +148,8 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "deployments/{}", kTenant, &ControlApi::GetDeployment},
       {V::delete_, "deployments/{}", kAdmin, &ControlApi::DeleteDeployment},
       {V::post, "deployments/{}/scale", kAdmin, &ControlApi::ScaleDeployment},
-      {V::get, "deployments/{}/logs", kAdmin, &ControlApi::DeploymentLogs},
+      {V::get, "deployments/{}/logs", kAdmin, &ControlApi::DeploymentLogs,
+       kLeader},
       {V::get, "replicas", kAdmin, &ControlApi::ListReplicas},
       {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
       {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
@@ -145,8 +157,9 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "routes", kAdmin, &ControlApi::ListRoutes},
       {V::get, "routes/{}", kAdmin, &ControlApi::GetRoute},
       {V::delete_, "routes/{}", kAdmin, &ControlApi::DeleteRoute},
-      {V::post, "routes/{}/rollout", kAdmin, &ControlApi::PostRollout},
+      {V::post, "routes/{}/rollout", kAdmin, &ControlApi::PostRollout, kLeader},
       {V::get, "stats", kAdmin, &ControlApi::GetStats},
+      {V::get, "cluster", kAdmin, &ControlApi::GetCluster},
       {V::get, "events", kAdmin, &ControlApi::ListEvents},
       {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
       {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
@@ -215,6 +228,21 @@ void ControlApi::Answer(net::HttpRequest& req,
       continue;
     }
     if (route.access == kAdmin && !key->admin) break;
+    if (route.where == kLeader && cluster_ != nullptr &&
+        !controller_->Leading()) {
+      if (std::optional<std::string> leader = cluster_->LeaderAddress()) {
+        ForwardToLeader(*leader, cluster_->election->self().id, req, r);
+      } else {
+        net::HttpResponse res =
+            Error(http::status::service_unavailable,
+                  "only the leader answers this, and no instance leads right "
+                  "now (an election is under way); retry shortly",
+                  "server_error");
+        res.set(http::field::retry_after, "1");
+        r->Send(std::move(res));
+      }
+      return;
+    }
     (this->*route.handler)(call);
     return;
   }
@@ -392,6 +420,13 @@ void ControlApi::GetStats(Call& c) {
     return c.Fail(http::status::not_found, "no request statistics here");
   }
   c.Send(http::status::ok, stats_->Json());
+}
+
+void ControlApi::GetCluster(Call& c) {
+  if (cluster_ == nullptr) {
+    return c.Fail(http::status::not_found, "no cluster view here");
+  }
+  c.Send(http::status::ok, cluster_->Json());
 }
 
 void ControlApi::ListEvents(Call& c) {

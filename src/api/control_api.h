@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "api/cluster_view.h"
 #include "common/worker_pool.h"
 #include "gateway/gateway_stats.h"
 #include "gateway/key_cache.h"
@@ -36,10 +37,17 @@ class ControlApi {
   // null) answers GET /api/v1/stats.
   // `pool` (may be null: calls are answered on the caller's thread) must
   // outlive the ControlApi's calls.
+  // `cluster` (may be null: a single instance without one) answers GET
+  // /api/v1/cluster and says where the leader is, for the requests only it
+  // answers (forwarded there by an instance that follows).
   ControlApi(Controller* controller, gateway::KeyCache* keys,
              const gateway::GatewayStats* stats = nullptr,
-             WorkerPool* pool = nullptr)
-      : controller_(controller), keys_(keys), stats_(stats), pool_(pool) {}
+             WorkerPool* pool = nullptr, const ClusterView* cluster = nullptr)
+      : controller_(controller),
+        keys_(keys),
+        stats_(stats),
+        pool_(pool),
+        cluster_(cluster) {}
 
   // True when `request` is a control request (its path starts with
   // /api/v1): then it has been taken (moved from) and is answered, at once
@@ -50,11 +58,15 @@ class ControlApi {
  private:
   struct Call;
   enum Access { kAdmin, kTenant };  // kTenant: tenant keys too (own things)
+  // kLeader: only the leader can answer (its running rollouts, its
+  // replicas' logs): an instance that follows forwards the request there.
+  enum Where { kAny, kLeader };
   struct Route {
     http::verb method;
     const char* path;  // under /api/v1; "{}" is one segment
     Access access;
     void (ControlApi::*handler)(Call&);
+    Where where = kAny;
   };
   static const std::vector<Route>& Routes();
 
@@ -74,6 +86,7 @@ class ControlApi {
   void DeleteRoute(Call& c);
   void PostRollout(Call& c);
   void GetStats(Call& c);
+  void GetCluster(Call& c);
   void ListEvents(Call& c);
   void ListTenants(Call& c);
   void GetTenant(Call& c);
@@ -96,6 +109,7 @@ class ControlApi {
   gateway::KeyCache* keys_;
   const gateway::GatewayStats* stats_;
   WorkerPool* pool_;
+  const ClusterView* cluster_;
 };
 
 }  // namespace gpusched::api

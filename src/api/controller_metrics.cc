@@ -318,7 +318,9 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
     for (const auto& [state, n] : d.replicas) {
       o[kReplicas].push_back({{d.name, state}, static_cast<double>(n)});
     }
-    o[kDesired].push_back({{d.name}, static_cast<double>(d.desired)});
+    if (snap.leader) {
+      o[kDesired].push_back({{d.name}, static_cast<double>(d.desired)});
+    }
     o[kQueueDepth].push_back({{d.name}, static_cast<double>(d.queued)});
     o[kInFlight].push_back({{d.name}, static_cast<double>(d.in_flight)});
     const double queries = prefix_queries_->With({d.name})->value();

@@ -124,14 +124,19 @@ json Controller::DeploymentJson(DeploymentView v) const {
 
 json Controller::DeploymentsJson(const std::string& only) {
   std::vector<DeploymentView> views;
+  bool follower = false;
   {
     absl::MutexLock lock(&mu_);
+    follower = !leading_;
     for (const auto& [name, d] : deployments_) {
       if (only.empty() || only == name) views.push_back(ViewOf(d));
     }
   }
   json items = json::array();
-  for (DeploymentView& v : views) items.push_back(DeploymentJson(std::move(v)));
+  for (DeploymentView& v : views) {
+    items.push_back(DeploymentJson(std::move(v)));
+    if (follower) FollowerStatus(items.back());
+  }
   return items;
 }
 
@@ -154,6 +159,7 @@ json Controller::TenantsJson(const std::string& only) {
 }
 
 json Controller::ReplicasJson() {
+  if (!Leading()) return FollowerReplicas();
   std::vector<ReplicaView> views;
   {
     absl::MutexLock lock(&mu_);
@@ -167,6 +173,9 @@ json Controller::ReplicasJson() {
 }
 
 json Controller::GpusJson() {
+  if (!Leading()) {
+    if (std::optional<json> p = Published("cluster/gpus")) return *p;
+  }
   absl::MutexLock lock(&mu_);
   json items = json::array();
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
@@ -232,6 +241,9 @@ json Controller::GpusJson() {
 }
 
 json Controller::NodesJson() {
+  if (!Leading()) {
+    if (std::optional<json> p = Published("cluster/nodes")) return *p;
+  }
   absl::MutexLock lock(&mu_);
   json items = json::array();
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
@@ -373,6 +385,19 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
                                             "external"};
   absl::MutexLock lock(&mu_);
   runtime::DriverMetrics::Snapshot snap;
+  if (!leading_) {
+    // A follower's own queues; the cluster is the leader's to report.
+    snap.leader = false;
+    for (const auto& [name, d] : deployments_) {
+      runtime::DriverMetrics::Snapshot::Deployment sd;
+      sd.name = name;
+      const runtime::ServingLoad load = gateway_->Load(name);
+      sd.queued = load.queued;
+      sd.in_flight = load.in_flight;
+      snap.deployments.push_back(std::move(sd));
+    }
+    return snap;
+  }
   for (const auto& [name, d] : deployments_) {
     runtime::DriverMetrics::Snapshot::Deployment sd;
     sd.name = name;

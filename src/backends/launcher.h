@@ -184,6 +184,11 @@ class Launcher {
   virtual bool ReportsReadiness() const { return false; }
   // Readiness changes since the last call (ReportsReadiness launchers).
   virtual std::vector<ReadinessReport> ReadinessReports() { return {}; }
+  // Whether its processes keep running when gpusched stops (a cluster
+  // manager's jobs and Pods), so that the next gpusched (a restart, or
+  // another instance taking over) adopts them; local processes die with
+  // gpusched.
+  virtual bool ProcessesOutliveGpusched() const { return false; }
   // What a previous run of gpusched left running through this launcher.
   virtual std::vector<Leftover> Leftovers() { return {}; }
   // Takes a leftover over as if this run had started it, now serving

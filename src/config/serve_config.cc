@@ -49,11 +49,42 @@ class Parser : public SpecReader {
       return;
     }
     CheckKeys(root, "the config",
-              {"listen", "state", "admin_key", "key_dir", "log_dir",
-               "inventory", "gpu_discovery", "placement_policy", "tls",
-               "health_check_period_ms", "drain_grace_s", "swap_min_idle_s",
-               "max_launches_per_pass", "launch_interval_ms", "gpu_prices",
-               "slurm", "kubernetes", "deployments", "tenants"});
+              {"listen",
+               "state",
+               "admin_key",
+               "key_dir",
+               "log_dir",
+               "inventory",
+               "gpu_discovery",
+               "placement_policy",
+               "tls",
+               "health_check_period_ms",
+               "drain_grace_s",
+               "swap_min_idle_s",
+               "max_launches_per_pass",
+               "launch_interval_ms",
+               "gpu_prices",
+               "store",
+               "ha",
+               "stop_replicas_on_exit",
+               "slurm",
+               "kubernetes",
+               "deployments",
+               "tenants"});
+    if (const YAML::Node n = root["store"]; n && Map(n, "store")) {
+      CheckKeys(n, "store", {"etcd"});
+      if (const YAML::Node e = n["etcd"]; e && Map(e, "store.etcd")) {
+        ParseEtcd(e, cfg);
+        if (root["state"]) {
+          Fail(root["state"], "state",
+               "cannot be used with store.etcd: the state lives in etcd");
+        }
+      }
+    }
+    if (const YAML::Node n = root["ha"]; n && Map(n, "ha")) ParseHa(n, cfg);
+    if (const YAML::Node n = root["stop_replicas_on_exit"]) {
+      Bool(n, "stop_replicas_on_exit", &cfg.stop_replicas_on_exit);
+    }
     if (const YAML::Node n = root["listen"]) {
       std::string s;
       if (String(n, "listen", &s) && !ParseHostPort(s, &cfg.listen)) {
@@ -161,6 +192,115 @@ class Parser : public SpecReader {
           cfg.tenants.push_back(std::move(t));
           return cfg.tenants.back().name;
         });
+  }
+
+  void ParseEtcd(const YAML::Node& n, ServeConfig& cfg) {
+    EtcdConfig& e = cfg.etcd;
+    e.enabled = true;
+    CheckKeys(n, "store.etcd",
+              {"endpoints", "prefix", "username", "password_file", "ca", "cert",
+               "key", "request_timeout_ms", "connect_timeout_ms", "max_events",
+               "max_event_age_h"});
+    if (const YAML::Node v = n["endpoints"];
+        v && StringList(v, "store.etcd.endpoints", &e.endpoints)) {
+      if (e.endpoints.empty() || e.endpoints.size() > 16) {
+        Fail(v, "store.etcd.endpoints",
+             absl::StrCat("has ", e.endpoints.size(),
+                          " endpoints; give 1..16 (the members' client URLs)"));
+      }
+      for (const std::string& url : e.endpoints) {
+        const bool scheme =
+            url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0;
+        if (!scheme || url.size() > 512) {
+          Fail(v, "store.etcd.endpoints",
+               absl::StrCat("'", url,
+                            "' is not an http:// or https:// URL of a member "
+                            "(e.g. http://10.0.0.1:2379)"));
+        }
+      }
+    }
+    if (const YAML::Node v = n["prefix"];
+        v && String(v, "store.etcd.prefix", &e.prefix)) {
+      if (e.prefix.size() < 2 || e.prefix.size() > 256 ||
+          e.prefix.front() != '/' || e.prefix.back() != '/') {
+        Fail(v, "store.etcd.prefix",
+             "must start and end with '/' and name something, e.g. "
+             "/gpusched/ (at most 256 bytes)");
+      }
+    }
+    if (const YAML::Node v = n["username"]) {
+      String(v, "store.etcd.username", &e.username);
+    }
+    for (auto [key, out] :
+         {std::pair{"password_file", &e.password_file}, std::pair{"ca", &e.ca},
+          std::pair{"cert", &e.cert}, std::pair{"key", &e.key}}) {
+      if (const YAML::Node v = n[key]) {
+        PathField(v, absl::StrCat("store.etcd.", key), out);
+      }
+    }
+    if (e.username.empty() != e.password_file.empty()) {
+      Fail(n, "store.etcd.username",
+           "username and password_file go together (etcd's user "
+           "authentication), or neither");
+    }
+    if (e.cert.empty() != e.key.empty()) {
+      Fail(n, "store.etcd.cert",
+           "a client cert needs its key, and a key its cert");
+    }
+    if (const YAML::Node v = n["request_timeout_ms"]) {
+      Int(v, "store.etcd.request_timeout_ms", 100, 60000,
+          &e.request_timeout_ms);
+    }
+    if (const YAML::Node v = n["connect_timeout_ms"]) {
+      Int(v, "store.etcd.connect_timeout_ms", 100, 600000,
+          &e.connect_timeout_ms);
+    }
+    if (const YAML::Node v = n["max_events"]) {
+      Int(v, "store.etcd.max_events", 100, 1000000, &e.max_events);
+    }
+    if (const YAML::Node v = n["max_event_age_h"]) {
+      Int(v, "store.etcd.max_event_age_h", 1, 8760, &e.max_event_age_h);
+    }
+  }
+
+  void ParseHa(const YAML::Node& n, ServeConfig& cfg) {
+    HaConfig& h = cfg.ha;
+    CheckKeys(n, "ha",
+              {"instance_id", "advertise", "lease_ttl_s", "renew_interval_ms"});
+    if (const YAML::Node v = n["instance_id"];
+        v && String(v, "ha.instance_id", &h.instance_id)) {
+      const bool ok =
+          !h.instance_id.empty() && h.instance_id.size() <= 128 &&
+          std::all_of(h.instance_id.begin(), h.instance_id.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+                   c == '_' || c == '-' || c == ':';
+          });
+      if (!ok) {
+        Fail(v, "ha.instance_id",
+             "must be 1..128 letters, digits, '.', '_', '-' or ':'");
+      }
+    }
+    if (const YAML::Node v = n["advertise"];
+        v && String(v, "ha.advertise", &h.advertise)) {
+      const bool scheme = h.advertise.rfind("http://", 0) == 0 ||
+                          h.advertise.rfind("https://", 0) == 0;
+      if (!scheme || h.advertise.size() > 512) {
+        Fail(v, "ha.advertise",
+             "must be the http:// or https:// URL other instances reach this "
+             "one at");
+      }
+    }
+    if (const YAML::Node v = n["lease_ttl_s"]) {
+      Int(v, "ha.lease_ttl_s", 1, 3600, &h.lease_ttl_s);
+    }
+    if (const YAML::Node v = n["renew_interval_ms"]) {
+      Int(v, "ha.renew_interval_ms", 0, 1800000, &h.renew_interval_ms);
+      if (h.renew_interval_ms * 2 > h.lease_ttl_s * 1000) {
+        Fail(v, "ha.renew_interval_ms",
+             "must be at most half of ha.lease_ttl_s (a second renewal must "
+             "fit in the lease)");
+      }
+    }
   }
 
   void ParseSlurm(const YAML::Node& n, ServeConfig& cfg) {

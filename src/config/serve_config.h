@@ -4,7 +4,32 @@
 // read by the same code. Every field, with its default:
 //
 //   listen: 127.0.0.1:8080        # host:port of the gateway (port 0: any)
-//   state: gpusched-state.db      # SQLite state (":memory:" for none)
+//   state: gpusched-state.db      # SQLite state (":memory:" for none); not
+//                                 #   with store.etcd
+//   store:                        # default: the SQLite file `state`
+//     etcd:                       # present: the state lives in etcd and
+//                                 #   several instances share it, one
+//                                 #   leading (docs/ha.md)
+//       endpoints: [http://127.0.0.1:2379]  # the members, 1..16
+//       prefix: /gpusched/        # every key under it; one per installation
+//       username: ""              # etcd's user authentication, with
+//       password_file: ""         #   the password in this file (mode 0600)
+//       ca: ""                    # PEM CA of the members' certificates
+//       cert: ""                  # client certificate and key
+//       key: ""                   #   (etcd --client-cert-auth)
+//       request_timeout_ms: 2000  # one request step, 100..60000
+//       connect_timeout_ms: 10000 # the first read at start, 100..600000
+//       max_events: 10000         # the event log's bound, 100..1000000
+//       max_event_age_h: 168      # events older go, 1..8760
+//   ha:                           # this instance among several (etcd)
+//     instance_id: ""             # unique per instance; "": <hostname>-<port>
+//     advertise: ""               # the URL other instances reach this one
+//                                 #   at; "": from listen (and the hostname
+//                                 #   when listening on every address)
+//     lease_ttl_s: 2              # the leader's lease, 1..3600 (etcd grants
+//                                 #   at least 2 s at its default election
+//                                 #   timeout); docs/ha.md says why 2
+//     renew_interval_ms: 0        # 0: a quarter of the TTL
 //   admin_key: ""                 # optional admin API key (gs-...)
 //   key_dir: ""                   # keep keys in files here (mode 0600):
 //                                 #   admin.key and <tenant>.key, created
@@ -22,6 +47,10 @@
 //   swap_min_idle_s: 0            # an idle replica is swapped out for
 //                                 #   another model only after this long
 //                                 #   without a request (docs/autoscaling.md)
+//   stop_replicas_on_exit: false  # SIGTERM ends Slurm jobs and Pods too
+//                                 #   (by default they keep running and the
+//                                 #   next leader adopts them; local engines
+//                                 #   always end with gpusched)
 //   max_launches_per_pass: 2      # placements and engine starts per
 //                                 #   controller pass, 1..100000: a backlog
 //                                 #   drains over passes (docs/reliability.md)
@@ -109,13 +138,14 @@
 //                maxQueued: 0}
 //       quota: {gpus: 0, limit: 0, overQuotaWeight: 1}
 //
-// Relative input paths (inventory, tls) are resolved against the directory
-// of the config file; the places gpusched writes (state, key_dir, log_dir)
-// are relative to the working directory. A deployment launched here needs
-// replicas >= 1, endpoints, or autoscaling (which may start it at 0:
-// autoscaling: {minReplicas: 0, ...}). The deployments and tenants here are
-// applied at each start like `gpusched apply`; ones applied through the API
-// persist in `state` too. Errors name the file and line; every problem is
+// Relative input paths (inventory, tls, store.etcd's files) are resolved
+// against the directory of the config file; the places gpusched writes
+// (state, key_dir, log_dir) are relative to the working directory. A
+// deployment launched here needs replicas >= 1, endpoints, or autoscaling
+// (which may start it at 0: autoscaling: {minReplicas: 0, ...}). The store
+// is the one source of truth: the deployments and tenants here only seed
+// what it lacks (at each start, like `gpusched apply` of the missing ones);
+// to change one, apply it. Errors name the file and line; every problem is
 // listed.
 #ifndef GPUSCHED_CONFIG_SERVE_CONFIG_H_
 #define GPUSCHED_CONFIG_SERVE_CONFIG_H_
@@ -168,6 +198,28 @@ struct KubernetesConfig {
   int64_t default_memory_mib = 1024;
 };
 
+struct EtcdConfig {
+  bool enabled = false;  // a `store: {etcd: ...}` block was given
+  std::vector<std::string> endpoints = {"http://127.0.0.1:2379"};
+  std::string prefix = "/gpusched/";
+  std::string username;
+  std::string password_file;  // resolved path
+  std::string ca;             // resolved paths
+  std::string cert;
+  std::string key;
+  int64_t request_timeout_ms = 2000;
+  int64_t connect_timeout_ms = 10000;
+  int64_t max_events = 10000;
+  int64_t max_event_age_h = 168;
+};
+
+struct HaConfig {
+  std::string instance_id;  // empty: <hostname>-<port>
+  std::string advertise;    // empty: from listen
+  int64_t lease_ttl_s = 2;
+  int64_t renew_interval_ms = 0;
+};
+
 struct ServeConfig {
   std::string source;
   HostPort listen{"127.0.0.1", 8080};
@@ -185,6 +237,9 @@ struct ServeConfig {
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
+  EtcdConfig etcd;
+  HaConfig ha;
+  bool stop_replicas_on_exit = false;
   SlurmConfig slurm;
   KubernetesConfig kubernetes;
   std::vector<DeploymentSpec> deployments;

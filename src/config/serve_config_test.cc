@@ -250,6 +250,83 @@ TEST(ServeConfigTest, SlurmBlock) {
   }
 }
 
+TEST(ServeConfigTest, EtcdStoreAndHa) {
+  auto none = ParseServeYaml("listen: 127.0.0.1:0\n", "s.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->etcd.enabled);
+  EXPECT_FALSE(none->stop_replicas_on_exit);
+  EXPECT_EQ(none->ha.lease_ttl_s, 2);
+  auto cfg = ParseServeYaml(R"(store:
+  etcd:
+    endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379]
+    prefix: /prod/gpusched/
+    username: gpusched
+    password_file: secrets/etcd.pass
+    ca: tls/ca.pem
+    cert: tls/client.pem
+    key: tls/client-key.pem
+    request_timeout_ms: 1500
+    connect_timeout_ms: 5000
+    max_events: 20000
+    max_event_age_h: 24
+ha:
+  instance_id: gs-a
+  advertise: https://gs-a.example:8443
+  lease_ttl_s: 3
+  renew_interval_ms: 500
+stop_replicas_on_exit: true
+)",
+                            "s.yaml", "/etc/gpusched");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const EtcdConfig& e = cfg->etcd;
+  EXPECT_TRUE(e.enabled);
+  EXPECT_EQ(e.endpoints.size(), 2u);
+  EXPECT_EQ(e.prefix, "/prod/gpusched/");
+  EXPECT_EQ(e.username, "gpusched");
+  EXPECT_EQ(e.password_file, "/etc/gpusched/secrets/etcd.pass");
+  EXPECT_EQ(e.ca, "/etc/gpusched/tls/ca.pem");
+  EXPECT_EQ(e.key, "/etc/gpusched/tls/client-key.pem");
+  EXPECT_EQ(e.request_timeout_ms, 1500);
+  EXPECT_EQ(e.max_events, 20000);
+  EXPECT_EQ(cfg->ha.instance_id, "gs-a");
+  EXPECT_EQ(cfg->ha.advertise, "https://gs-a.example:8443");
+  EXPECT_EQ(cfg->ha.lease_ttl_s, 3);
+  EXPECT_TRUE(cfg->stop_replicas_on_exit);
+  auto defaults = ParseServeYaml("store: {etcd: {}}\n", "s.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->etcd.endpoints,
+            std::vector<std::string>{"http://127.0.0.1:2379"});
+  EXPECT_EQ(defaults->etcd.prefix, "/gpusched/");
+
+  struct Bad {
+    const char* yaml;
+    const char* field;
+  };
+  for (const Bad& b : {
+           Bad{"store: {etcd: {endpoints: []}}", "store.etcd.endpoints"},
+           Bad{"store: {etcd: {endpoints: [10.0.0.1:2379]}}",
+               "store.etcd.endpoints"},
+           Bad{"store: {etcd: {prefix: gpusched}}", "store.etcd.prefix"},
+           Bad{"store: {etcd: {username: u}}", "store.etcd.username"},
+           Bad{"store: {etcd: {cert: c.pem}}", "store.etcd.cert"},
+           Bad{"store: {etcd: {request_timeout_ms: 10}}",
+               "store.etcd.request_timeout_ms"},
+           Bad{"store: {etcd: {max_events: 5}}", "store.etcd.max_events"},
+           Bad{"store: {etcd: {}}\nstate: x.db", "state"},
+           Bad{"store: {redis: {}}", "redis"},
+           Bad{"ha: {instance_id: \"a b\"}", "ha.instance_id"},
+           Bad{"ha: {advertise: gs-a:8080}", "ha.advertise"},
+           Bad{"ha: {lease_ttl_s: 0}", "ha.lease_ttl_s"},
+           Bad{"ha: {lease_ttl_s: 2, renew_interval_ms: 1500}",
+               "ha.renew_interval_ms"},
+           Bad{"stop_replicas_on_exit: maybe", "stop_replicas_on_exit"},
+       }) {
+    auto r = ParseServeYaml(b.yaml, "s.yaml");
+    ASSERT_FALSE(r.ok()) << b.yaml;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.field)) << b.yaml;
+  }
+}
+
 TEST(ServeConfigTest, KubernetesBlock) {
   auto cfg = ParseServeYaml(R"(kubernetes:
   kubeconfig: kube/config

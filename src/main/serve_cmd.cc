@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,18 +24,19 @@
 #include "backends/kubernetes/kube_nodes.h"
 #include "backends/slurm/slurm_launcher.h"
 #include "backends/slurm/slurm_nodes.h"
+#include "common/status.h"
 #include "common/worker_pool.h"
 #include "config/serve_config.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/key_cache.h"
 #include "main/inventory_source.h"
+#include "main/serve_state.h"
 #include "metrics/registry.h"
 #include "net/http_server.h"
 #include "runtime/controller.h"
 #include "runtime/real_clock.h"
 #include "store/api_keys.h"
-#include "store/sqlite_store.h"
 
 namespace gpusched {
 namespace {
@@ -47,6 +50,7 @@ struct ServeFlags {
   std::string config;
   double drain_s = -1;  // -1: the config's drain_grace_s
   bool wait_ready = true;
+  bool stop_replicas_on_exit = false;  // or the config's
 };
 
 int Fail(const std::string& msg) {
@@ -62,9 +66,13 @@ std::string SelfPath() {
 
 // The nodes of a Slurm cluster (those of `partition` when one is set) and the
 // launcher that runs replicas there as jobs.
+using LauncherFactory =
+    std::function<absl::StatusOr<std::unique_ptr<backends::Launcher>>()>;
+
 absl::Status FromSlurm(const config::SlurmConfig& cfg,
                        runtime::ControllerCluster* cluster,
-                       std::unique_ptr<backends::Launcher>* launcher) {
+                       std::unique_ptr<backends::Launcher>* launcher,
+                       LauncherFactory* factory) {
   std::unique_ptr<backends::SlurmClient> client = backends::SystemSlurmClient(
       cfg.bin_dir, cfg.command_timeout_ms * kMicrosPerMilli);
   absl::StatusOr<std::vector<backends::SlurmNode>> all =
@@ -102,8 +110,17 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   o.poll_interval = cfg.poll_interval_ms * kMicrosPerMilli;
   o.default_memory_mib = cfg.default_memory_mib;
   *launcher = std::make_unique<backends::SlurmLauncher>(
-      o, std::move(client), std::move(nodes), *std::move(specs),
-      &runtime::SteadyClock::Get());
+      o, std::move(client), nodes, *specs, &runtime::SteadyClock::Get());
+  // Each later term this instance leads gets a launcher of its own over
+  // the same nodes (it adopts the jobs the last leader left).
+  *factory = [cfg, o, nodes, specs = *specs]()
+      -> absl::StatusOr<std::unique_ptr<backends::Launcher>> {
+    return std::make_unique<backends::SlurmLauncher>(
+        o,
+        backends::SystemSlurmClient(cfg.bin_dir,
+                                    cfg.command_timeout_ms * kMicrosPerMilli),
+        nodes, specs, &runtime::SteadyClock::Get());
+  };
   return absl::OkStatus();
 }
 
@@ -217,8 +234,10 @@ int RunServe(const ServeFlags& flags) {
   // The cluster: Slurm's nodes, else NVML GPUs, else the declared inventory.
   runtime::ControllerCluster cluster;
   std::unique_ptr<backends::Launcher> launcher;
+  LauncherFactory launcher_factory;  // null: local processes
   if (cfg->slurm.enabled) {
-    if (absl::Status st = FromSlurm(cfg->slurm, &cluster, &launcher);
+    if (absl::Status st =
+            FromSlurm(cfg->slurm, &cluster, &launcher, &launcher_factory);
         !st.ok()) {
       return Fail(std::string(st.message()));
     }
@@ -227,6 +246,14 @@ int RunServe(const ServeFlags& flags) {
         !st.ok()) {
       return Fail(std::string(st.message()));
     }
+    // A later term reads the cluster again, with clients of its own.
+    launcher_factory = [kcfg = cfg->kubernetes]()
+        -> absl::StatusOr<std::unique_ptr<backends::Launcher>> {
+      runtime::ControllerCluster ignored;
+      std::unique_ptr<backends::Launcher> l;
+      RETURN_IF_ERROR(FromKubernetes(kcfg, &ignored, &l));
+      return l;
+    };
   } else if (!cfg->inventory.empty() || cfg->gpu_discovery != "declared") {
     auto inv = LoadInventory(
         cfg->gpu_discovery, cfg->inventory, true, [](const std::string& why) {
@@ -247,8 +274,11 @@ int RunServe(const ServeFlags& flags) {
   }
   if (cluster.nodes.empty()) cluster.source = "none (CPU-only replicas)";
 
-  auto state = store::SqliteStore::Open(cfg->state);
+  // The state: SQLite, or etcd shared with other instances (docs/ha.md).
+  const std::string instance = InstanceId(*cfg);
+  absl::StatusOr<ServeState> state = OpenServeState(*cfg, instance);
   if (!state.ok()) return Fail(std::string(state.status().message()));
+  store::Store* const st_store = state->store.get();
 
   // Metrics (GET /metrics): declared before the gateway and the
   // controller, which update them, so they outlive both.
@@ -262,7 +292,7 @@ int RunServe(const ServeFlags& flags) {
   gateway_config.version = GPUSCHED_VERSION;
   // The data plane checks keys itself, over the store (never through the
   // controller).
-  gateway::KeyCache keys(state->get());
+  gateway::KeyCache keys(st_store);
   auto gateway = gateway::Gateway::Create(
       gateway_config,
       [&keys](std::string_view secret) { return keys.Authenticate(secret); });
@@ -289,41 +319,64 @@ int RunServe(const ServeFlags& flags) {
   options.mps = !cfg->slurm.enabled && !cfg->kubernetes.enabled &&
                 (std::filesystem::exists("/tmp/nvidia-mps") ||
                  getenv("CUDA_MPS_PIPE_DIRECTORY") != nullptr);
+  // Which instance leads: this one alone (SQLite), or one of those sharing
+  // etcd; it starts campaigning once the server listens (its address).
+  absl::StatusOr<std::unique_ptr<store::Election>> election =
+      MakeElection(*cfg, *state,
+                   store::InstanceInfo{instance, "", GPUSCHED_VERSION,
+                                       runtime::WallClock::Get().Now(), 0});
+  if (!election.ok()) return Fail(std::string(election.status().message()));
+  options.election = election->get();
+  options.launcher_factory = launcher_factory;
+  options.stop_replicas_on_exit =
+      flags.stop_replicas_on_exit || cfg->stop_replicas_on_exit;
+  if (state->etcd != nullptr) {
+    options.max_events = cfg->etcd.max_events;
+    options.max_event_age = cfg->etcd.max_event_age_h * 3600 * kMicrosPerSecond;
+  }
   std::unique_ptr<runtime::Controller> controller;
   runtime::Controller* ctl = nullptr;
-  auto made = runtime::Controller::Create(options, cluster, state->get(),
+  auto made = runtime::Controller::Create(options, cluster, st_store,
                                           gateway->get(), std::move(launcher));
   if (!made.ok()) return Fail(std::string(made.status().message()));
   controller = *std::move(made);
   ctl = controller.get();
   (*gateway)->SetEventSink(
       [&ctl](store::Event e) { ctl->RecordEvent(std::move(e)); });
+  store::Election* elect = election->get();
+  elect->SetChangeCallback([ctl] { ctl->OnElectionChange(); });
+  // What other instances write wakes the election (the key may be gone)
+  // and the controller (desired state to absorb).
+  st_store->SetChangeCallback([ctl, elect] {
+    elect->Wake();
+    ctl->OnStoreChange();
+  });
   if (absl::Status st = controller->Start(); !st.ok()) {
     return Fail(std::string(st.message()));
   }
 
-  // The config's deployments and tenants, applied like `gpusched apply`.
+  // The config's deployments and tenants seed what the store lacks (it is
+  // the one source of truth: a restart does not undo what was applied
+  // since), applied like `gpusched apply`. Another instance seeding the
+  // same object at once is no error.
   std::vector<config::Manifest> manifests;
   for (const config::TenantSpec& t : cfg->tenants) {
+    if (!absl::IsNotFound(st_store->GetTenant(t.name).status())) continue;
     config::Manifest m;
     m.kind = config::Manifest::Kind::kTenant;
     m.tenant = t;
     manifests.push_back(m);
   }
   for (const config::DeploymentSpec& d : cfg->deployments) {
+    if (!absl::IsNotFound(st_store->GetDeployment(d.name).status())) continue;
     config::Manifest m;
     m.kind = config::Manifest::Kind::kDeployment;
     m.deployment = d;
-    // A restart keeps the replica count a scale chose, within min..max.
-    if (std::optional<int> now = controller->DesiredReplicas(d.name);
-        now && *now >= d.min_replicas && *now <= d.max_replicas) {
-      m.deployment.replicas = *now;
-    }
     manifests.push_back(m);
   }
   if (!manifests.empty()) {
     auto applied = controller->Apply(manifests);
-    if (!applied.ok()) {
+    if (!applied.ok() && !absl::IsFailedPrecondition(applied.status())) {
       return Fail(absl::StrCat(cfg->source, ": ", applied.status().message()));
     }
   }
@@ -362,8 +415,10 @@ int RunServe(const ServeFlags& flags) {
   // The control API and /metrics wait for the controller's lock: they are
   // answered on these threads, never on the gateway's I/O thread.
   WorkerPool control_pool(kControlThreads, kControlQueued);
+  const api::ClusterView cluster_view{elect, st_store};
   api::ControlApi control(controller.get(), &keys, &(*gateway)->stats(),
-                          &control_pool);
+                          &control_pool, &cluster_view);
+  std::atomic<bool> draining{false};
   net::HttpServerOptions http;
   http.address = cfg->listen.host;
   http.port = static_cast<uint16_t>(cfg->listen.port);
@@ -371,8 +426,27 @@ int RunServe(const ServeFlags& flags) {
   http.tls_key_file = cfg->tls.key;
   gateway::Gateway* g = gateway->get();
   auto server = net::HttpServer::Start(
-      http, [g, &control, &registry, &control_pool](
+      http, [g, &control, &registry, &control_pool, &cluster_view, &draining](
                 net::HttpRequest req, std::shared_ptr<net::Responder> r) {
+        // Readiness for a load balancer or Kubernetes: not while draining
+        // or before this instance has a copy of the state (docs/ha.md).
+        if (req.method() == net::http::verb::get &&
+            req.target().substr(0, req.target().find('?')) == "/readyz") {
+          nlohmann::json body;
+          bool ready = cluster_view.Ready(&body);
+          if (draining.load()) {
+            ready = false;
+            body["ready"] = false;
+            body["draining"] = true;
+          }
+          net::HttpResponse res{ready ? net::http::status::ok
+                                      : net::http::status::service_unavailable,
+                                11};
+          res.set(net::http::field::content_type, "application/json");
+          res.body() = body.dump();
+          r->Send(std::move(res));
+          return;
+        }
         if (req.method() == net::http::verb::get &&
             req.target().substr(0, req.target().find('?')) == "/metrics") {
           const bool queued = control_pool.TrySubmit([&registry, r] {
@@ -405,6 +479,17 @@ int RunServe(const ServeFlags& flags) {
                    cfg->listen.host, ":", (*server)->port());
   std::printf("gpusched serve: listening on %s (%zu nodes, %s)\n", url.c_str(),
               cluster.nodes.size(), cluster.source.c_str());
+  elect->SetAddress(AdvertiseUrl(*cfg, (*server)->port()));
+  if (absl::Status st = elect->Start(); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  if (state->etcd != nullptr) {
+    std::printf(
+        "gpusched serve: instance %s on etcd %s%s (the leader runs the "
+        "controller; gpusched get instances)\n",
+        instance.c_str(), st_store->Health().where.c_str(),
+        cfg->etcd.prefix.c_str());
+  }
   std::fflush(stdout);
   if (flags.wait_ready) {
     absl::Status ready = controller->WaitReady(120 * kMicrosPerSecond);
@@ -439,11 +524,16 @@ int RunServe(const ServeFlags& flags) {
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "gpusched serve: signal %d, draining\n", sig);
+  draining.store(true);
   const double drain = flags.drain_s >= 0 ? flags.drain_s : cfg->drain_grace_s;
   (*server)->Shutdown(
       std::chrono::milliseconds(static_cast<int64_t>(drain * 1000)));
   control_pool.Stop();  // its calls use the controller
+  // The controller stops acting (a leader leaves Slurm jobs and Pods
+  // running for the next one), then the election is handed on at once.
   controller->Stop();
+  elect->Stop(/*resign=*/true);
+  st_store->SetChangeCallback(nullptr);
   controller.reset();
   gateway->reset();
   return 0;
@@ -463,6 +553,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--drain-seconds", flags->drain_s,
                   "on SIGTERM, how long in-flight requests may finish "
                   "(default: the config's drain_grace_s)");
+  cmd->add_flag("--stop-replicas-on-exit", flags->stop_replicas_on_exit,
+                "on SIGTERM, end Slurm jobs and Pods too (by default they keep "
+                "running and the next leader adopts them; local engines "
+                "always end with gpusched)");
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

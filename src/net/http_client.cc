@@ -315,6 +315,9 @@ class HttpExchange {
     HttpClientResponse out;
     out.status = res.result_int();
     out.body = std::move(res.body());
+    if (auto it = res.find(http::field::content_type); it != res.end()) {
+      out.content_type = std::string(it->value());
+    }
     if (auto it = res.find(http::field::retry_after); it != res.end()) {
       int s = 0;
       if (absl::SimpleAtoi(

@@ -55,6 +55,7 @@ struct HttpClientResponse {
   unsigned status = 0;
   std::string body;
   Micros retry_after = 0;  // from Retry-After (seconds, at most 1 h); 0: none
+  std::string content_type;
 };
 
 class HttpClient {

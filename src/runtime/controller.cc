@@ -152,6 +152,18 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   c->cluster_ = std::move(cluster);
   c->store_ = store;
   c->gateway_ = gateway;
+  c->election_ = c->options_.election;
+  if (c->election_ == nullptr) {
+    c->own_election_ = std::make_unique<store::LocalElection>(
+        store::InstanceInfo{"local", "", "", 0, 0});
+    c->election_ = c->own_election_.get();
+  }
+  if (!c->options_.launcher_factory) {
+    c->options_.launcher_factory =
+        []() -> absl::StatusOr<std::unique_ptr<backends::Launcher>> {
+      return std::make_unique<backends::LocalLauncher>();
+    };
+  }
   for (const inventory::NodeSpec& n : c->cluster_.nodes) {
     auto id = c->cluster_state_.AddNode(n);
     if (!id.ok()) return id.status();
@@ -228,72 +240,33 @@ void Controller::KillOrphans() {
 }
 
 absl::Status Controller::Start() {
-  KillOrphans();
-  {
-    // What a cluster manager says (other users' GPUs, node states) is known
-    // before the first placement.
-    absl::MutexLock l(&launcher_mu_);
-    launcher_->Sync();
-  }
-
   std::vector<store::Document> deployments, tenants;
   {
     ASSIGN_OR_RETURN(tenants, store_->ListTenants());
     ASSIGN_OR_RETURN(deployments, store_->ListDeployments());
   }
   absl::MutexLock lock(&mu_);
-  for (const auto& [docs, what] :
-       {std::pair{&tenants, "tenant"}, std::pair{&deployments, "deployment"}}) {
+  // The desired state, as any instance keeps it; the loop leads once the
+  // election says so.
+  for (const auto& [docs, kind] :
+       {std::pair{&tenants, config::Manifest::Kind::kTenant},
+        std::pair{&deployments, config::Manifest::Kind::kDeployment}}) {
     for (const store::Document& doc : *docs) {
-      json j = json::parse(doc.manifest_json, nullptr, false);
-      auto m = config::ManifestFromJson(
-          j, absl::StrCat("stored ", what, " ", doc.name));
-      ApplyResult result;
-      absl::Status st =
-          !m.ok() ? m.status()
-          : m->kind == config::Manifest::Kind::kTenant
-              ? ApplyTenant(m->tenant, &result, /*persist=*/false)
-              : ApplyDeployment(m->deployment, &result, /*persist=*/false);
-      if (!st.ok()) {
-        return absl::Status(st.code(),
-                            absl::StrCat("restoring ", what, " '", doc.name,
-                                         "': ", st.message()));
-      }
-      if (what == std::string("tenant")) {
-        tenants_[doc.name].generation = doc.generation;
-        tenants_[doc.name].created = doc.created;
-        tenants_[doc.name].updated = doc.updated;
-      } else {
-        deployments_[doc.name].generation = doc.generation;
-        deployments_[doc.name].created = doc.created;
-        deployments_[doc.name].updated = doc.updated;
+      if (absl::Status st = Absorb(kind, doc); !st.ok()) {
+        return absl::Status(
+            st.code(), absl::StrCat("restoring ", config::KindName(kind), " '",
+                                    doc.name, "': ", st.message()));
       }
     }
   }
   RETURN_IF_ERROR(RestoreRoutes());
-  // Autoscaled deployments resume at the count last decided for them (the
-  // newest deployment.autoscaled or replica.evicted event says it), not
-  // at their manifest's initial count.
-  for (auto& [name, d] : deployments_) {
-    if (!scaling_.has(name)) continue;
-    store::EventFilter f;
-    f.kinds = {"deployment.autoscaled", "replica.evicted"};
-    f.deployment = name;
-    f.limit = 1;
-    absl::StatusOr<std::vector<store::Event>> last;
-    { last = store_->QueryEvents(f); }
-    if (!last.ok() || last->empty()) continue;
-    const json& details = (*last)[0].details;
-    const char* key = (*last)[0].kind == "replica.evicted" ? "replicas" : "to";
-    if (!details.contains(key) || !details[key].is_number_integer()) continue;
-    scaling_.Resume(name, details[key].get<int>());
-  }
-  PlanLeftovers(Now());
-  Event(
-      "server.started", "",
-      absl::StrCat("restored ", deployments.size(), " deployments, ",
-                   tenants.size(), " tenants and ", routes_.size(), " routes; ",
-                   cluster_.nodes.size(), " nodes (", cluster_.source, ")"));
+  synced_revision_ = store_->desired_revision();
+  if (own_election_) RETURN_IF_ERROR(own_election_->Start());
+  Event("server.started", "",
+        absl::StrCat(election_->self().id, " started: ", deployments.size(),
+                     " deployments, ", tenants.size(), " tenants and ",
+                     routes_.size(), " routes stored; ", cluster_.nodes.size(),
+                     " nodes (", cluster_.source, ")"));
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -305,6 +278,35 @@ void Controller::Stop() {
     stopping_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  if (own_election_) own_election_->Stop(/*resign=*/true);
+  std::unique_ptr<backends::Launcher> old;
+  {
+    absl::MutexLock lock(&mu_);
+    {
+      absl::MutexLock l(&launcher_mu_);
+      if (!leading_ || launcher_ == nullptr) return;
+      if (launcher_->ProcessesOutliveGpusched() &&
+          !options_.stop_replicas_on_exit) {
+        // Slurm jobs and Pods run on: the next leader (this instance
+        // restarted, or another one) adopts them.
+        old = std::move(launcher_);
+      }
+    }
+    if (old != nullptr) {
+      int running = 0;
+      for (const auto& [name, d] : deployments_) {
+        running += static_cast<int>(d.procs.size());
+      }
+      store::Event e;
+      e.time = Wall();
+      e.kind = "server.stopped";
+      e.message =
+          absl::StrCat(election_->self().id, " stopped; ", running,
+                       " replicas keep running for the next leader to adopt");
+      RecordEvent(std::move(e));
+    }
+  }
+  if (old != nullptr) return;  // destroyed here, outside the locks
   absl::MutexLock lock(&mu_);
   const Micros now = Now();
   for (auto& [name, d] : deployments_) {
@@ -346,20 +348,91 @@ void Controller::Wake() {
   dirty_ = true;
 }
 
+void Controller::OnStoreChange() {
+  store_changed_.store(true);
+  // Never waits: the store calls this from its watch while a writer may
+  // hold mu_ and wait for that watch. Taken, the lock wakes the loop when
+  // let go; else the loop sees the flag within a tick.
+  if (mu_.TryLock()) mu_.Unlock();
+}
+
+void Controller::OnElectionChange() { Wake(); }
+
 void Controller::Loop() {
   mu_.Lock();
   Micros next_gpu_read = Now() + options_.gpu_read_period;
   while (!stopping_) {
-    Reconcile(Now());
+    store_changed_.store(false);
+    SyncDesiredLocked();
+    store::Leadership lead = election_->Current();
+    if (leading_ && !lead.leader) {
+      std::unique_ptr<backends::Launcher> old =
+          Demote("the election says another instance leads or none does");
+      mu_.Unlock();
+      old.reset();  // a local launcher's engines end here, outside the lock
+      mu_.Lock();
+    }
+    if (!leading_ && lead.acting) {
+      // The launcher of this term: the one given to Create for the first,
+      // a new one after. A cluster manager's first reading (nodes, jobs to
+      // adopt) is taken outside the lock.
+      std::unique_ptr<backends::Launcher> launcher;
+      {
+        absl::MutexLock l(&launcher_mu_);
+        launcher = std::move(launcher_);
+      }
+      const bool first_term = !ever_led_;
+      mu_.Unlock();
+      std::string failed;
+      if (launcher == nullptr) {
+        auto made = options_.launcher_factory();
+        if (made.ok()) {
+          launcher = *std::move(made);
+        } else {
+          failed = std::string(made.status().message());
+        }
+      }
+      if (launcher != nullptr) {
+        if (!launcher->ProcessesOutliveGpusched() && first_term) {
+          KillOrphans();
+        }
+        launcher->Sync();
+      }
+      mu_.Lock();
+      lead = election_->Current();
+      if (launcher != nullptr && lead.acting && !stopping_) {
+        Promote(lead, std::move(launcher), Now());
+      } else if (launcher != nullptr) {
+        absl::MutexLock l(&launcher_mu_);
+        launcher_ = std::move(launcher);  // for the next try
+      } else {
+        Event("leader.launcher_failed", "",
+              absl::StrCat("cannot lead: no launcher: ", failed));
+      }
+    }
+    FollowElection(lead);
+    const bool acting = leading_ && !paused_;
+    if (acting) {
+      Reconcile(Now());
+    } else if (!leading_) {
+      FollowerPass();
+    }
     // Engines planned in the pass start now, without mu_: the control API
-    // and the gateway are not held up by fork and exec.
+    // and the gateway are not held up by fork and exec. A leader that can
+    // no longer prove its lease starts none (the next leader will).
     if (!starts_.empty()) {
       std::vector<StartJob> starts = std::move(starts_);
       starts_.clear();
       mu_.Unlock();
+      const bool still = election_->Current().acting;
       {
         absl::MutexLock l(&launcher_mu_);
-        for (StartJob& s : starts) s.pid = launcher_->Start(s.launch.process);
+        for (StartJob& s : starts) {
+          s.pid = still && launcher_ != nullptr
+                      ? launcher_->Start(s.launch.process)
+                      : absl::UnavailableError(
+                            "not started: this instance may no longer lead");
+        }
       }
       mu_.Lock();
       const Micros now = Now();
@@ -367,28 +440,35 @@ void Controller::Loop() {
       next_wake_ = std::min(next_wake_, now);  // its first probe is due
     }
     // At least 1 ms: a deadline already due runs at the next pass.
-    const Micros wait = std::max<Micros>(
-        kMicrosPerMilli, std::min(next_wake_ - Now(), options_.tick));
+    const Micros wait =
+        acting ? std::max<Micros>(kMicrosPerMilli,
+                                  std::min(next_wake_ - Now(), options_.tick))
+               : options_.tick;
     mu_.AwaitWithTimeout(absl::Condition(this, &Controller::WakeDue),
                          absl::Microseconds(wait));
     dirty_ = false;
+    const bool act = leading_ && !paused_;
     mu_.Unlock();
     gateway_->Tick();
-    {
-      // A cluster manager's commands run here, outside the lock.
-      absl::MutexLock l(&launcher_mu_);
-      launcher_->Sync();
-    }
-    // NVML GPUs are read again now and then (memory used, utilization,
-    // health), outside the lock: a read takes milliseconds.
     std::optional<std::vector<backends::DiscoveredGpu>> gpus;
-    if (cluster_.source == "nvml" && options_.gpu_read_period > 0 &&
-        Now() >= next_gpu_read) {
-      next_gpu_read = Now() + options_.gpu_read_period;
-      auto read = backends::DiscoverLocalGpus();
-      if (read.ok() && read->size() == cluster_.gpus.size()) {
-        gpus = *std::move(read);
+    if (act) {
+      {
+        // A cluster manager's commands run here, outside the lock.
+        absl::MutexLock l(&launcher_mu_);
+        if (launcher_ != nullptr) launcher_->Sync();
       }
+      // NVML GPUs are read again now and then (memory used, utilization,
+      // health), outside the lock: a read takes milliseconds.
+      if (cluster_.source == "nvml" && options_.gpu_read_period > 0 &&
+          Now() >= next_gpu_read) {
+        next_gpu_read = Now() + options_.gpu_read_period;
+        auto read = backends::DiscoverLocalGpus();
+        if (read.ok() && read->size() == cluster_.gpus.size()) {
+          gpus = *std::move(read);
+        }
+      }
+      PublishStatus(Now());
+      PruneEvents(Now());
     }
     mu_.Lock();
     if (gpus) RefreshGpus(*std::move(gpus));
@@ -720,6 +800,13 @@ void Controller::Autoscale(Micros now) {
     if (step.to == 0) d.cold.reset();
     Event(step.event.kind, step.deployment, step.event.message,
           step.event.details);
+    // A restart or the next leader resumes from this count.
+    if (absl::Status st = store_->PutDesiredReplicas(step.deployment, step.to,
+                                                     Wall(), FenceLocked());
+        !st.ok()) {
+      std::fprintf(stderr, "gpusched: %s: desired count not stored: %s\n",
+                   step.deployment.c_str(), std::string(st.message()).c_str());
+    }
   }
 }
 

@@ -14,6 +14,19 @@
 // deployment and tenant, kills engines the previous run left behind (their
 // pid files under log_dir) and starts replicas again.
 //
+// High availability (docs/ha.md): several instances may share one store
+// (etcd); the Election says which one leads. Every instance keeps the
+// desired state (deployments, tenants, routes) from the store, validates
+// and writes what its control API is given, and serves views; only the
+// leader acts (places, launches, probes, autoscales, drives rollouts) and
+// publishes what it sees (status documents) for the others' views. It
+// becomes the leader (Promote: a launcher for its term, the jobs of the
+// cluster manager adopted, rollouts and desired counts resumed from the
+// store) and stops being it (Demote: it forgets its replicas without
+// stopping them) as the election says; while it cannot prove its lease it
+// pauses (acts on nothing) and every write of its own decisions carries
+// the election's fence.
+//
 // Deployments with spec.autoscaling get their replica count from
 // control::Scaling (control/scaling.h, the autoscaler's actuation the
 // simulator runs too): each loop pass observes the gateway's load and the
@@ -32,6 +45,8 @@
 #ifndef GPUSCHED_RUNTIME_CONTROLLER_H_
 #define GPUSCHED_RUNTIME_CONTROLLER_H_
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +75,7 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
 #include "runtime/real_clock.h"
+#include "store/election.h"
 #include "store/store.h"
 
 namespace gpusched::runtime {
@@ -104,6 +120,23 @@ struct ControllerOptions {
   // Control-plane metrics (docs/metrics.md); optional, outlives the
   // controller, which becomes its snapshot source.
   runtime::DriverMetrics* metrics = nullptr;
+  // Which instance leads (store/election.h); null: this one, from Start (a
+  // single instance). Outlives the controller.
+  store::Election* election = nullptr;
+  // A launcher for each term this instance leads after its first (the
+  // first gets the one given to Create); null: local processes.
+  std::function<absl::StatusOr<std::unique_ptr<backends::Launcher>>()>
+      launcher_factory;
+  // Stop() ends every replica even where they outlive gpusched (Slurm jobs,
+  // Pods): `gpusched serve --stop-replicas-on-exit`.
+  bool stop_replicas_on_exit = false;
+  // With a shared store: how often the leader publishes what changed of
+  // its views for the other instances.
+  Micros status_period = 250 * kMicrosPerMilli;
+  // The event log's bounds, applied by the leader once a minute: at most
+  // this many events, none older than this (0: no age bound).
+  int64_t max_events = 100000;
+  Micros max_event_age = 0;
 };
 
 // The cluster the controller places onto.
@@ -132,11 +165,26 @@ class Controller {
       std::unique_ptr<backends::Launcher> launcher = nullptr);
   ~Controller();  // Stop() if not stopped
 
-  // Loads the stored state, cleans up after a previous run and starts the
-  // loop thread.
+  // Loads the stored state and starts the loop thread; the loop leads
+  // (cleaning up after a previous run, adopting what runs) once the
+  // election says so.
   absl::Status Start();
-  // Drains every replica (up to drain_grace) and stops the engines.
+  // Stops the loop. A leader drains every replica (up to drain_grace) and
+  // stops the engines of a launcher whose processes die with gpusched
+  // (local); replicas that outlive it (Slurm jobs, Pods) keep running for
+  // the next leader to adopt, unless stop_replicas_on_exit.
   void Stop();
+
+  // This instance leads and acts (the election's word as of the last pass).
+  bool Leading();
+  // The store changed (another instance wrote): the loop looks soon. Never
+  // blocks (the store's watch calls it).
+  void OnStoreChange();
+  // The election's standing changed: the loop looks at once.
+  void OnElectionChange();
+  // Applies what other instances wrote to the store since the last call
+  // (the loop does it every pass; a view may want it at once).
+  void SyncFromStore();
 
   // Validates every manifest against what only the runtime knows (engine
   // templates, GPU models, MIG profiles) and applies them all, or none:
@@ -301,7 +349,7 @@ class Controller {
                           ApplyResult* result, bool persist,
                           const nlohmann::json* state = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status DeleteRoute(const std::string& name)
+  absl::Status DeleteRoute(const std::string& name, bool persist)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RestoreRoutes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The weights per target: the spec's, or the rollout's.
@@ -426,11 +474,58 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyTenant(const config::TenantSpec& spec, ApplyResult* result,
                            bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delete's work; `persist` false: another instance deleted it already
+  // (the store says so), only ours goes.
+  absl::StatusOr<ApplyResult> DeleteLocked(config::Manifest::Kind kind,
+                                           const std::string& name,
+                                           bool persist)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckRuntime(const config::DeploymentSpec& d, const std::string& where,
                     std::vector<std::string>* problems)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillOrphans();
   std::string PidFile(const std::string& replica) const;
+
+  // --- Leadership (controller_ha.cc) ---
+  // The election's word, acted on: Promote, Demote, or a pause.
+  void FollowElection(const store::Leadership& lead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Becomes the leader of `lead`'s term with `launcher`: desired counts
+  // and rollouts from the store, the cluster manager's jobs adopted.
+  void Promote(const store::Leadership& lead,
+               std::unique_ptr<backends::Launcher> launcher, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops leading: forgets every replica (their processes are the next
+  // leader's to adopt), keeps the desired state. The old launcher is
+  // handed back to be destroyed outside the lock.
+  std::unique_ptr<backends::Launcher> Demote(const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Absorbs the store's desired state where it differs from ours (another
+  // instance wrote it): applies, configures and deletes without writing.
+  void SyncDesiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The store's document `doc` of `kind` taken as ours.
+  absl::Status Absorb(config::Manifest::Kind kind, const store::Document& doc)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a follower does in a pass: forget deleted deployments.
+  void FollowerPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leader's views, for the others (status documents); called by the
+  // loop without mu_.
+  void PublishStatus(Micros now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The leader's bound on the event log, once a minute (without mu_).
+  void PruneEvents(Micros now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The fence of this instance's own writes while it leads (null else).
+  const store::Fence* FenceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return leading_ ? &fence_ : nullptr;
+  }
+  // A published status document of the leader (parsed), if any.
+  std::optional<nlohmann::json> Published(const std::string& name);
+  // A follower's view of deployment `j` (its own desired state): the
+  // leader's published status of it, with this instance's queues.
+  void FollowerStatus(nlohmann::json& j);
+  // A follower's replicas: the leader's, as published.
+  nlohmann::json FollowerReplicas();
+  // A follower's WaitReady: what the leader published is ready.
+  std::vector<std::string> FollowerNotReady();
   // The views copy what they show under the lock (ViewOf, cheap: no JSON
   // built) and build their JSON after letting it go, so that a list of
   // 1000 replicas does not hold up the controller's loop or other calls.
@@ -449,10 +544,12 @@ class Controller {
   void Wake() ABSL_LOCKS_EXCLUDED(mu_);
   // The loop's wait ends: a change, or Stop().
   bool WakeDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return dirty_ || stopping_;
+    return dirty_ || stopping_ || store_changed_.load();
   }
 
   ControllerOptions options_;
+  std::unique_ptr<store::Election> own_election_;  // when none was given
+  store::Election* election_ = nullptr;
   ControllerCluster cluster_;
   store::Store* store_ = nullptr;
   runtime::DataPlane* gateway_ = nullptr;  // the data plane
@@ -501,6 +598,26 @@ class Controller {
   // Launches wait until then (options_.launch_interval after the last pass
   // that launched).
   Micros next_launch_at_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Leadership: this instance acts as the leader of `fence_`'s term.
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;  // leads, cannot prove it now
+  bool ever_led_ ABSL_GUARDED_BY(mu_) = false;
+  store::Fence fence_ ABSL_GUARDED_BY(mu_);
+  // The store's desired revision last absorbed (shared stores), and
+  // whether an object had to wait (a deployment still draining).
+  int64_t synced_revision_ ABSL_GUARDED_BY(mu_) = -1;
+  bool resync_ ABSL_GUARDED_BY(mu_) = false;
+  // The fence events of this instance carry (set while it leads), under a
+  // lock of its own: the gateway's events come without mu_.
+  absl::Mutex fence_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::optional<store::Fence> event_fence_ ABSL_GUARDED_BY(fence_mu_);
+  // The store changed (its callback: no lock taken there).
+  std::atomic<bool> store_changed_{false};
+  // The loop thread's: what it published last, and when it may again.
+  std::map<std::string, std::string> published_;
+  Micros next_publish_ = 0;
+  Micros next_prune_ = 0;
 };
 
 }  // namespace gpusched::runtime

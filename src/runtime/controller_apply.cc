@@ -31,14 +31,18 @@ void Controller::Event(const std::string& kind, const std::string& deployment,
 }
 
 void Controller::RecordEvent(store::Event e) {
-  auto id = store_->AppendEvent(e);
-  if (!id.ok()) {
-    std::fprintf(stderr, "gpusched: event not stored: %s\n",
-                 std::string(id.status().message()).c_str());
-    return;
+  if (e.instance.empty()) e.instance = election_->self().id;
+  // The leader's events are its decisions: fenced like its other writes.
+  std::optional<store::Fence> fence;
+  {
+    absl::MutexLock l(&fence_mu_);
+    fence = event_fence_;
   }
-  // Bounded retention: the newest 100,000 events.
-  if (*id % 1000 == 0) (void)store_->PruneEvents(100000, INT64_MIN);
+  auto id = store_->AppendEvent(e, fence ? &*fence : nullptr);
+  if (!id.ok()) {
+    std::fprintf(stderr, "gpusched: event %s not stored: %s\n", e.kind.c_str(),
+                 std::string(id.status().message()).c_str());
+  }
 }
 
 absl::StatusOr<store::NewApiKey> Controller::CreateKey(
@@ -125,6 +129,9 @@ absl::StatusOr<std::vector<ApplyResult>> Controller::Apply(
     const std::vector<config::Manifest>& manifests) {
   std::vector<std::string> problems;
   absl::MutexLock lock(&mu_);
+  // What other instances wrote counts: validation, generations and the
+  // "unchanged" answer are against the store's state.
+  SyncDesiredLocked();
   for (const config::Manifest& m : manifests) {
     const std::string where =
         absl::StrCat(config::KindName(m.kind), "/", m.name());
@@ -283,9 +290,12 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
   if (!exists) t.created = wall;
   t.updated = wall;
   if (persist) {
-    RecordEvent({0, wall, "tenant.applied", "", spec.name,
-                 absl::StrCat("tenant ", spec.name, " ", result->action),
-                 json::object()});
+    store::Event e;
+    e.time = wall;
+    e.kind = "tenant.applied";
+    e.tenant = spec.name;
+    e.message = absl::StrCat("tenant ", spec.name, " ", result->action);
+    RecordEvent(std::move(e));
   }
   return absl::OkStatus();
 }
@@ -293,9 +303,15 @@ absl::Status Controller::ApplyTenant(const config::TenantSpec& spec,
 absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
                                                const std::string& name) {
   absl::MutexLock lock(&mu_);
+  SyncDesiredLocked();
+  return DeleteLocked(kind, name, /*persist=*/true);
+}
+
+absl::StatusOr<ApplyResult> Controller::DeleteLocked(
+    config::Manifest::Kind kind, const std::string& name, bool persist) {
   ApplyResult result{config::KindName(kind), name, "deleted"};
   if (kind == config::Manifest::Kind::kModelRoute) {
-    RETURN_IF_ERROR(DeleteRoute(name));
+    RETURN_IF_ERROR(DeleteRoute(name, persist));
     dirty_ = true;
     return result;
   }
@@ -303,12 +319,17 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
     if (!tenants_.count(name)) {
       return absl::NotFoundError(absl::StrCat("tenant '", name, "' not found"));
     }
-    { RETURN_IF_ERROR(store_->DeleteTenant(name)); }
+    if (persist) RETURN_IF_ERROR(store_->DeleteTenant(name));
     gateway_->RemoveTenant(name);
     tenants_.erase(name);
-    RecordEvent({0, Wall(), "tenant.deleted", "", name,
-                 absl::StrCat("tenant ", name, " deleted with its keys"),
-                 json::object()});
+    if (persist) {
+      store::Event e;
+      e.time = Wall();
+      e.kind = "tenant.deleted";
+      e.tenant = name;
+      e.message = absl::StrCat("tenant ", name, " deleted with its keys");
+      RecordEvent(std::move(e));
+    }
     return result;
   }
   auto it = deployments_.find(name);
@@ -316,20 +337,22 @@ absl::StatusOr<ApplyResult> Controller::Delete(config::Manifest::Kind kind,
     return absl::NotFoundError(
         absl::StrCat("deployment '", name, "' not found"));
   }
-  if (const std::string route = RouteOf(name); !route.empty()) {
+  if (const std::string route = RouteOf(name); !route.empty() && persist) {
     return absl::FailedPreconditionError(
         absl::StrCat("deployment '", name, "' is a target of ModelRoute '",
                      route, "'; change or delete the route first"));
   }
-  { RETURN_IF_ERROR(store_->DeleteDeployment(name)); }
+  if (persist) RETURN_IF_ERROR(store_->DeleteDeployment(name));
   gateway_->RemoveDeployment(name);
   it->second.deleting = true;
   it->second.delete_deadline = Now() + options_.drain_grace;
   scaling_.Remove(name, Now());
-  Event("deployment.deleted", name,
-        absl::StrCat("deployment ", name,
-                     " deleted: queued requests are served, then its "
-                     "replicas drain and stop"));
+  if (persist) {
+    Event("deployment.deleted", name,
+          absl::StrCat("deployment ", name,
+                       " deleted: queued requests are served, then its "
+                       "replicas drain and stop"));
+  }
   dirty_ = true;
   return result;
 }

@@ -122,6 +122,8 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
                  {"idle_s", idle_s},
                  {"replicas", replicas}});
       if (options_.metrics) options_.metrics->Evicted();
+      (void)store_->PutDesiredReplicas(vd->spec.name, replicas, Wall(),
+                                       FenceLocked());
     } else {
       const std::string why = absl::StrFormat(
           "preempted by %s (%s, class %s, priority %d): %s", r.name,

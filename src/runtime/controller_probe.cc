@@ -130,7 +130,9 @@ absl::Status Controller::WaitReady(Micros timeout) {
   const Micros deadline = Now() + timeout;
   while (true) {
     std::vector<std::string> waiting;
-    {
+    if (!Leading()) {
+      waiting = FollowerNotReady();
+    } else {
       absl::MutexLock lock(&mu_);
       for (const auto& [name, d] : deployments_) {
         int ready = 0;

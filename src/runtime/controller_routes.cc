@@ -211,21 +211,23 @@ json Controller::RouteWeightsJson(const Route& r) const {
   return w;
 }
 
-absl::Status Controller::DeleteRoute(const std::string& name) {
+absl::Status Controller::DeleteRoute(const std::string& name, bool persist) {
   auto it = routes_.find(name);
   if (it == routes_.end()) {
     return absl::NotFoundError(absl::StrCat("route '", name, "' not found"));
   }
-  RETURN_IF_ERROR(store_->DeleteRoute(name));
+  if (persist) RETURN_IF_ERROR(store_->DeleteRoute(name));
   gateway_->RemoveRoute(name);
   Route gone = std::move(it->second);
   routes_.erase(it);
   gone.rollout.reset();
   SyncParking(name, gone);
-  Event("route.deleted", name,
-        absl::StrCat("route ", name,
-                     " deleted: requests for the name get 404; its "
-                     "deployments stay"));
+  if (persist) {
+    Event("route.deleted", name,
+          absl::StrCat("route ", name,
+                       " deleted: requests for the name get 404; its "
+                       "deployments stay"));
+  }
   return absl::OkStatus();
 }
 
@@ -252,8 +254,8 @@ void Controller::NoteRollout(const std::string& name, Route& r,
   details["weights"] = RouteWeightsJson(r);
   Event(c.kind, name, absl::StrCat("route ", name, ": ", c.message),
         std::move(details));
-  if (absl::Status st =
-          store_->PutRouteState(name, r.rollout->State().dump(), Wall());
+  if (absl::Status st = store_->PutRouteState(name, r.rollout->State().dump(),
+                                              Wall(), FenceLocked());
       !st.ok()) {
     std::fprintf(stderr, "gpusched: route %s: state not stored: %s\n",
                  name.c_str(), std::string(st.message()).c_str());
@@ -359,11 +361,26 @@ json Controller::RouteJson(const std::string& name, const Route& r) const {
 }
 
 json Controller::RoutesJson(const std::string& only) {
-  absl::MutexLock lock(&mu_);
   json items = json::array();
-  for (const auto& [name, r] : routes_) {
-    if (!only.empty() && name != only) continue;
-    items.push_back(RouteJson(name, r));
+  bool follower = false;
+  {
+    absl::MutexLock lock(&mu_);
+    follower = !leading_;
+    for (const auto& [name, r] : routes_) {
+      if (!only.empty() && name != only) continue;
+      items.push_back(RouteJson(name, r));
+    }
+  }
+  // A follower's rollouts do not move: the leader's, as published, unless
+  // it has not seen this generation yet.
+  for (json& item : items) {
+    if (!follower) break;
+    std::optional<json> p =
+        Published(absl::StrCat("routes/", item["name"].get<std::string>()));
+    if (p && p->value("generation", int64_t{-1}) ==
+                 item.value("generation", int64_t{0})) {
+      item = *std::move(p);
+    }
   }
   return items;
 }

@@ -20,6 +20,10 @@ class DriverMetrics {
  public:
   // What the driver holds now, read at each scrape.
   struct Snapshot {
+    // Taken on the leader: replicas, desired counts, GPUs and routes are
+    // its. An instance that follows has its own queues only (a series
+    // summed over instances must not count the cluster twice).
+    bool leader = true;
     struct Deployment {
       std::string name;
       int desired = 0;

@@ -81,6 +81,8 @@ class Election {
   // The instances registered now, by id.
   virtual std::vector<InstanceInfo> Instances() const = 0;
   virtual const InstanceInfo& self() const = 0;
+  // Where this instance answers, once its server listens; before Start.
+  virtual void SetAddress(const std::string& address) = 0;
   virtual ElectionStats Stats() const = 0;
   // Called when this instance's standing changes (elected, lost, acting or
   // not). Set before Start.
@@ -118,6 +120,9 @@ class LocalElection final : public Election {
   }
   std::vector<InstanceInfo> Instances() const override { return {self_}; }
   const InstanceInfo& self() const override { return self_; }
+  void SetAddress(const std::string& address) override {
+    self_.address = address;
+  }
   ElectionStats Stats() const override {
     ElectionStats s;
     s.elected = started_ ? 1 : 0;
@@ -131,7 +136,7 @@ class LocalElection final : public Election {
   void Wake() override {}
 
  private:
-  const InstanceInfo self_;
+  InstanceInfo self_;  // address set before Start
   std::atomic<bool> started_{false};
   std::function<void()> on_change_;
 };

@@ -62,6 +62,9 @@ class EtcdElection final : public Election {
   std::optional<LeaderInfo> Leader() const override;
   std::vector<InstanceInfo> Instances() const override;
   const InstanceInfo& self() const override { return options_.self; }
+  void SetAddress(const std::string& address) override {
+    options_.self.address = address;
+  }
   ElectionStats Stats() const override;
   void SetChangeCallback(std::function<void()> callback) override {
     on_change_ = std::move(callback);
@@ -86,7 +89,7 @@ class EtcdElection final : public Election {
   Micros Now() const;
 
   EtcdStore* store_;
-  const ElectionOptions options_;
+  ElectionOptions options_;  // self.address set before Start
   const std::string leader_key_;
   const std::string instance_key_;
 

@@ -69,10 +69,12 @@ std::string EtcdStore::Key(std::string_view relative) const {
 }
 
 void EtcdStore::SetChangeCallback(std::function<void()> callback) {
+  absl::MutexLock l(&callbacks_mu_);
   on_change_ = std::move(callback);
 }
 
 void EtcdStore::SetRoundTripObserver(RoundTripObserver observer) {
+  absl::MutexLock l(&callbacks_mu_);
   observer_ = std::move(observer);
 }
 
@@ -84,7 +86,12 @@ void EtcdStore::Observe(std::string_view op, Micros start, bool ok) {
       last_ok_ = now;
     }
   }
-  if (observer_) observer_(op, (now - start) / 1e6, ok);
+  RoundTripObserver observer;
+  {
+    absl::MutexLock l(&callbacks_mu_);
+    observer = observer_;
+  }
+  if (observer) observer(op, (now - start) / 1e6, ok);
 }
 
 absl::StatusOr<json> EtcdStore::Call(std::string_view method,
@@ -159,6 +166,7 @@ absl::StatusOr<int64_t> EtcdStore::List() {
     // Whatever a cache held of keys may be stale after a gap.
     keys_version_.fetch_add(1, std::memory_order_acq_rel);
     revision_.store(rev, std::memory_order_release);
+    desired_revision_.store(rev, std::memory_order_release);
   }
   Notify();
   absl::MutexLock l(&mu_);
@@ -170,6 +178,7 @@ absl::StatusOr<int64_t> EtcdStore::List() {
 void EtcdStore::Apply(const json& events, int64_t header_revision) {
   const std::string& prefix = options_.etcd.prefix;
   bool keys_changed = false;
+  bool desired_changed = false;
   {
     absl::MutexLock l(&mu_);
     for (const json& ev : events) {
@@ -179,6 +188,9 @@ void EtcdStore::Apply(const json& events, int64_t header_revision) {
       key.erase(0, prefix.size());
       const bool del = ev.contains("type") && ev["type"] == "DELETE";
       auto old = copy_->kvs.find(key);
+      desired_changed =
+          desired_changed || absl::StartsWith(key, "deployments/") ||
+          absl::StartsWith(key, "tenants/") || absl::StartsWith(key, "routes/");
       if (del) {
         if (old == copy_->kvs.end()) continue;
         if (absl::StartsWith(key, "events/")) {
@@ -208,6 +220,9 @@ void EtcdStore::Apply(const json& events, int64_t header_revision) {
     last_ok_ = SteadyNow();
     if (keys_changed) keys_version_.fetch_add(1, std::memory_order_acq_rel);
     revision_.store(copy_revision_, std::memory_order_release);
+    if (desired_changed) {
+      desired_revision_.store(copy_revision_, std::memory_order_release);
+    }
   }
   // Waiters (a write of this instance) return once the callback has seen
   // the change too.
@@ -217,7 +232,12 @@ void EtcdStore::Apply(const json& events, int64_t header_revision) {
 }
 
 void EtcdStore::Notify() {
-  if (on_change_) on_change_();
+  std::function<void()> callback;
+  {
+    absl::MutexLock l(&callbacks_mu_);
+    callback = on_change_;
+  }
+  if (callback) callback();
 }
 
 void EtcdStore::WatchLoop() {
@@ -353,6 +373,7 @@ std::optional<EtcdKv> EtcdStore::Cached(const std::string& relative) const {
 
 absl::StatusOr<std::optional<EtcdKv>> EtcdStore::Fresh(
     const std::string& relative) {
+  RETURN_IF_ERROR(FailFast());
   ASSIGN_OR_RETURN(json r, Call("kv/range", {{"key", B64(Key(relative))}}));
   if (!r.contains("kvs") || !r["kvs"].is_array() || r["kvs"].empty()) {
     return std::optional<EtcdKv>();
@@ -367,8 +388,20 @@ absl::StatusOr<std::optional<EtcdKv>> EtcdStore::Fresh(
   return std::optional<EtcdKv>(std::move(k));
 }
 
+absl::Status EtcdStore::FailFast() const {
+  absl::MutexLock l(&mu_);
+  if (last_error_at_ > last_ok_ &&
+      SteadyNow() - last_error_at_ < kFailFastFor) {
+    return absl::UnavailableError(
+        absl::StrCat("store: etcd is unreachable (", last_error_,
+                     "); writes are refused until it answers again"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<json> EtcdStore::Txn(const json& compare, const json& success,
                                     const json& failure) {
+  RETURN_IF_ERROR(FailFast());
   json body = {{"compare", compare}, {"success", success}};
   if (!failure.is_null()) body["failure"] = failure;
   return Call("kv/txn", body);

@@ -124,6 +124,9 @@ class EtcdStore final : public Store {
   int64_t revision() const override {
     return revision_.load(std::memory_order_acquire);
   }
+  int64_t desired_revision() const override {
+    return desired_revision_.load(std::memory_order_acquire);
+  }
   void SetChangeCallback(std::function<void()> callback) override;
   StoreHealth Health() const override;
   void SetRoundTripObserver(RoundTripObserver observer) override;
@@ -160,6 +163,8 @@ class EtcdStore final : public Store {
   // The write at `revision` is visible to reads here (waits for the watch).
   void Visible(int64_t revision);
   nlohmann::json FenceCompare(const Fence& fence) const;
+  // Unavailable while etcd is known not to answer (kFailFastFor).
+  absl::Status FailFast() const;
   absl::Status PutKey(const std::string& relative, const std::string& value,
                       const Fence* fence, const std::string& must_exist,
                       std::string_view what);
@@ -195,10 +200,13 @@ class EtcdStore final : public Store {
   int64_t event_seq_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> revision_{0};
+  std::atomic<int64_t> desired_revision_{0};
   std::atomic<int64_t> keys_version_{0};
-  // Set before sharing (store.h); read without mu_.
-  std::function<void()> on_change_;
-  RoundTripObserver observer_;
+  // The callbacks, under a lock of their own (a leaf: nothing is taken
+  // while it is held but to copy them).
+  mutable absl::Mutex callbacks_mu_;
+  std::function<void()> on_change_ ABSL_GUARDED_BY(callbacks_mu_);
+  RoundTripObserver observer_ ABSL_GUARDED_BY(callbacks_mu_);
   std::thread watcher_;
 };
 

@@ -27,6 +27,10 @@ struct EtcdStore::Copy {
 constexpr size_t kMaxTxnOps = 128;
 // Attempts of a compare-and-swap that keeps losing to other writers.
 constexpr int kCasAttempts = 8;
+// After a call that got no answer, writes fail at once for this long (the
+// election's renewals keep asking, and the first answer lifts it): a store
+// that is away costs a caller one timeout, not one per write.
+constexpr Micros kFailFastFor = 1 * kMicrosPerSecond;
 
 inline Micros SteadyNow() {
   return std::chrono::duration_cast<std::chrono::microseconds>(

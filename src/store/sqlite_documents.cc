@@ -81,7 +81,10 @@ absl::Status SqliteStore::Put(DocKind kind, const std::string& name,
               .Run();
         });
   }
-  if (st.ok()) Changed();
+  if (st.ok()) {
+    desired_revision_.fetch_add(1, std::memory_order_acq_rel);
+    Changed();
+  }
   return st;
 }
 
@@ -151,6 +154,7 @@ absl::Status SqliteStore::Delete(DocKind kind, const std::string& name) {
       keys_version_.fetch_add(1, std::memory_order_release);
     }
   }
+  desired_revision_.fetch_add(1, std::memory_order_acq_rel);
   Changed();
   return absl::OkStatus();
 }

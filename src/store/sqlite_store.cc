@@ -610,10 +610,16 @@ absl::StatusOr<int64_t> SqliteStore::PruneEvents(int64_t max_rows,
 
 void SqliteStore::Changed() {
   revision_.fetch_add(1, std::memory_order_acq_rel);
-  if (on_change_) on_change_();
+  std::function<void()> callback;
+  {
+    absl::MutexLock l(&callback_mu_);
+    callback = on_change_;
+  }
+  if (callback) callback();
 }
 
 void SqliteStore::SetChangeCallback(std::function<void()> callback) {
+  absl::MutexLock l(&callback_mu_);
   on_change_ = std::move(callback);
 }
 

@@ -104,6 +104,9 @@ class SqliteStore final : public Store {
   int64_t revision() const override {
     return revision_.load(std::memory_order_acquire);
   }
+  int64_t desired_revision() const override {
+    return desired_revision_.load(std::memory_order_acquire);
+  }
   void SetChangeCallback(std::function<void()> callback) override;
   StoreHealth Health() const override;
   void SetRoundTripObserver(RoundTripObserver observer) override {}
@@ -155,8 +158,10 @@ class SqliteStore final : public Store {
   std::map<std::string, std::string> status_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> keys_version_{0};
   std::atomic<int64_t> revision_{0};
-  // Set before sharing (SetChangeCallback's contract); read without mu_.
-  std::function<void()> on_change_;
+  std::atomic<int64_t> desired_revision_{0};
+  // Under a lock of its own (a leaf), called without any lock.
+  absl::Mutex callback_mu_;
+  std::function<void()> on_change_ ABSL_GUARDED_BY(callback_mu_);
 };
 
 }  // namespace gpusched::store

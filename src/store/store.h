@@ -291,14 +291,17 @@ class Store {
   // change this store has seen, from any instance: a reader that saw revision R
   // has nothing new to read while it stays R.
   virtual int64_t revision() const = 0;
+  // The same for deployments, tenants and routes only: a reader of the
+  // desired state has nothing new to read while it stays the same.
+  virtual int64_t desired_revision() const = 0;
   // Called (on a thread of the store's, or the writer's) after each change
-  // that revision() counts; it must not call back into the store while the
-  // store's locks are held: it should only note the change and wake its
-  // owner. Null clears it. Set before sharing.
+  // that revision() counts, with no lock of the store held; it must not
+  // block (a writer may be waiting for it): it should only note the change
+  // and wake its owner. Null clears it.
   virtual void SetChangeCallback(std::function<void()> callback) = 0;
   virtual StoreHealth Health() const = 0;
   // Every round trip to the store: what (e.g. "txn"), seconds, success.
-  // For metrics; set before sharing; null clears it.
+  // For metrics; null clears it.
   using RoundTripObserver =
       std::function<void(std::string_view op, double seconds, bool ok)>;
   virtual void SetRoundTripObserver(RoundTripObserver observer) = 0;

@@ -272,8 +272,13 @@ TEST_P(StoreConformance, RevisionGrowsAndTheCallbackRuns) {
   EXPECT_GT(s->revision(), before);
   EXPECT_GE(calls.load(), 1);
   const int64_t after_put = s->revision();
+  const int64_t desired = s->desired_revision();
   ASSERT_TRUE(s->AppendEvent(MakeEvent(1, "k")).ok());
   EXPECT_GT(s->revision(), after_put);
+  // An event is no change of the desired state; a deployment is.
+  EXPECT_EQ(s->desired_revision(), desired);
+  ASSERT_TRUE(s->PutDeployment("chat", "{}", 1, 0).ok());
+  EXPECT_GT(s->desired_revision(), desired);
   s->SetChangeCallback(nullptr);
 }
 

@@ -85,8 +85,8 @@ class KubeLauncher : public Launcher {
                std::vector<inventory::NodeSpec> specs = {});
   KubeLauncher(const KubeLauncher&) = delete;
   KubeLauncher& operator=(const KubeLauncher&) = delete;
-  // Stops watching and leaves the Pods: a gpusched that stops cleanly has
-  // stopped its replicas first, and one that is killed finds them again.
+  // Stops watching and leaves the Pods: the next gpusched (a restart, or
+  // another instance taking over) finds and adopts them.
   ~KubeLauncher() override;
 
   absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) override;
@@ -106,6 +106,7 @@ class KubeLauncher : public Launcher {
   // its Pods not Ready.
   bool ReportsReadiness() const override { return true; }
   std::vector<ReadinessReport> ReadinessReports() override;
+  bool ProcessesOutliveGpusched() const override { return true; }
   std::vector<Leftover> Leftovers() override;
   absl::Status Adopt(const Leftover& leftover, const std::string& name,
                      const std::string& deployment,

@@ -82,8 +82,8 @@ class SlurmLauncher : public Launcher {
                 std::vector<inventory::NodeSpec> specs, const Clock* clock);
   SlurmLauncher(const SlurmLauncher&) = delete;
   SlurmLauncher& operator=(const SlurmLauncher&) = delete;
-  // Leaves the jobs running: a gpusched that stops cleanly has stopped its
-  // replicas first, and one that is killed finds them again.
+  // Leaves the jobs running: the next gpusched (a restart, or another
+  // instance taking over) finds and adopts them.
   ~SlurmLauncher() override = default;
 
   absl::StatusOr<ProcessId> Start(const ProcessSpec& spec) override;
@@ -98,6 +98,7 @@ class SlurmLauncher : public Launcher {
   std::vector<GpuAssignment> Assignments() override;
   std::vector<NodeReport> NodeReports() override;
   std::vector<ManagerReport> ManagerReports() override;
+  bool ProcessesOutliveGpusched() const override { return true; }
   std::vector<Leftover> Leftovers() override;
   absl::Status Adopt(const Leftover& leftover, const std::string& name,
                      const std::string& deployment,
