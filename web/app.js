@@ -120,16 +120,31 @@
     c.textContent = text;
   }
 
+  // Who leads, and which instance answers this dashboard (HA, docs/ha.md).
+  function renderCluster(c) {
+    const el = $("cluster");
+    if (!c) { el.textContent = ""; return; }
+    const n = (c.instances || []).length;
+    const leader = c.leader ? c.leader.id : "none (election under way)";
+    let text = "leader " + leader;
+    if (n > 1) text += " · " + n + " instances · answered by " + c.self;
+    if (c.store && !c.store.reachable) text += " · store unreachable: serving the last known state";
+    el.textContent = text;
+    el.dataset.leader = c.leader ? c.leader.id : "";
+    el.className = "cluster " + (c.leader && (!c.store || c.store.reachable) ? "muted" : "warn");
+  }
+
   // --- polling -----------------------------------------------------------
   async function poll() {
     if (state.paused || state.busy || !state.key) return;
     state.busy = true;
     try {
-      const [gpus, nodes, deployments, replicas, queues, tenants, stats, routes] = await Promise.all([
+      const [gpus, nodes, deployments, replicas, queues, tenants, stats, routes, cluster] = await Promise.all([
         get("/gpus"), get("/nodes"), get("/deployments"), get("/replicas"), get("/queues"),
         get("/tenants"), getOptional("/stats", { deployments: [], tenants: [] }),
-        getOptional("/routes", { items: [] }),
+        getOptional("/routes", { items: [] }), getOptional("/cluster", null),
       ]);
+      renderCluster(cluster);
       await pollEvents();
       const data = {
         gpus: gpus.items, nodes: nodes.items, deployments: deployments.items,

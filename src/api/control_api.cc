@@ -160,6 +160,7 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::post, "routes/{}/rollout", kAdmin, &ControlApi::PostRollout, kLeader},
       {V::get, "stats", kAdmin, &ControlApi::GetStats},
       {V::get, "cluster", kAdmin, &ControlApi::GetCluster},
+      {V::get, "instances", kAdmin, &ControlApi::ListInstances},
       {V::get, "events", kAdmin, &ControlApi::ListEvents},
       {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
       {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
@@ -427,6 +428,13 @@ void ControlApi::GetCluster(Call& c) {
     return c.Fail(http::status::not_found, "no cluster view here");
   }
   c.Send(http::status::ok, cluster_->Json());
+}
+
+void ControlApi::ListInstances(Call& c) {
+  if (cluster_ == nullptr) {
+    return c.Fail(http::status::not_found, "no cluster view here");
+  }
+  c.Send(http::status::ok, json{{"items", cluster_->Json()["instances"]}});
 }
 
 void ControlApi::ListEvents(Call& c) {

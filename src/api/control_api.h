@@ -87,6 +87,7 @@ class ControlApi {
   void PostRollout(Call& c);
   void GetStats(Call& c);
   void GetCluster(Call& c);
+  void ListInstances(Call& c);
   void ListEvents(Call& c);
   void ListTenants(Call& c);
   void GetTenant(Call& c);

@@ -351,6 +351,21 @@ Rows EventRows(const Json& items, absl::Time) {
   return rows;
 }
 
+Rows InstanceRows(const Json& items, absl::Time now) {
+  Rows rows = {{"NAME", "ADDRESS", "ROLE", "VERSION", "AGE"}};
+  for (const Json& i : items) {
+    const bool leader = Find(i, {"leader"}) && i["leader"].is_boolean() &&
+                        i["leader"].get<bool>();
+    const bool self = Find(i, {"self"}) && i["self"].is_boolean() &&
+                      i["self"].get<bool>();
+    rows.push_back({Text(i, {"id"}), Text(i, {"address"}),
+                    absl::StrCat(leader ? "leader" : "follower",
+                                 self ? " (answering)" : ""),
+                    Text(i, {"version"}), Age(i, {"started"}, now)});
+  }
+  return rows;
+}
+
 constexpr KindInfo kKinds[] = {
     {"deployments", "deployment", true, nullptr, nullptr, DeploymentRows},
     {"replicas", "replica", false, nullptr, "name", ReplicaRows},
@@ -360,6 +375,7 @@ constexpr KindInfo kKinds[] = {
     {"queues", "queue", false, nullptr, "deployment", QueueRows},
     {"routes", "route", true, nullptr, nullptr, RouteRows},
     {"events", "event", false, "deployment", nullptr, EventRows},
+    {"instances", "instance", false, nullptr, "id", InstanceRows},
 };
 
 const KindInfo* FindKind(const std::string& name) {

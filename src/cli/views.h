@@ -60,6 +60,7 @@ Rows NodeRows(const Json& items, absl::Time);
 Rows QueueRows(const Json& items, absl::Time);
 Rows EventRows(const Json& items, absl::Time);
 Rows RouteRows(const Json& items, absl::Time now);
+Rows InstanceRows(const Json& items, absl::Time now);
 // A route's weights and rollout (`gpusched rollout status`).
 void DescribeRollout(const Json& route, std::ostream& out);
 const KindInfo* FindKind(const std::string& name);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_api.h"
 #include "api/controller_metrics.h"
+#include "api/ha_metrics.h"
 #include "api/static_assets.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/kube_launcher.h"
@@ -345,6 +346,7 @@ int RunServe(const ServeFlags& flags) {
       [&ctl](store::Event e) { ctl->RecordEvent(std::move(e)); });
   store::Election* elect = election->get();
   elect->SetChangeCallback([ctl] { ctl->OnElectionChange(); });
+  api::HaMetrics ha_metrics(&registry, st_store, state->etcd, elect);
   // What other instances write wakes the election (the key may be gone)
   // and the controller (desired state to absorb).
   st_store->SetChangeCallback([ctl, elect] {
@@ -533,6 +535,7 @@ int RunServe(const ServeFlags& flags) {
   // running for the next one), then the election is handed on at once.
   controller->Stop();
   elect->Stop(/*resign=*/true);
+  ha_metrics.Detach();
   st_store->SetChangeCallback(nullptr);
   controller.reset();
   gateway->reset();

@@ -349,8 +349,14 @@ bool Controller::AdoptLeftover(Deployment& d, Replica& r, Micros now) {
   auto it = leftovers_.find(d.spec.name);
   if (it == leftovers_.end()) return false;
   while (!it->second.empty()) {
-    backends::Leftover l = std::move(it->second.back());
-    it->second.pop_back();
+    // The job that served this very replica first (its name stays the
+    // same across a restart or a new leader), else any.
+    auto same = std::find_if(
+        it->second.begin(), it->second.end(),
+        [&](const backends::Leftover& x) { return x.name == r.name; });
+    if (same == it->second.end()) same = std::prev(it->second.end());
+    backends::Leftover l = std::move(*same);
+    it->second.erase(same);
     const int node = cluster_state_.FindNode(l.node);
     const inventory::NodeSpec& spec = cluster_state_.spec(node);
     const inventory::ResourceRequest req = ToRequest(d.spec.resources);

@@ -145,7 +145,16 @@ void EtcdElection::Stop(bool resign) {
   if (lease != 0) {
     (void)store_->Call("lease/revoke", {{"ID", std::to_string(lease)}});
   }
-  if (on_change_) on_change_();
+  Changed();
+}
+
+void EtcdElection::Changed() {
+  std::function<void()> callback;
+  {
+    absl::MutexLock l(&callbacks_mu_);
+    callback = on_change_;
+  }
+  if (callback) callback();
 }
 
 void EtcdElection::Wake() {
@@ -200,7 +209,12 @@ bool EtcdElection::Renew() {
   absl::StatusOr<json> r =
       store_->Call("lease/keepalive", {{"ID", std::to_string(lease)}});
   const double seconds = (Now() - sent) / 1e6;
-  if (on_renewal_) on_renewal_(seconds, r.ok());
+  std::function<void(double, bool)> observer;
+  {
+    absl::MutexLock l(&callbacks_mu_);
+    observer = on_renewal_;
+  }
+  if (observer) observer(seconds, r.ok());
   const Micros interval = options_.renew_interval > 0 ? options_.renew_interval
                                                       : options_.lease_ttl / 4;
   absl::MutexLock l(&mu_);
@@ -319,7 +333,7 @@ void EtcdElection::Loop() {
     if (is_leader != was_leader || is_acting != was_acting) {
       was_leader = is_leader;
       was_acting = is_acting;
-      if (on_change_) on_change_();
+      Changed();
     }
     absl::MutexLock l(&mu_);
     auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -67,10 +67,12 @@ class EtcdElection final : public Election {
   }
   ElectionStats Stats() const override;
   void SetChangeCallback(std::function<void()> callback) override {
+    absl::MutexLock l(&callbacks_mu_);
     on_change_ = std::move(callback);
   }
   void SetRenewalObserver(
       std::function<void(double seconds, bool ok)> observer) override {
+    absl::MutexLock l(&callbacks_mu_);
     on_renewal_ = std::move(observer);
   }
   void Wake() override;
@@ -104,8 +106,11 @@ class EtcdElection final : public Election {
   Micros valid_until_ ABSL_GUARDED_BY(mu_) = 0;
   Micros next_renewal_ ABSL_GUARDED_BY(mu_) = 0;
   ElectionStats stats_ ABSL_GUARDED_BY(mu_);
-  std::function<void()> on_change_;  // set before Start
-  std::function<void(double, bool)> on_renewal_;
+  // Callbacks, under a lock of their own (a leaf), called without it.
+  absl::Mutex callbacks_mu_;
+  std::function<void()> on_change_ ABSL_GUARDED_BY(callbacks_mu_);
+  std::function<void(double, bool)> on_renewal_ ABSL_GUARDED_BY(callbacks_mu_);
+  void Changed();  // calls on_change_
   std::thread thread_;
 };
 
