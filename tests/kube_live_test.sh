@@ -28,7 +28,9 @@
 #      (the kubelet admits every one), the sixth waits for a free instance;
 #      /api/v1/gpus shows 2 instances foreign and 5 held; after kill -9 and a
 #      restart the same Pods are adopted; a delete ends them.
-#   8. a clean stop deletes its Pods.
+#   8. SIGTERM leaves the Pods running (replicas outlive gpusched) and a
+#      restart adopts them; a gpusched started with --stop-replicas-on-exit
+#      deletes its Pods when it stops.
 # Every object gpusched sent (Pods, Bindings; deletes carry no body) is validated
 # against the official Kubernetes JSON Schemas with ajv (tests/kube).
 # Figures: apply-to-ready, API requests per replica started.
@@ -86,7 +88,7 @@ tenants:
   - name: demo
 YAML
 
-serve() { serve_live "$tmp/serve.yaml"; }
+serve() { serve_live "$tmp/serve.yaml" "$@"; }
 # One line per replica of gpusched's view: name node gpus endpoint-host, sorted.
 replicas_view() {
   api GET /api/v1/deployments | python3 -c '
@@ -382,12 +384,28 @@ done
   fail "slim's Pods outlived its delete"
 kube DELETE /api/v1/namespaces/research/pods/mig-user?gracePeriodSeconds=0 >/dev/null
 
-# --- 8. A clean stop deletes its Pods -------------------------------------------
+# --- 8. A clean stop leaves the Pods; --stop-replicas-on-exit deletes them --
+wait_views_agree 30 4 || fail "before the clean stop: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cp "$tmp/ours" "$tmp/before_stop"
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null
 pid=""
+manager_view >"$tmp/after_stop"
+cmp -s "$tmp/before_stop" "$tmp/after_stop" ||
+  fail "a clean stop (SIGTERM) changed the Pods: before $(cat "$tmp/before_stop") after $(cat "$tmp/after_stop")"
+serve --stop-replicas-on-exit
+wait_views_agree 30 4 || fail "after the clean restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cmp -s "$tmp/before_stop" "$tmp/ours" ||
+  fail "Pods were not adopted after a clean stop: before $(cat "$tmp/before_stop") after $(cat "$tmp/ours")"
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+for _ in $(seq 1 100); do
+  [ "$(kube GET "/api/v1/namespaces/gpusched/pods" | jq_py "len(j['items'])")" = 0 ] && break
+  sleep 0.2
+done
 left=$(kube GET "/api/v1/namespaces/gpusched/pods" | jq_py "len(j['items'])")
-[ "$left" = 0 ] || fail "$left Pods left after a clean stop"
+[ "$left" = 0 ] || fail "$left Pods left after a stop with --stop-replicas-on-exit"
 
 # --- Every object gpusched sent, against the official schemas -------------------
 ls "$tmp/record" | grep -q . || fail "nothing was recorded"

@@ -44,9 +44,9 @@ start_serve() {  # config file
 # Starts `$bin serve --config FILE` in the background and waits until it
 # says every replica is ready: sets pid and url (empty when serve did not
 # start; its stderr is appended to $tmp/err).
-serve_until_ready() {  # config file
+serve_until_ready() {  # config file [serve flags...]
   : >"$tmp/out"
-  "$bin" serve --config "$1" >"$tmp/out" 2>>"$tmp/err" &
+  "$bin" serve --config "$1" "${@:2}" >"$tmp/out" 2>>"$tmp/err" &
   pid=$!
   for _ in $(seq 1 600); do
     grep -q "all replicas ready" "$tmp/out" 2>/dev/null && break
@@ -127,8 +127,8 @@ YAML
 
 # --- Live serve with an admin key and a tenant `demo` (key_dir $tmp/keys),
 # for the cluster drills (slurm_live, kube_live). `test_name` names the test.
-serve_live() {  # config file: sets pid, url, admin, demo
-  serve_until_ready "$1"
+serve_live() {  # config file [serve flags...]: sets pid, url, admin, demo
+  serve_until_ready "$@"
   served_or_finish "$test_name"
   admin=$(cat "$tmp/keys/admin.key")
   demo=$(cat "$tmp/keys/demo.key")

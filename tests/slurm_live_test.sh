@@ -26,6 +26,9 @@
 #      /api/v1/gpus), the other user's is shown foreign and never used, chat
 #      works; after kill -9 and a restart the same jobs are adopted; a delete
 #      ends them.
+#   8. SIGTERM: the jobs keep running (replicas outlive gpusched) and a
+#      restart adopts them; a gpusched started with --stop-replicas-on-exit
+#      ends them when it stops.
 # Skips only where network namespaces cannot be made (not root).
 # Usage: slurm_live_test.sh GPUSCHED_BINARY
 set -u
@@ -87,7 +90,7 @@ tenants:
   - name: demo
 YAML
 
-serve() { serve_live "$tmp/serve.yaml"; }
+serve() { serve_live "$tmp/serve.yaml" "$@"; }
 # One line per replica of gpusched's view: name node gpus job, sorted.
 replicas_view() {
   api GET /api/v1/deployments | python3 -c '
@@ -370,13 +373,33 @@ done
 squeue -h -o %j | grep -q '^gpusched\.slim' && fail "slim's jobs outlived its delete: $(squeue)"
 scancel "$(cat "$tmp/foreign_mig.id")"
 
+# --- 8. A clean stop leaves the jobs; --stop-replicas-on-exit ends them ----
+wait_views_agree 30 4 || fail "before the clean stop: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+cp "$tmp/ours" "$tmp/before_stop"
 kill -TERM "$pid"
 wait "$pid" 2>/dev/null
 pid=""
-# A clean stop ends its jobs.
+# gpusched has exited: whatever it would have cancelled is cancelled now.
+[ "$(manager_view | awk '{print $4}' | sort)" = "$(awk '{print $4}' "$tmp/before_stop" | sort)" ] ||
+  fail "a clean stop (SIGTERM) ended jobs: before
+$(cat "$tmp/before_stop")
+now $(squeue -o '%i %j %T')"
+serve --stop-replicas-on-exit
+wait_views_agree 30 4 || fail "after the clean restart: $(cat "$tmp/ours") vs $(cat "$tmp/theirs")"
+[ "$(awk '{print $4}' "$tmp/ours" | sort)" = "$(awk '{print $4}' "$tmp/before_stop" | sort)" ] ||
+  fail "jobs were not adopted after a clean stop: before
+$(cat "$tmp/before_stop")
+after
+$(cat "$tmp/ours")"
+[ "$(chat solo)" = 200 ] || fail "chat solo after the clean restart failed"
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+# With --stop-replicas-on-exit, a clean stop ends its jobs.
 for _ in $(seq 1 100); do
   squeue -h -o %j | grep -q '^gpusched\.' || break
   sleep 0.2
 done
-squeue -h -o %j | grep -q '^gpusched\.' && fail "jobs left after a clean stop: $(squeue)"
+squeue -h -o %j | grep -q '^gpusched\.' && fail "jobs left after a stop with --stop-replicas-on-exit: $(squeue)"
+
 finish slurm_live
