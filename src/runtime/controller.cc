@@ -373,6 +373,7 @@ void Controller::Loop() {
       mu_.Lock();
     }
     if (!leading_ && lead.acting) {
+      const Micros elected_at = Now();
       // The launcher of this term: the one given to Create for the first,
       // a new one after. A cluster manager's first reading (nodes, jobs to
       // adopt) is taken outside the lock.
@@ -402,6 +403,7 @@ void Controller::Loop() {
       lead = election_->Current();
       if (launcher != nullptr && lead.acting && !stopping_) {
         Promote(lead, std::move(launcher), Now());
+        first_pass_ = {elected_at, Now(), lead.term};
       } else if (launcher != nullptr) {
         absl::MutexLock l(&launcher_mu_);
         launcher_ = std::move(launcher);  // for the next try
@@ -414,6 +416,26 @@ void Controller::Loop() {
     const bool acting = leading_ && !paused_;
     if (acting) {
       Reconcile(Now());
+      if (first_pass_) {
+        // The new leader's first complete pass: what a failover costs
+        // after the election (bench/ha_failover.sh).
+        const Micros done = Now();
+        Event("leader.ready", "",
+              absl::StrFormat(
+                  "%s completed its first pass as the leader of term %d: "
+                  "%.1f ms after it was elected (taking over %.1f ms, the "
+                  "pass %.1f ms)",
+                  election_->self().id, first_pass_->term,
+                  (done - first_pass_->elected) / 1e3,
+                  (first_pass_->promoted - first_pass_->elected) / 1e3,
+                  (done - first_pass_->promoted) / 1e3),
+              json{{"instance", election_->self().id},
+                   {"term", first_pass_->term},
+                   {"takeover_ms", (first_pass_->promoted -
+                                    first_pass_->elected) / 1e3},
+                   {"first_pass_ms", (done - first_pass_->promoted) / 1e3}});
+        first_pass_.reset();
+      }
     } else if (!leading_) {
       FollowerPass();
     }

@@ -603,6 +603,13 @@ class Controller {
   bool leading_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;  // leads, cannot prove it now
   bool ever_led_ ABSL_GUARDED_BY(mu_) = false;
+  // A term just begun, until its first pass completes (leader.ready).
+  struct FirstPass {
+    Micros elected = 0;   // the election said acting (steady)
+    Micros promoted = 0;  // taken over: launcher read, jobs to adopt known
+    int64_t term = 0;
+  };
+  std::optional<FirstPass> first_pass_ ABSL_GUARDED_BY(mu_);
   store::Fence fence_ ABSL_GUARDED_BY(mu_);
   // The store's desired revision last absorbed (shared stores), and
   // whether an object had to wait (a deployment still draining).

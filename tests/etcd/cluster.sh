@@ -84,6 +84,8 @@ etcd_member_kill() {  # dir i
   local pid
   pid=$(cat "$1/m$2.pid" 2>/dev/null) || return 0
   kill -9 "$pid" 2>/dev/null || true
+  # Reaped here when this shell started it (no "Killed" notice later).
+  wait "$pid" 2>/dev/null || true
   for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
 }
 
