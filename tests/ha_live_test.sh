@@ -14,8 +14,11 @@
 #      leader follows.
 #   4. one of the three etcd members killed -> no interruption (applies and
 #      requests go on, the leader stays); all of etcd down for 30 s ->
-#      replicas keep running and answering, control writes get 503 naming the
+#      replicas keep running and answering through every instance (each
+#      serves from its last known state), control writes get 503 naming the
 #      unreachable store, and everything resumes by itself when etcd returns.
+# Every instance's gateway serves (the leader's ready replicas, as it
+# publishes them): requests are sent through followers too.
 # Skips only where network namespaces cannot be made (not root) or etcd is
 # missing. Usage: ha_live_test.sh GPUSCHED_BINARY
 set -u
@@ -224,7 +227,9 @@ same_jobs "1 (kill -9 of the leader)"
 apiat "$leader" GET "/api/v1/events?kind=replica.adopted&limit=20" >"$tmp/adopted.json"
 [ "$(grep -o '"kind":"replica.adopted"' "$tmp/adopted.json" | wc -l)" -ge 4 ] ||
   fail "1: expected the new leader to adopt 4 jobs: $(cat "$tmp/adopted.json")"
-for d in solo tp share; do [ "$(chat_at "$leader" $d)" = 200 ] || fail "1: chat $d failed"; done
+for i in $others; do
+  for d in solo tp share; do [ "$(chat_at "$i" $d)" = 200 ] || fail "1: chat $d through gs$i failed"; done
+done
 start_inst "$old" || finish ha_live  # it comes back as a follower
 [ "$(acting "$old")" = False ] || fail "1: the restarted gs$old acts beside gs$leader"
 # An apply made now, through a follower, takes effect.
@@ -284,7 +289,9 @@ same_jobs "3 (healed)"
 term_of() { apiat "$1" GET /api/v1/cluster | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"]["term"])'; }
 term=$(term_of "$leader")
 etcd_member_kill "$etcd" 1
-[ "$(chat_at "$leader" solo)" = 200 ] || fail "4: chat failed with an etcd member down"
+for i in 1 2 3; do
+  [ "$(chat_at "$i" solo)" = 200 ] || fail "4: chat through gs$i failed with an etcd member down"
+done
 # A control write (a new key: always a write to the store).
 write() {  # index out-file -> status code
   apiat "$1" POST /api/v1/tenants/demo/keys -d '{"name":"drill"}' -o "$2" -w '%{http_code}'
@@ -300,8 +307,8 @@ for m in 1 2 3; do etcd_member_kill "$etcd" "$m"; done
 down_at=$SECONDS
 fails=0 writes503=0
 while [ $((SECONDS - down_at)) -lt 30 ]; do
-  for d in solo tp share; do
-    [ "$(chat_at "$leader" $d)" = 200 ] || fails=$((fails + 1))
+  for i in 1 2 3; do
+    [ "$(chat_at "$i" solo)" = 200 ] || fails=$((fails + 1))
   done
   code=$(write "$leader" "$tmp/w503.json")
   if [ "$code" = 503 ] && grep -q unreachable "$tmp/w503.json"; then

@@ -19,6 +19,7 @@ using nlohmann::json;
 // What a view shows of one replica, copied under the lock.
 struct Controller::ReplicaView {
   std::string name, deployment, state, endpoint, message, node;
+  bool ready = false;  // serves: gpusched's probe and the manager agree
   int pid = 0;
   int restarts = 0;
   Micros started_wall = 0;
@@ -46,6 +47,7 @@ Controller::ReplicaView Controller::ViewOf(const Deployment& d,
   v.name = row.name();
   v.deployment = d.spec.name;
   v.state = row.state();
+  v.ready = row.ready();
   if (r.endpoint.port) v.endpoint = net::EndpointKey(r.endpoint);
   v.pid = r.pid;
   if (row.core) {
@@ -81,10 +83,11 @@ Controller::DeploymentView Controller::ViewOf(const Deployment& d) const {
 }
 
 json Controller::ReplicaJson(const ReplicaView& v) {
-  json j = {{"name", v.name},       {"deployment", v.deployment},
-            {"state", v.state},     {"endpoint", v.endpoint},
-            {"pid", v.pid},         {"restarts", v.restarts},
-            {"message", v.message}, {"node", v.node}};
+  json j = {{"name", v.name},         {"deployment", v.deployment},
+            {"state", v.state},       {"ready", v.ready},
+            {"endpoint", v.endpoint}, {"pid", v.pid},
+            {"restarts", v.restarts}, {"message", v.message},
+            {"node", v.node}};
   if (v.started_wall) j["startedAt"] = IsoTime(v.started_wall);
   json gpus = json::array(), shares = json::array();
   for (const inventory::GpuShare& g : v.shares) {

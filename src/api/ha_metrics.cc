@@ -12,18 +12,17 @@ HaMetrics::HaMetrics(metrics::Registry* r, store::Store* store,
       "Round trips to the store (etcd), by call and result (ok, error: no "
       "answer or an error answer).",
       {"op", "result"});
-  store_seconds_ = r->AddHistogram(
-      "gpusched_store_request_seconds",
-      "Seconds a round trip to the store (etcd) took, by call.", {"op"},
-      metrics::ExponentialBuckets(0.0005, 2, 14));
+  store_seconds_ =
+      r->AddHistogram("gpusched_store_request_seconds",
+                      "Seconds a round trip to the store (etcd) took, by call.",
+                      {"op"}, metrics::ExponentialBuckets(0.0005, 2, 14));
   renewal_seconds_ = r->AddHistogram(
       "gpusched_lease_renewal_seconds",
       "Seconds a renewal of this instance's lease took (answered ones).", {},
       metrics::ExponentialBuckets(0.0005, 2, 14));
   renewals_ = r->AddCounter(
       "gpusched_lease_renewals_total",
-      "Renewals of this instance's lease, by result (ok, failed).",
-      {"result"});
+      "Renewals of this instance's lease, by result (ok, failed).", {"result"});
   r->AddCollector(
       {{"gpusched_leader",
         "1 while this instance leads and acts (runs the controller), else 0.",
@@ -66,7 +65,8 @@ HaMetrics::HaMetrics(metrics::Registry* r, store::Store* store,
             {{}, static_cast<double>(election_->Instances().size())});
         const store::StoreHealth h = store_->Health();
         (*out)[4].push_back({{h.kind}, h.reachable ? 1.0 : 0.0});
-        if (etcd != nullptr) (*out)[5].push_back({{}, etcd->last_watch_lag_s()});
+        if (etcd != nullptr)
+          (*out)[5].push_back({{}, etcd->last_watch_lag_s()});
       });
   store->SetRoundTripObserver(
       [this](std::string_view op, double seconds, bool ok) {

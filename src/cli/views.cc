@@ -356,8 +356,8 @@ Rows InstanceRows(const Json& items, absl::Time now) {
   for (const Json& i : items) {
     const bool leader = Find(i, {"leader"}) && i["leader"].is_boolean() &&
                         i["leader"].get<bool>();
-    const bool self = Find(i, {"self"}) && i["self"].is_boolean() &&
-                      i["self"].get<bool>();
+    const bool self =
+        Find(i, {"self"}) && i["self"].is_boolean() && i["self"].get<bool>();
     rows.push_back({Text(i, {"id"}), Text(i, {"address"}),
                     absl::StrCat(leader ? "leader" : "follower",
                                  self ? " (answering)" : ""),

@@ -52,6 +52,7 @@ class Parser : public SpecReader {
               {"listen",
                "state",
                "admin_key",
+               "admin_key_file",
                "key_dir",
                "log_dir",
                "inventory",
@@ -93,6 +94,12 @@ class Parser : public SpecReader {
       }
     }
     if (const YAML::Node n = root["state"]) String(n, "state", &cfg.state);
+    if (const YAML::Node n = root["admin_key_file"]) {
+      PathField(n, "admin_key_file", &cfg.admin_key_file);
+      if (root["admin_key"]) {
+        Fail(n, "admin_key_file", "give admin_key or admin_key_file, not both");
+      }
+    }
     if (const YAML::Node n = root["admin_key"]) {
       String(n, "admin_key", &cfg.admin_key);
     }

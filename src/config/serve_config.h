@@ -29,8 +29,11 @@
 //     lease_ttl_s: 2              # the leader's lease, 1..3600 (etcd grants
 //                                 #   at least 2 s at its default election
 //                                 #   timeout); docs/ha.md says why 2
-//     renew_interval_ms: 0        # 0: a quarter of the TTL
+//     renew_interval_ms: 0        # 0: half the TTL (each renewal waits at
+//                                 #   most half of this for a member)
 //   admin_key: ""                 # optional admin API key (gs-...)
+//   admin_key_file: ""            # or read it from this file (a Secret
+//                                 #   mounted in every instance's Pod)
 //   key_dir: ""                   # keep keys in files here (mode 0600):
 //                                 #   admin.key and <tenant>.key, created
 //                                 #   when missing, reused on restarts.
@@ -225,7 +228,8 @@ struct ServeConfig {
   HostPort listen{"127.0.0.1", 8080};
   std::string state = "gpusched-state.db";
   std::string admin_key;
-  std::string key_dir;  // empty: keys printed, not kept
+  std::string admin_key_file;  // resolved path; empty: none
+  std::string key_dir;         // empty: keys printed, not kept
   std::string log_dir = "gpusched-logs";
   std::string inventory;  // resolved path; empty: none
   std::string gpu_discovery = "auto";

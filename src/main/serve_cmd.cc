@@ -52,6 +52,8 @@ struct ServeFlags {
   double drain_s = -1;  // -1: the config's drain_grace_s
   bool wait_ready = true;
   bool stop_replicas_on_exit = false;  // or the config's
+  std::string instance_id;             // overrides ha.instance_id
+  std::string advertise;               // overrides ha.advertise
 };
 
 int Fail(const std::string& msg) {
@@ -226,6 +228,8 @@ absl::StatusOr<std::pair<std::string, bool>> KeyFromFile(
 int RunServe(const ServeFlags& flags) {
   auto cfg = config::LoadServeFile(flags.config);
   if (!cfg.ok()) return Fail(std::string(cfg.status().message()));
+  if (!flags.instance_id.empty()) cfg->ha.instance_id = flags.instance_id;
+  if (!flags.advertise.empty()) cfg->ha.advertise = flags.advertise;
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -387,6 +391,15 @@ int RunServe(const ServeFlags& flags) {
   // else a new one printed at each start).
   std::vector<std::pair<std::string, std::string>> printed;
   std::string admin_secret = cfg->admin_key;
+  if (!cfg->admin_key_file.empty()) {
+    std::ifstream in(cfg->admin_key_file);
+    std::getline(in, admin_secret);
+    admin_secret = std::string(absl::StripAsciiWhitespace(admin_secret));
+    if (admin_secret.empty()) {
+      return Fail(absl::StrCat("admin_key_file: cannot read a key from ",
+                               cfg->admin_key_file));
+    }
+  }
   if (admin_secret.empty() && !cfg->key_dir.empty()) {
     auto k = KeyFromFile(cfg->key_dir + "/admin.key");
     if (!k.ok()) return Fail(std::string(k.status().message()));
@@ -556,6 +569,13 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--drain-seconds", flags->drain_s,
                   "on SIGTERM, how long in-flight requests may finish "
                   "(default: the config's drain_grace_s)");
+  cmd->add_option("--instance-id", flags->instance_id,
+                  "this instance's id among those sharing etcd (default: the "
+                  "config's ha.instance_id, else <hostname>-<port>)");
+  cmd->add_option("--advertise", flags->advertise,
+                  "the URL other instances reach this one at, e.g. "
+                  "http://$(POD_IP):8080 (default: the config's ha.advertise, "
+                  "else from listen)");
   cmd->add_flag("--stop-replicas-on-exit", flags->stop_replicas_on_exit,
                 "on SIGTERM, end Slurm jobs and Pods too (by default they keep "
                 "running and the next leader adopts them; local engines "

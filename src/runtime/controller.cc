@@ -431,8 +431,8 @@ void Controller::Loop() {
                   (done - first_pass_->promoted) / 1e3),
               json{{"instance", election_->self().id},
                    {"term", first_pass_->term},
-                   {"takeover_ms", (first_pass_->promoted -
-                                    first_pass_->elected) / 1e3},
+                   {"takeover_ms",
+                    (first_pass_->promoted - first_pass_->elected) / 1e3},
                    {"first_pass_ms", (done - first_pass_->promoted) / 1e3}});
         first_pass_.reset();
       }
@@ -746,6 +746,12 @@ void Controller::PushReady(Deployment& d) {
     }
   }
   if (keys == d.pushed) return;
+  // A new leader adopting what runs: the endpoints the gateway has (what
+  // the last leader published) keep serving until their jobs are adopted.
+  if (keys.size() < d.pushed.size()) {
+    auto waiting = leftovers_.find(d.spec.name);
+    if (waiting != leftovers_.end() && !waiting->second.empty()) return;
+  }
   d.pushed = keys;
   gateway_->SetReplicas(d.spec.name, ready);
   // Held requests were dispatched by SetReplicas: the scale from zero is

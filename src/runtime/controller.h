@@ -614,6 +614,9 @@ class Controller {
   // The store's desired revision last absorbed (shared stores), and
   // whether an object had to wait (a deployment still draining).
   int64_t synced_revision_ ABSL_GUARDED_BY(mu_) = -1;
+  // The store's revision a follower's gateway last took the leader's
+  // replicas and weights at.
+  int64_t follower_revision_ ABSL_GUARDED_BY(mu_) = -1;
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   // The fence events of this instance carry (set while it leads), under a
   // lock of its own: the gateway's events come without mu_.

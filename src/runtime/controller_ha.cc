@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "runtime/controller.h"
@@ -124,6 +125,7 @@ std::unique_ptr<backends::Launcher> Controller::Demote(const std::string& why) {
     ++it;
   }
   for (auto& [name, r] : routes_) r.rollout.reset();
+  follower_revision_ = -1;  // the gateway follows the new leader's replicas
   leftovers_.clear();
   node_reports_.clear();
   starts_.clear();
@@ -256,6 +258,56 @@ void Controller::FollowerPass() {
     } else {
       ++it;
     }
+  }
+  if (!store_->shared()) return;
+  // Its gateway serves too: the replicas the leader says are ready, and
+  // the routes' weights as the leader's rollouts set them (read when the
+  // store changed).
+  const int64_t rev = store_->revision();
+  if (rev == follower_revision_) return;
+  follower_revision_ = rev;
+  absl::StatusOr<std::map<std::string, std::string>> docs =
+      store_->ListStatus("");
+  if (!docs.ok()) return;
+  for (auto& [name, d] : deployments_) {
+    if (d.deleting) continue;
+    auto it = docs->find(absl::StrCat("deployments/", name));
+    if (it == docs->end()) continue;
+    const json p = json::parse(it->second, nullptr, false);
+    if (!p.is_object() || !p.contains("status")) continue;
+    std::vector<net::Endpoint> ready;
+    std::vector<std::string> keys;
+    for (const json& r : p["status"].value("replicaStatus", json::array())) {
+      const std::string ep = r.value("endpoint", "");
+      const size_t colon = ep.rfind(':');
+      int port = 0;
+      if (!r.value("ready", false) || colon == std::string::npos ||
+          !absl::SimpleAtoi(ep.substr(colon + 1), &port) || port <= 0 ||
+          port > 65535) {
+        continue;
+      }
+      ready.push_back({ep.substr(0, colon), static_cast<uint16_t>(port)});
+      keys.push_back(ep);
+    }
+    if (keys == d.pushed) continue;
+    d.pushed = keys;
+    gateway_->SetReplicas(name, ready);
+  }
+  for (auto& [name, r] : routes_) {
+    auto it = docs->find(absl::StrCat("routes/", name));
+    if (it == docs->end()) continue;
+    const json p = json::parse(it->second, nullptr, false);
+    if (!p.is_object() || p.value("generation", int64_t{-1}) != r.generation) {
+      continue;
+    }
+    std::vector<int> weights;
+    for (const json& t : p.value("targets", json::array())) {
+      weights.push_back(t.value("weight", 0));
+    }
+    if (weights.size() != r.spec.targets.size() || weights == r.weights) {
+      continue;
+    }
+    if (gateway_->ServeRoute(r.spec, weights).ok()) r.weights = weights;
   }
 }
 

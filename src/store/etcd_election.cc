@@ -62,7 +62,7 @@ absl::Status ValidateElectionOptions(const ElectionOptions& o) {
         "ha.lease_ttl_s: must be within 1..3600, got ", o.lease_ttl / 1e6));
   }
   const Micros interval =
-      o.renew_interval > 0 ? o.renew_interval : o.lease_ttl / 4;
+      o.renew_interval > 0 ? o.renew_interval : o.lease_ttl / 2;
   if (interval * 2 > o.lease_ttl) {
     return absl::InvalidArgumentError(
         "ha.renew_interval_ms: must leave time for a second renewal within "
@@ -82,6 +82,11 @@ EtcdElection::EtcdElection(EtcdStore* store, ElectionOptions options)
 
 EtcdElection::~EtcdElection() { Stop(/*resign=*/false); }
 
+Micros EtcdElection::Interval() const {
+  return options_.renew_interval > 0 ? options_.renew_interval
+                                     : options_.lease_ttl / 2;
+}
+
 Micros EtcdElection::Now() const {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -96,8 +101,21 @@ std::string EtcdElection::SelfJson() const {
       .dump();
 }
 
+absl::StatusOr<json> EtcdElection::Call(std::string_view method,
+                                        const json& body) {
+  return store_->Call(method, body, client_.get());
+}
+
 absl::Status EtcdElection::Start() {
   RETURN_IF_ERROR(ValidateElectionOptions(options_));
+  if (client_ == nullptr) {
+    // Its own client: a renewal waits at most half an interval for a
+    // member, so that the next try (another member) still fits the lease.
+    EtcdOptions o = store_->options().etcd;
+    o.request_timeout = std::max<Micros>(
+        50 * kMicrosPerMilli, std::min(o.request_timeout, Interval() / 2));
+    ASSIGN_OR_RETURN(client_, EtcdClient::Create(std::move(o)));
+  }
   absl::MutexLock l(&mu_);
   if (running_) return absl::FailedPreconditionError("already started");
   running_ = true;
@@ -132,7 +150,7 @@ void EtcdElection::Stop(bool resign) {
   // Give the election up at once: the key only if it is still ours, then
   // the lease (and with it the registration).
   if (leader) {
-    (void)store_->Call(
+    (void)Call(
         "kv/txn",
         {{"compare",
           json::array({{{"key", B64(leader_key_)},
@@ -143,7 +161,7 @@ void EtcdElection::Stop(bool resign) {
                                     {{"key", B64(leader_key_)}}}}})}});
   }
   if (lease != 0) {
-    (void)store_->Call("lease/revoke", {{"ID", std::to_string(lease)}});
+    (void)Call("lease/revoke", {{"ID", std::to_string(lease)}});
   }
   Changed();
 }
@@ -177,16 +195,15 @@ bool EtcdElection::Grant() {
   const int64_t ttl_s = static_cast<int64_t>(
       std::ceil(static_cast<double>(options_.lease_ttl) / kMicrosPerSecond));
   absl::StatusOr<json> r =
-      store_->Call("lease/grant", {{"TTL", std::to_string(ttl_s)}});
+      Call("lease/grant", {{"TTL", std::to_string(ttl_s)}});
   const int64_t id = r.ok() ? EtcdInt(*r, "ID") : 0;
   const int64_t granted = r.ok() ? EtcdInt(*r, "TTL") : 0;
   if (id == 0 || granted <= 0) return false;
-  absl::StatusOr<json> put =
-      store_->Call("kv/put", {{"key", B64(instance_key_)},
-                              {"value", B64(SelfJson())},
-                              {"lease", std::to_string(id)}});
+  absl::StatusOr<json> put = Call("kv/put", {{"key", B64(instance_key_)},
+                                             {"value", B64(SelfJson())},
+                                             {"lease", std::to_string(id)}});
   if (!put.ok()) {
-    (void)store_->Call("lease/revoke", {{"ID", std::to_string(id)}});
+    (void)Call("lease/revoke", {{"ID", std::to_string(id)}});
     return false;
   }
   absl::MutexLock l(&mu_);
@@ -194,8 +211,7 @@ bool EtcdElection::Grant() {
   granted_ttl_ = granted * kMicrosPerSecond;
   stats_.lease_ttl = granted_ttl_;
   stats_.last_renewal = sent;
-  next_renewal_ = sent + (options_.renew_interval > 0 ? options_.renew_interval
-                                                      : options_.lease_ttl / 4);
+  next_renewal_ = sent + Interval();
   return true;
 }
 
@@ -207,7 +223,7 @@ bool EtcdElection::Renew() {
   }
   const Micros sent = Now();
   absl::StatusOr<json> r =
-      store_->Call("lease/keepalive", {{"ID", std::to_string(lease)}});
+      Call("lease/keepalive", {{"ID", std::to_string(lease)}});
   const double seconds = (Now() - sent) / 1e6;
   std::function<void(double, bool)> observer;
   {
@@ -215,8 +231,7 @@ bool EtcdElection::Renew() {
     observer = on_renewal_;
   }
   if (observer) observer(seconds, r.ok());
-  const Micros interval = options_.renew_interval > 0 ? options_.renew_interval
-                                                      : options_.lease_ttl / 4;
+  const Micros interval = Interval();
   absl::MutexLock l(&mu_);
   if (!r.ok()) {
     ++stats_.renewal_failures;
@@ -256,7 +271,7 @@ void EtcdElection::Campaign() {
   for (const EtcdKv& kv : store_->Range("leader")) {
     if (kv.key == "leader") return;
   }
-  absl::StatusOr<json> r = store_->Call(
+  absl::StatusOr<json> r = Call(
       "kv/txn",
       {{"compare", json::array({{{"key", B64(leader_key_)},
                                  {"target", "CREATE"},

@@ -10,11 +10,14 @@
 //
 // Timing (docs/ha.md has the measurements): etcd grants whole seconds, and
 // at its default election timeout (1 s) no lease shorter than 2 s. The
-// default TTL is 2 s with a renewal every 500 ms: a leader that cannot
+// default TTL is 2 s with a renewal every second, each renewal bounded by
+// half that (a member that stopped answering costs the renewal, and the
+// next one goes to another member, within the lease): a leader that cannot
 // renew stops acting 1.6 s after its last renewal was sent (10% of the TTL
 // as a margin for clock rates, and a further 200 ms for a write in
-// flight), a standby takes over when etcd expires the lease (2 s after the
-// last renewal, and up to 500 ms later: etcd checks expiry that often).
+// flight); a standby takes over when etcd expires the lease: 1 to 2 s
+// after a crash (the lease's time left), and up to 500 ms later (etcd
+// checks for expired leases that often).
 //
 // Thread-safety: thread-safe; one thread of its own.
 #ifndef GPUSCHED_STORE_ETCD_ELECTION_H_
@@ -37,7 +40,8 @@ struct ElectionOptions {
   InstanceInfo self;
   // The lease's TTL (rounded up to whole seconds; etcd may grant more).
   Micros lease_ttl = 2 * kMicrosPerSecond;
-  // How often the lease is renewed; 0: a quarter of the TTL.
+  // How often the lease is renewed; 0: half the TTL (docs/ha.md: the
+  // longer the interval, the sooner a crashed leader's lease ends).
   Micros renew_interval = 0;
   // A leader stops acting this fraction of the TTL before its lease could
   // end by its own clock (clock rates), and `write_margin` earlier still.
@@ -87,11 +91,15 @@ class EtcdElection final : public Election {
   // another instance's key (or none, once the copy has caught up) is there.
   void CheckKey();
   void Lose(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<nlohmann::json> Call(std::string_view method,
+                                      const nlohmann::json& body);
   std::string SelfJson() const;
   Micros Now() const;
+  Micros Interval() const;  // between renewals
 
   EtcdStore* store_;
-  ElectionOptions options_;  // self.address set before Start
+  std::unique_ptr<EtcdClient> client_;  // made at Start
+  ElectionOptions options_;             // self.address set before Start
   const std::string leader_key_;
   const std::string instance_key_;
 

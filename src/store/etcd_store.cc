@@ -94,10 +94,11 @@ void EtcdStore::Observe(std::string_view op, Micros start, bool ok) {
   if (observer) observer(op, (now - start) / 1e6, ok);
 }
 
-absl::StatusOr<json> EtcdStore::Call(std::string_view method,
-                                     const json& body) {
+absl::StatusOr<json> EtcdStore::Call(std::string_view method, const json& body,
+                                     EtcdClient* via) {
   const Micros start = SteadyNow();
-  absl::StatusOr<json> r = client_->Call(method, body);
+  absl::StatusOr<json> r =
+      (via != nullptr ? via : client_.get())->Call(method, body);
   // An answer that is an error (a compare that failed is not one) still
   // means etcd is there, but for errors that say it cannot serve.
   const bool reached =
@@ -284,9 +285,11 @@ void EtcdStore::WatchLoop() {
                           {"range_end", B64(PrefixEnd(prefix))},
                           {"start_revision", std::to_string(from)}};
     bool compacted = false;
+    bool delivered = false;  // the watch was created: etcd answered
     absl::Status st =
         watch->Watch(request, options_.watch_idle, [&](const json& r) {
           if (r.contains("error")) return false;
+          delivered = true;
           if (EtcdBool(r, "canceled")) {
             compacted = EtcdInt(r, "compact_revision") > 0;
             return false;
@@ -312,11 +315,16 @@ void EtcdStore::WatchLoop() {
     }
     absl::MutexLock l(&mu_);
     if (stopping_) return;
-    if (!st.ok() && st.code() != absl::StatusCode::kDeadlineExceeded &&
+    // A stream that broke after it was created (its member went away)
+    // says nothing of the others: it is opened again at once. One that no
+    // member accepted means etcd is away.
+    if (!st.ok() && !delivered &&
+        st.code() != absl::StatusCode::kDeadlineExceeded &&
         st.code() != absl::StatusCode::kCancelled) {
       last_error_ = std::string(st.message());
       last_error_at_ = SteadyNow();
     }
+    if (delivered) backoff = 50 * kMicrosPerMilli;
     // A watch that ended (a member went away, an idle stream, or a restart
     // asked for by a lagging write) resumes from the last revision seen.
     mu_.AwaitWithTimeout(absl::Condition(&stopping_),

@@ -134,9 +134,12 @@ class EtcdStore final : public Store {
   // --- For the election (etcd_election.h) over the same etcd -------------
   // The full key of `relative` under the prefix.
   std::string Key(std::string_view relative) const;
-  // One call, counted in health and round trips like the store's own.
+  // One call, counted in health and round trips like the store's own;
+  // through `via` (a client of the caller's, e.g. with shorter timeouts)
+  // when given.
   absl::StatusOr<nlohmann::json> Call(std::string_view method,
-                                      const nlohmann::json& body);
+                                      const nlohmann::json& body,
+                                      EtcdClient* via = nullptr);
   // The copy's keys under `relative_prefix`, by key.
   std::vector<EtcdKv> Range(const std::string& relative_prefix) const;
   // Blocks until the copy has seen `revision` or `timeout` passes; false on

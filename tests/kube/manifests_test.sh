@@ -14,7 +14,12 @@
 #  3. kustomization.yaml lists every manifest there and each file it lists
 #     exists;
 #  4. the ConfigMap's serve.yaml is YAML with the serve config's fields, and
-#     the objects agree with each other (names, labels, image, mount paths).
+#     the objects agree with each other (names, labels, image, mount paths);
+#     the HA shape of docs/ha.md: three gpusched instances (RollingUpdate
+#     that never goes below three ready, readiness on /readyz, each one's id
+#     and address from its Pod), a PodDisruptionBudget over them and one over
+#     etcd, and serve.yaml's etcd endpoints naming exactly the members of the
+#     etcd StatefulSet behind its headless Service.
 # Nothing is applied to a cluster. Skips (exit 0) when node or
 # tests/e2e/node_modules is missing; scripts/install-deps.sh installs both.
 # Usage: manifests_test.sh SOURCE_DIR
@@ -133,13 +138,16 @@ const files = fs.readdirSync(dir).filter((f) => /\.ya?ml$/.test(f) && f !== 'kus
 for (const f of files) check(listed.includes(f), `${f} is not listed in kustomization.yaml`);
 check(new Set(listed).size === listed.length, 'kustomization lists a file twice');
 
-const objs = {};
+const all = [];
 for (const f of files) {
   for (const d of YAML.parseAllDocuments(fs.readFileSync(path.join(dir, f), 'utf8'))) {
     const o = d.toJS();
-    if (o) objs[o.kind] = o;
+    if (o) all.push(o);
   }
 }
+const one = (kind, name) => all.find((o) => o.kind === kind && (name === undefined || o.metadata?.name === name));
+const objs = {};
+for (const o of all) objs[o.kind] ??= o;  // the first of each kind
 
 // RBAC: exactly the fields of rbac.authorization.k8s.io/v1 (the schemas check
 // them too; this does not depend on the schemas' snapshot), verbs from the
@@ -188,9 +196,12 @@ try {
 check(serve && typeof serve === 'object', 'serve.yaml is not a mapping');
 if (serve) {
   check(/^0\.0\.0\.0:8080$/.test(serve.listen), `serve.yaml listen is ${serve.listen}, want 0.0.0.0:8080`);
-  for (const k of ['state', 'log_dir', 'key_dir']) {
-    check(typeof serve[k] === 'string' && serve[k].startsWith('/var/lib/gpusched/'), `serve.yaml ${k} is not on the state volume`);
-  }
+  check(typeof serve.log_dir === 'string' && serve.log_dir.startsWith('/var/lib/gpusched/'), 'serve.yaml log_dir is not on the work volume');
+  check(!('state' in serve), 'serve.yaml names a SQLite state: the state is in etcd');
+  const sts = one('StatefulSet', 'etcd');
+  const members = Array.from({ length: sts?.spec?.replicas ?? 0 }, (_, i) => `http://etcd-${i}.${sts?.spec?.serviceName}:2379`);
+  check(JSON.stringify(serve.store?.etcd?.endpoints) === JSON.stringify(members),
+    `serve.yaml store.etcd.endpoints ${JSON.stringify(serve.store?.etcd?.endpoints)} are not the StatefulSet's members ${JSON.stringify(members)}`);
   const k = serve.kubernetes ?? {};
   check(k.namespace === ns, `serve.yaml kubernetes.namespace ${k.namespace} is not the Namespace ${ns}`);
   check(!('api_server' in k) && !('kubeconfig' in k), 'serve.yaml names an API server or kubeconfig (in-cluster credentials are used)');
@@ -204,14 +215,42 @@ if (serve) {
 }
 
 // The objects agree with each other.
-const dep = objs.Deployment;
+const dep = one('Deployment', 'gpusched');
 const pod = dep?.spec?.template;
 const c = pod?.spec?.containers?.[0] ?? {};
-check(dep?.spec?.replicas === 1 && dep?.spec?.strategy?.type === 'Recreate', 'Deployment is not 1 replica with strategy Recreate');
+check(dep?.spec?.replicas === 3 && dep?.spec?.strategy?.type === 'RollingUpdate' &&
+  dep?.spec?.strategy?.rollingUpdate?.maxUnavailable === 0, 'Deployment is not 3 replicas, RollingUpdate with maxUnavailable 0');
+check(c.readinessProbe?.httpGet?.path === '/readyz', 'the readiness probe is not /readyz');
+const args = c.args ?? [];
+check(args[args.indexOf('--instance-id') + 1] === '$(POD_NAME)' &&
+  /^http:\/\/\$\(POD_IP\):8080$/.test(args[args.indexOf('--advertise') + 1] ?? ''),
+  `the args do not make each instance's id its Pod's name and its address its Pod's IP: ${JSON.stringify(args)}`);
+for (const v of ['POD_NAME', 'POD_IP']) {
+  check((c.env ?? []).some((e) => e.name === v && e.valueFrom?.fieldRef?.fieldPath), `the container has no ${v} from a fieldRef`);
+}
+// The disruption budgets: over the instances (two stay) and over etcd (a
+// quorum stays).
+const pdb = one('PodDisruptionBudget', 'gpusched');
+check(pdb && pdb.spec?.minAvailable >= 2 && pdb.spec.minAvailable < dep?.spec?.replicas &&
+  Object.entries(pdb.spec?.selector?.matchLabels ?? {}).every(([k, v]) => pod?.metadata?.labels?.[k] === v),
+  'no PodDisruptionBudget keeps two of the instances');
+const sts = one('StatefulSet', 'etcd');
+const epdb = one('PodDisruptionBudget', 'etcd');
+check(epdb && epdb.spec?.maxUnavailable === 1 &&
+  Object.entries(epdb.spec?.selector?.matchLabels ?? {}).every(([k, v]) => sts?.spec?.template?.metadata?.labels?.[k] === v),
+  "no PodDisruptionBudget keeps etcd's quorum");
+const hs = one('Service', sts?.spec?.serviceName);
+check(sts?.spec?.replicas === 3 && hs?.spec?.clusterIP === 'None', "etcd is not 3 members behind a headless Service of the StatefulSet's serviceName");
+const eargs = sts?.spec?.template?.spec?.containers?.[0]?.args ?? [];
+const ic = (eargs.find((a) => a.startsWith('--initial-cluster=')) ?? '').slice('--initial-cluster='.length);
+check(ic === [0, 1, 2].map((i) => `etcd-${i}=http://etcd-${i}.${sts?.spec?.serviceName}:2380`).join(','),
+  `etcd's --initial-cluster ${ic} is not its three members`);
+check(/etcd:v3\.4\./.test(sts?.spec?.template?.spec?.containers?.[0]?.image ?? ''), 'etcd is not 3.4 (the version gpusched is tested with)');
 check(pod?.spec?.serviceAccountName === objs.ServiceAccount?.metadata?.name, 'the Pod does not use the ServiceAccount');
 check((crb?.subjects ?? []).some((s) => s.kind === 'ServiceAccount' && s.name === objs.ServiceAccount?.metadata?.name && s.namespace === ns),
   'ClusterRoleBinding does not name the ServiceAccount in the namespace');
-for (const o of [objs.ServiceAccount, cm, objs.PersistentVolumeClaim, dep, objs.Service]) {
+for (const o of all) {
+  if (['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) continue;
   check(o?.metadata?.namespace === ns, `${o?.kind} ${o?.metadata?.name} is not in namespace ${ns}`);
 }
 check(serve && c.image === serve.kubernetes?.image, `the Deployment's image ${c.image} is not serve.yaml's kubernetes.image`);
@@ -222,19 +261,22 @@ const cfgArg = c.command?.[c.command.indexOf('--config') + 1];
 const cfgVol = Object.values(vols).find((v) => v.configMap?.name === cm?.metadata?.name);
 check(cfgVol && mounts[cfgVol.name] && cfgArg === `${mounts[cfgVol.name].mountPath}/serve.yaml`,
   `--config ${cfgArg} is not serve.yaml in the mounted ConfigMap`);
-const stateVol = Object.values(vols).find((v) => v.persistentVolumeClaim?.claimName === objs.PersistentVolumeClaim?.metadata?.name);
-check(stateVol && mounts[stateVol.name]?.mountPath === '/var/lib/gpusched', 'the PersistentVolumeClaim is not mounted at /var/lib/gpusched');
+const keyVol = Object.values(vols).find((v) => v.secret?.secretName);
+check(keyVol && serve && path.dirname(serve.admin_key_file ?? '') === mounts[keyVol.name]?.mountPath,
+  "serve.yaml's admin_key_file is not in the mounted Secret");
+check(Object.values(mounts).some((m) => m.mountPath === '/var/lib/gpusched' && vols[m.name]?.emptyDir), 'no work volume at /var/lib/gpusched');
 const sc = c.securityContext ?? {};
 check(sc.readOnlyRootFilesystem === true && sc.allowPrivilegeEscalation === false &&
   (sc.runAsNonRoot === true || pod?.spec?.securityContext?.runAsNonRoot === true), 'the container securityContext is not non-root, read-only, no privilege escalation');
 for (const p of ['readinessProbe', 'livenessProbe']) check(c[p]?.httpGet?.port !== undefined, `the container has no HTTP ${p}`);
-const sel = objs.Service?.spec?.selector ?? {};
+const svc = one('Service', 'gpusched');
+const sel = svc?.spec?.selector ?? {};
 check(Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => pod?.metadata?.labels?.[k] === v),
   "the Service's selector does not match the Pod's labels");
 check(Object.entries(dep?.spec?.selector?.matchLabels ?? {}).every(([k, v]) => pod?.metadata?.labels?.[k] === v),
   "the Deployment's selector does not match its Pod's labels");
 const portNames = new Set((c.ports ?? []).map((p) => p.name));
-for (const p of objs.Service?.spec?.ports ?? []) check(portNames.has(p.targetPort) || (c.ports ?? []).some((cp) => cp.containerPort === p.targetPort), `Service port ${p.name} targets no container port`);
+for (const p of svc?.spec?.ports ?? []) check(portNames.has(p.targetPort) || (c.ports ?? []).some((cp) => cp.containerPort === p.targetPort), `Service port ${p.name} targets no container port`);
 check(serve && (c.ports ?? []).some((p) => p.containerPort === Number(String(serve.listen).split(':').pop())),
   "the container port is not serve.yaml's listen port");
 
