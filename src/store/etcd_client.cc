@@ -1,5 +1,7 @@
 #include "store/etcd_client.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -17,6 +19,8 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxEndpoints = 16;
+// Between two rounds of the members (EtcdOptions::retry_for).
+constexpr Micros kRetryPause = 100 * kMicrosPerMilli;
 
 struct Url {
   bool tls = false;
@@ -311,18 +315,27 @@ absl::StatusOr<json> EtcdClient::Call(std::string_view method,
                                       const json& body) {
   const std::string text = body.dump();
   const size_t n = http_.size();
-  const size_t first = current_.load() % n;
+  const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> failures;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t e = (first + i) % n;
-    absl::StatusOr<json> r = CallOne(e, method, text);
-    if (r.ok() || !TryAnother(r.status())) {
-      if (r.ok() || r.status().code() != absl::StatusCode::kCancelled) {
-        current_.store(e);
+  while (true) {
+    failures.clear();
+    const size_t first = current_.load() % n;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t e = (first + i) % n;
+      absl::StatusOr<json> r = CallOne(e, method, text);
+      if (r.ok() || !TryAnother(r.status())) {
+        if (r.ok() || r.status().code() != absl::StatusCode::kCancelled) {
+          current_.store(e);
+        }
+        return r;
       }
-      return r;
+      failures.push_back(std::string(r.status().message()));
     }
-    failures.push_back(std::string(r.status().message()));
+    const Micros spent = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+    if (spent + kRetryPause >= options_.retry_for) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(kRetryPause));
   }
   return absl::UnavailableError(
       absl::StrCat("etcd unreachable (", absl::StrJoin(failures, "; "), ")"));

@@ -52,6 +52,10 @@ struct EtcdOptions {
   bool insecure_skip_verify = false;
   // Each step of a call (connect, write, first byte, each read).
   Micros request_timeout = 2 * kMicrosPerSecond;
+  // A call that no member answered goes round the members again until it
+  // has been trying this long (an etcd leader election takes a second or
+  // two: a write waits through it rather than fail); 0: once round.
+  Micros retry_for = 0;
 };
 
 // InvalidArgument naming what is wrong (an endpoint that is not a URL, a
@@ -70,7 +74,8 @@ class EtcdClient {
   // the gateway answers maps its gRPC code onto absl's (Unavailable,
   // DeadlineExceeded, FailedPrecondition, OutOfRange for a compacted
   // revision, NotFound for an unknown lease, ...), with etcd's message.
-  // Unavailable when no endpoint answered, naming each one's failure.
+  // Unavailable when no endpoint answered (within retry_for), naming each
+  // one's failure.
   absl::StatusOr<nlohmann::json> Call(std::string_view method,
                                       const nlohmann::json& body);
 

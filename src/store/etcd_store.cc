@@ -23,7 +23,11 @@ absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(
     EtcdStoreOptions options) {
   RETURN_IF_ERROR(ValidateEtcdOptions(options.etcd));
   std::unique_ptr<EtcdStore> s(new EtcdStore(std::move(options)));
-  ASSIGN_OR_RETURN(s->client_, EtcdClient::Create(s->options_.etcd));
+  // Its calls wait through an etcd leader election (a second or two at
+  // etcd's defaults) rather than fail; the election's renewals do not.
+  EtcdOptions calls = s->options_.etcd;
+  calls.retry_for = std::max(calls.retry_for, kWriteRetryFor);
+  ASSIGN_OR_RETURN(s->client_, EtcdClient::Create(std::move(calls)));
   s->watcher_ = std::thread([p = s.get()] { p->WatchLoop(); });
   bool listed = false;
   std::string why;

@@ -31,6 +31,9 @@ constexpr int kCasAttempts = 8;
 // election's renewals keep asking, and the first answer lifts it): a store
 // that is away costs a caller one timeout, not one per write.
 constexpr Micros kFailFastFor = 1 * kMicrosPerSecond;
+// How long the store's calls keep trying the members (through an etcd
+// leader election).
+constexpr Micros kWriteRetryFor = 3 * kMicrosPerSecond;
 
 inline Micros SteadyNow() {
   return std::chrono::duration_cast<std::chrono::microseconds>(

@@ -10,6 +10,7 @@
 #   etcd_member_start DIR I        starts member I again (its data kept)
 #   etcd_endpoints DIR             the client URLs, comma-separated
 #   etcd_endpoints_yaml DIR        the same as a YAML flow list
+#   etcd_leader_member DIR         the index of the raft leader member
 #   etcd_wait_healthy DIR [S]      waits (up to S s, default 30) until a
 #                                  quorum answers
 # Only the members' own pids are signalled; nothing else is touched.
@@ -104,4 +105,15 @@ etcd_cluster_down() {
     kill -9 "$pid" 2>/dev/null || true
   done
   rm -f "$dir/n"
+}
+
+etcd_leader_member() {  # dir -> the index (1..N) of etcd's raft leader
+  ETCDCTL_API=3 etcdctl --endpoints "$(etcd_endpoints "$1")" --command-timeout=2s \
+    endpoint status -w json 2>/dev/null | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+for i, s in enumerate(st, 1):
+    if s["Status"]["header"]["member_id"] == s["Status"]["leader"]:
+        print(i)
+        break'
 }
