@@ -1,6 +1,6 @@
-// A kubeconfig's text (runtime/kube_client.h, ParseKubeconfig) and what the
-// API server answers (KubeStatusError over any body, ParseKubeServer over
-// any URL): any input parses or is refused with an error, never a crash.
+// A kubeconfig's text (backends/kubernetes/kube_client.h, ParseKubeconfig) and
+// what the API server answers (KubeStatusError over any body, ParseKubeServer
+// over any URL): any input parses or is refused with an error, never a crash.
 // Relative paths in the kubeconfig point into a folder that does not exist.
 #include <cstdint>
 #include <string>
@@ -9,7 +9,7 @@
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace rt = gpusched::runtime;
+  namespace rt = gpusched::backends;
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto c = rt::ParseKubeconfig(text, "/nonexistent/kubeconfig", "");
   if (c.ok()) {

@@ -10,26 +10,27 @@
 #include "inventory/cluster_state.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace be = gpusched::backends;
   namespace inv = gpusched::inventory;
   const auto text = gpusched::fuzz::AsText(data, size);
-  auto nodes = inv::ParseSlurmNodes(text);
+  auto nodes = be::ParseSlurmNodes(text);
   if (nodes.ok()) {
-    for (const inv::SlurmNode& n : *nodes) {
+    for (const be::SlurmNode& n : *nodes) {
       int indexes = 0;  // whole GPUs and MIG devices: one index space
-      for (const inv::SlurmGpuBlock& b : n.gpu_blocks) {
+      for (const be::SlurmGpuBlock& b : n.gpu_blocks) {
         gpusched::fuzz::Require(b.first == indexes && b.count >= 0,
                                 "GPU blocks that do not follow each other");
         indexes += b.count;
       }
       gpusched::fuzz::Require(n.gpus >= 0 && n.gpus <= indexes &&
-                                  indexes <= inv::kMaxSlurmGresIndex + 1,
+                                  indexes <= be::kMaxSlurmGresIndex + 1,
                               "a GPU count out of bounds");
       gpusched::fuzz::Require(
           std::is_sorted(n.gpus_used.begin(), n.gpus_used.end()) &&
               (n.gpus_used.empty() || n.gpus_used.back() < indexes),
           "a used GPU index outside the node");
     }
-    auto specs = inv::SlurmNodeSpecs(*nodes, {{"a100", "A100-SXM4-80GB"}});
+    auto specs = be::SlurmNodeSpecs(*nodes, {{"a100", "A100-SXM4-80GB"}});
     if (specs.ok()) {
       // Every node is one placement accepts (a static MIG layout the driver
       // would), and Slurm's indexes land on it.
@@ -40,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         gpusched::fuzz::Require(cs.AddNode(spec).ok(),
                                 "a node spec placement refuses");
         for (int used : (*nodes)[i].gpus_used) {
-          auto spot = inv::LocateSlurmGpu((*nodes)[i], spec, used);
+          auto spot = be::LocateSlurmGpu((*nodes)[i], spec, used);
           gpusched::fuzz::Require(
               !spot.has_value() ||
                   (spot->gpu >= 0 && spot->gpu < spec.gpu_count),
@@ -49,9 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
-  auto jobs = inv::ParseSlurmJobs(text);
+  auto jobs = be::ParseSlurmJobs(text);
   if (jobs.ok()) {
-    for (const inv::SlurmJob& j : *jobs) {
+    for (const be::SlurmJob& j : *jobs) {
       gpusched::fuzz::Require(j.id > 0, "a job id that is not positive");
       gpusched::fuzz::Require(std::is_sorted(j.gpus.begin(), j.gpus.end()),
                               "unsorted job GPUs");

@@ -58,22 +58,10 @@ etcd_cluster_up "$etcd" 3 "$SLURM_BRIDGE_ADDR" >"$tmp/etcd.log" 2>&1 ||
 
 tag=$(cat "$cluster/tag")
 net=$(cat "$cluster/net")
-# An instance's host: a namespace on the cluster's bridge (cleaned up with
-# the cluster's).
+# An instance's host: a namespace on the cluster's bridge (removed with the
+# cluster).
 inst_ns() { echo "${tag}-gs$1"; }
-make_host() {  # name index
-  local ns
-  ns=$(inst_ns "$1")
-  ip netns add "$ns"
-  ip link add "${tag}g$1" type veth peer name "${tag}h$1"
-  ip link set "${tag}h$1" netns "$ns"
-  ip link set "${tag}g$1" master "${tag}br" up
-  ip netns exec "$ns" ip addr add "$net.$((200 + $2))/24" dev "${tag}h$1"
-  ip netns exec "$ns" ip link set "${tag}h$1" up
-  ip netns exec "$ns" ip link set lo up
-  echo "$ns" >>"$cluster/namespaces"
-}
-for i in 1 2 3; do make_host "$i" "$i"; done
+for i in 1 2 3; do slurm_add_host "$cluster" "gs$i" "$net.$((200 + i))"; done
 
 cat >"$tmp/deployments.yaml" <<YAML
 $(drill_deployments)

@@ -302,10 +302,10 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node v = n["renew_interval_ms"]) {
       Int(v, "ha.renew_interval_ms", 0, 1800000, &h.renew_interval_ms);
-      if (h.renew_interval_ms * 2 > h.lease_ttl_s * 1000) {
+      if (h.renew_interval_ms * 3 >= h.lease_ttl_s * 2000) {
         Fail(v, "ha.renew_interval_ms",
-             "must be at most half of ha.lease_ttl_s (a second renewal must "
-             "fit in the lease)");
+             "must be less than two thirds of ha.lease_ttl_s (a second "
+             "renewal must fit in the lease)");
       }
     }
   }

@@ -29,8 +29,9 @@
 //     lease_ttl_s: 2              # the leader's lease, 1..3600 (etcd grants
 //                                 #   at least 2 s at its default election
 //                                 #   timeout); docs/ha.md says why 2
-//     renew_interval_ms: 0        # 0: half the TTL (each renewal waits at
-//                                 #   most half of this for a member)
+//     renew_interval_ms: 0        # 0: 5/8 of the TTL; less than 2/3 of it
+//                                 #   (each renewal waits at most half of
+//                                 #   this for a member)
 //   admin_key: ""                 # optional admin API key (gs-...)
 //   admin_key_file: ""            # or read it from this file (a Secret
 //                                 #   mounted in every instance's Pod)

@@ -90,4 +90,40 @@ absl::Status InvalidKeyError() {
   return absl::UnauthenticatedError("invalid API key");
 }
 
+absl::StatusOr<std::string> EnsureKeyId(std::string_view secret,
+                                        const std::string& tenant, bool admin,
+                                        std::string* what) {
+  *what = admin ? "the configured admin key"
+                : absl::StrCat("the key of tenant ", tenant);
+  const std::optional<std::string> key_id = KeyIdOf(secret);
+  if (!key_id.has_value()) return MalformedKeyError(*what);
+  if (!admin && tenant.empty()) {
+    return absl::InvalidArgumentError("store: a tenant key needs a tenant");
+  }
+  return *key_id;
+}
+
+absl::Status CheckEnsuredKey(const KeyInfo& stored, std::string_view salt,
+                             std::string_view hash, std::string_view secret,
+                             const std::string& tenant, bool admin,
+                             const std::string& what) {
+  if (!SecretMatches(salt, hash, secret)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("store: key id ", stored.key_id, " of ", what,
+                     " belongs to another key; generate a new key"));
+  }
+  if (stored.admin != admin || stored.tenant != tenant) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store: ", what, " (", stored.key_id, ") is registered as ",
+        stored.admin ? "an admin key"
+                     : absl::StrCat("a key of tenant ", stored.tenant)));
+  }
+  if (stored.revoked.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("store: ", what, " ", stored.key_id,
+                     " was revoked; configure a new one"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gpusched::store

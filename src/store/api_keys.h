@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "store/store.h"
 
 namespace gpusched::store {
 
@@ -45,6 +46,19 @@ absl::Status MalformedKeyError(std::string_view what);
 
 // Unauthenticated("invalid API key"): never says which part was wrong.
 absl::Status InvalidKeyError();
+
+// Store::EnsureKey's rules, the same in every store. The key id of
+// `secret`, after checking its form and that a tenant key has a tenant;
+// `what` names the key in messages ("the configured admin key").
+absl::StatusOr<std::string> EnsureKeyId(std::string_view secret,
+                                        const std::string& tenant, bool admin,
+                                        std::string* what);
+// Whether a key already stored under that id (`stored`, `salt`, `hash`) is
+// `secret` registered for `tenant` (or as an admin key) and not revoked.
+absl::Status CheckEnsuredKey(const KeyInfo& stored, std::string_view salt,
+                             std::string_view hash, std::string_view secret,
+                             const std::string& tenant, bool admin,
+                             const std::string& what);
 
 }  // namespace gpusched::store
 

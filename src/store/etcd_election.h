@@ -10,14 +10,14 @@
 //
 // Timing (docs/ha.md has the measurements): etcd grants whole seconds, and
 // at its default election timeout (1 s) no lease shorter than 2 s. The
-// default TTL is 2 s with a renewal every second, each renewal bounded by
+// default TTL is 2 s with a renewal every 1.25 s, each renewal bounded by
 // half that (a member that stopped answering costs the renewal, and the
 // next one goes to another member, within the lease): a leader that cannot
 // renew stops acting 1.6 s after its last renewal was sent (10% of the TTL
 // as a margin for clock rates, and a further 200 ms for a write in
-// flight); a standby takes over when etcd expires the lease: 1 to 2 s
-// after a crash (the lease's time left), and up to 500 ms later (etcd
-// checks for expired leases that often).
+// flight); a standby takes over when etcd revokes the lease, about 2.5 s
+// after the last renewal (etcd checks for expired leases every 500 ms):
+// 1.25 to 2.5 s after a crash.
 //
 // Thread-safety: thread-safe; one thread of its own.
 #ifndef GPUSCHED_STORE_ETCD_ELECTION_H_
@@ -40,8 +40,9 @@ struct ElectionOptions {
   InstanceInfo self;
   // The lease's TTL (rounded up to whole seconds; etcd may grant more).
   Micros lease_ttl = 2 * kMicrosPerSecond;
-  // How often the lease is renewed; 0: half the TTL (docs/ha.md: the
-  // longer the interval, the sooner a crashed leader's lease ends).
+  // How often the lease is renewed; 0: 5/8 of the TTL (docs/ha.md: the
+  // longer the interval, the sooner a crashed leader's lease ends; it must
+  // leave time for a second renewal, so less than 2/3 of the TTL).
   Micros renew_interval = 0;
   // A leader stops acting this fraction of the TTL before its lease could
   // end by its own clock (clock rates), and `write_margin` earlier still.

@@ -17,7 +17,7 @@
 namespace gpusched::store {
 
 EtcdStore::EtcdStore(EtcdStoreOptions options)
-    : options_(std::move(options)), copy_(std::make_unique<Copy>()) {}
+    : options_(std::move(options)), copy_(std::make_unique<EtcdCopy>()) {}
 
 absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(
     EtcdStoreOptions options) {
@@ -144,23 +144,7 @@ absl::StatusOr<int64_t> EtcdStore::List() {
   ASSIGN_OR_RETURN(json r,
                    Call("kv/range", {{"key", B64(prefix)},
                                      {"range_end", B64(PrefixEnd(prefix))}}));
-  auto fresh = std::make_unique<Copy>();
-  if (r.contains("kvs") && r["kvs"].is_array()) {
-    for (const json& kv : r["kvs"]) {
-      EtcdKv k;
-      k.key = UnB64(kv, "key");
-      if (!absl::StartsWith(k.key, prefix)) continue;
-      k.key.erase(0, prefix.size());
-      k.value = UnB64(kv, "value");
-      k.create_revision = EtcdInt(kv, "create_revision");
-      k.mod_revision = EtcdInt(kv, "mod_revision");
-      k.lease = EtcdInt(kv, "lease");
-      if (absl::StartsWith(k.key, "events/")) {
-        if (std::optional<Event> e = ParseEvent(k)) fresh->events[e->id] = *e;
-      }
-      fresh->kvs[k.key] = std::move(k);
-    }
-  }
+  auto fresh = std::make_unique<EtcdCopy>(CopyFromRange(prefix, r));
   const int64_t rev =
       EtcdInt(r.contains("header") ? r["header"] : json(), "revision");
   {
@@ -181,51 +165,17 @@ absl::StatusOr<int64_t> EtcdStore::List() {
 }
 
 void EtcdStore::Apply(const json& events, int64_t header_revision) {
-  const std::string& prefix = options_.etcd.prefix;
-  bool keys_changed = false;
-  bool desired_changed = false;
   {
     absl::MutexLock l(&mu_);
-    for (const json& ev : events) {
-      const json& kv = ev.contains("kv") ? ev["kv"] : json();
-      std::string key = UnB64(kv, "key");
-      if (!absl::StartsWith(key, prefix)) continue;
-      key.erase(0, prefix.size());
-      const bool del = ev.contains("type") && ev["type"] == "DELETE";
-      auto old = copy_->kvs.find(key);
-      desired_changed =
-          desired_changed || absl::StartsWith(key, "deployments/") ||
-          absl::StartsWith(key, "tenants/") || absl::StartsWith(key, "routes/");
-      if (del) {
-        if (old == copy_->kvs.end()) continue;
-        if (absl::StartsWith(key, "events/")) {
-          copy_->events.erase(old->second.create_revision);
-        }
-        keys_changed = keys_changed || absl::StartsWith(key, "keys/") ||
-                       absl::StartsWith(key, "tenants/");
-        copy_->kvs.erase(old);
-        continue;
-      }
-      EtcdKv k;
-      k.key = key;
-      k.value = UnB64(kv, "value");
-      k.create_revision = EtcdInt(kv, "create_revision");
-      k.mod_revision = EtcdInt(kv, "mod_revision");
-      k.lease = EtcdInt(kv, "lease");
-      if (absl::StartsWith(key, "events/")) {
-        if (std::optional<Event> e = ParseEvent(k)) copy_->events[e->id] = *e;
-      }
-      // A key that changed may have been revoked.
-      if (absl::StartsWith(key, "keys/") && old != copy_->kvs.end()) {
-        keys_changed = true;
-      }
-      copy_->kvs[key] = std::move(k);
-    }
+    const WatchApplied applied =
+        ApplyWatchEvents(options_.etcd.prefix, events, copy_.get());
     copy_revision_ = std::max(copy_revision_, header_revision);
     last_ok_ = SteadyNow();
-    if (keys_changed) keys_version_.fetch_add(1, std::memory_order_acq_rel);
+    if (applied.keys_changed) {
+      keys_version_.fetch_add(1, std::memory_order_acq_rel);
+    }
     revision_.store(copy_revision_, std::memory_order_release);
-    if (desired_changed) {
+    if (applied.desired_changed) {
       desired_revision_.store(copy_revision_, std::memory_order_release);
     }
   }
@@ -612,13 +562,7 @@ absl::StatusOr<std::map<std::string, int>> EtcdStore::ListDesiredReplicas() {
 absl::Status EtcdStore::PutStatus(const std::string& name,
                                   const std::string& json_text,
                                   const Fence* fence) {
-  if (name.empty() || json_text.size() > kMaxStatusBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: status '", name,
-                     "': the name is empty or the document is "
-                     "over ",
-                     kMaxStatusBytes >> 20, " MiB"));
-  }
+  RETURN_IF_ERROR(CheckStatus(name, json_text));
   return PutKey(absl::StrCat("status/", name), json_text, fence, "",
                 absl::StrCat("publishing status ", name));
 }

@@ -53,6 +53,8 @@ struct EtcdStoreOptions {
   Micros watch_idle = 30 * kMicrosPerSecond;
 };
 
+struct EtcdCopy;  // the copy and its indexes (etcd_store_internal.h)
+
 // One key of the copy, as etcd has it.
 struct EtcdKv {
   std::string key;  // relative to the prefix
@@ -150,8 +152,6 @@ class EtcdStore final : public Store {
   double last_watch_lag_s() const;
 
  private:
-  struct Copy;  // the copy and its indexes (etcd_store.cc)
-
   explicit EtcdStore(EtcdStoreOptions options);
   void WatchLoop();
   // Lists the prefix into a fresh copy; the list's revision.
@@ -177,7 +177,12 @@ class EtcdStore final : public Store {
                                         const std::string& key_id,
                                         const std::string& tenant,
                                         const std::string& name, bool admin,
-                                        Micros now, bool* retry);
+                                        Micros now, const std::string& what,
+                                        bool* retry);
+  // Puts the key `info` of `secret` if its id is free and its tenant (if
+  // any) is stored: true when put, false when the id is taken; NotFound
+  // when the tenant is not stored.
+  absl::StatusOr<bool> InsertKey(std::string_view secret, const KeyInfo& info);
   void Observe(std::string_view op, Micros start, bool ok);
 
   const EtcdStoreOptions options_;
@@ -188,7 +193,7 @@ class EtcdStore final : public Store {
   std::shared_ptr<EtcdClient> watch_ ABSL_GUARDED_BY(watch_mu_);
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<Copy> copy_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<EtcdCopy> copy_ ABSL_GUARDED_BY(mu_);
   int64_t copy_revision_ ABSL_GUARDED_BY(mu_) = 0;
   // The copy's revision once the change callback has run for it.
   int64_t notified_revision_ ABSL_GUARDED_BY(mu_) = 0;

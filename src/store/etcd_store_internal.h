@@ -18,7 +18,7 @@ namespace gpusched::store {
 using json = nlohmann::json;
 
 // The copy of the prefix and its index of events.
-struct EtcdStore::Copy {
+struct EtcdCopy {
   std::map<std::string, EtcdKv> kvs;  // by key relative to the prefix
   std::map<int64_t, Event> events;    // by id (create revision)
 };
@@ -110,6 +110,28 @@ inline std::optional<Event> ParseEvent(const EtcdKv& kv) {
   if (j.contains("details")) e.details = j["details"];
   return e;
 }
+
+// What a watch response's events changed.
+struct WatchApplied {
+  bool keys_changed = false;     // a key changed or went, or a tenant went
+  bool desired_changed = false;  // a deployment, tenant or route
+};
+
+// Applies a watch response's `events` (etcd's JSON: base64 keys and values)
+// for keys under `prefix` to `copy`. Whatever etcd sent, nothing throws:
+// malformed events are skipped (fuzz/etcd_watch_fuzz.cc). etcd_copy.cc.
+WatchApplied ApplyWatchEvents(const std::string& prefix, const json& events,
+                              EtcdCopy* copy);
+// A copy of the keys under `prefix` in a kv/range answer.
+EtcdCopy CopyFromRange(const std::string& prefix, const json& range);
+
+// An API key as the etcd store keeps it.
+struct KeyRecord {
+  KeyInfo info;
+  std::string salt, hash;
+};
+std::optional<KeyRecord> ParseKey(const std::string& id, const EtcdKv& kv);
+json KeyValue(const KeyRecord& k);
 
 }  // namespace gpusched::store
 

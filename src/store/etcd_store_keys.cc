@@ -13,47 +13,34 @@
 
 namespace gpusched::store {
 
-namespace {
-
-struct KeyRecord {
-  KeyInfo info;
-  std::string salt, hash;
-};
-
-std::optional<KeyRecord> ParseKey(const std::string& id, const EtcdKv& kv) {
-  const json j = json::parse(kv.value, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
-  KeyRecord k;
-  k.info.key_id = id;
-  if (j.contains("tenant") && j["tenant"].is_string()) {
-    k.info.tenant = j["tenant"].get<std::string>();
-  }
-  if (j.contains("name") && j["name"].is_string()) {
-    k.info.name = j["name"].get<std::string>();
-  }
-  k.info.admin = EtcdBool(j, "admin");
-  k.info.created = EtcdInt(j, "created");
-  if (j.contains("revoked") && !j["revoked"].is_null()) {
-    k.info.revoked = EtcdInt(j, "revoked");
-  }
-  k.salt = UnB64(j, "salt");
-  k.hash = UnB64(j, "hash");
-  if (k.salt.empty() || k.hash.empty()) return std::nullopt;
-  return k;
-}
-
-json KeyValue(const KeyRecord& k) {
-  json j = {{"tenant", k.info.tenant}, {"name", k.info.name},
-            {"admin", k.info.admin},   {"salt", B64(k.salt)},
-            {"hash", B64(k.hash)},     {"created", k.info.created},
-            {"revoked", nullptr}};
-  if (k.info.revoked) j["revoked"] = *k.info.revoked;
-  return j;
-}
-
-}  // namespace
-
 // --- API keys ---------------------------------------------------------------
+
+absl::StatusOr<bool> EtcdStore::InsertKey(std::string_view secret,
+                                          const KeyInfo& info) {
+  KeyRecord k;
+  k.info = info;
+  ASSIGN_OR_RETURN(k.salt, RandomBytes(kSaltBytes));
+  ASSIGN_OR_RETURN(k.hash, HashSecret(k.salt, secret));
+  const std::string rel = absl::StrCat("keys/", info.key_id);
+  const std::string tenant = absl::StrCat("tenants/", info.tenant);
+  json compare = json::array({Absent(Key(rel))});
+  if (!info.tenant.empty()) compare.push_back(Exists(Key(tenant)));
+  ASSIGN_OR_RETURN(
+      json r,
+      Txn(compare, json::array({PutOp(Key(rel), DumpJson(KeyValue(k)))})));
+  if (EtcdBool(r, "succeeded")) {
+    Visible(EtcdInt(r["header"], "revision"));
+    return true;
+  }
+  if (!info.tenant.empty()) {
+    ASSIGN_OR_RETURN(std::optional<EtcdKv> t, Fresh(tenant));
+    if (!t.has_value()) {
+      return absl::NotFoundError(
+          absl::StrCat("tenant '", info.tenant, "' not found"));
+    }
+  }
+  return false;  // the id was taken meanwhile
+}
 
 absl::StatusOr<NewApiKey> EtcdStore::CreateApiKey(const std::string& tenant,
                                                   const std::string& name,
@@ -65,30 +52,10 @@ absl::StatusOr<NewApiKey> EtcdStore::CreateApiKey(const std::string& tenant,
   for (int attempt = 0; attempt < kKeyIdAttempts; ++attempt) {
     ASSIGN_OR_RETURN(std::string secret, GenerateApiKeySecret());
     const std::string key_id = *KeyIdOf(secret);
-    KeyRecord k;
-    k.info = {key_id, tenant, name, admin, now, std::nullopt};
-    ASSIGN_OR_RETURN(k.salt, RandomBytes(kSaltBytes));
-    ASSIGN_OR_RETURN(k.hash, HashSecret(k.salt, secret));
-    const std::string rel = absl::StrCat("keys/", key_id);
-    json compare = json::array({Absent(Key(rel))});
-    if (!tenant.empty()) {
-      compare.push_back(Exists(Key(absl::StrCat("tenants/", tenant))));
-    }
     ASSIGN_OR_RETURN(
-        json r,
-        Txn(compare, json::array({PutOp(Key(rel), DumpJson(KeyValue(k)))})));
-    if (EtcdBool(r, "succeeded")) {
-      Visible(EtcdInt(r["header"], "revision"));
-      return NewApiKey{key_id, std::move(secret)};
-    }
-    if (!tenant.empty()) {
-      ASSIGN_OR_RETURN(std::optional<EtcdKv> t,
-                       Fresh(absl::StrCat("tenants/", tenant)));
-      if (!t.has_value()) {
-        return absl::NotFoundError(
-            absl::StrCat("tenant '", tenant, "' not found"));
-      }
-    }
+        const bool put,
+        InsertKey(secret, {key_id, tenant, name, admin, now, std::nullopt}));
+    if (put) return NewApiKey{key_id, std::move(secret)};
     // The key id was taken: draw again.
   }
   return absl::InternalError("store: could not draw an unused API key id");
@@ -170,57 +137,30 @@ absl::StatusOr<KeyInfo> EtcdStore::EnsureKey(std::string_view secret,
                                              const std::string& tenant,
                                              const std::string& name,
                                              bool admin, Micros now) {
-  const std::string what = admin ? "the configured admin key"
-                                 : absl::StrCat("the key of tenant ", tenant);
-  const std::optional<std::string> key_id = KeyIdOf(secret);
-  if (!key_id.has_value()) return MalformedKeyError(what);
-  if (!admin && tenant.empty()) {
-    return absl::InvalidArgumentError("store: a tenant key needs a tenant");
-  }
+  std::string what;
+  ASSIGN_OR_RETURN(const std::string id,
+                   EnsureKeyId(secret, tenant, admin, &what));
+  const std::optional<std::string> key_id = id;
   for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
     bool retry = false;
     absl::StatusOr<KeyInfo> k =
-        EnsureKeyOnce(secret, *key_id, tenant, name, admin, now, &retry);
+        EnsureKeyOnce(secret, *key_id, tenant, name, admin, now, what, &retry);
     if (!retry) return k;
   }
   return absl::AbortedError(
       absl::StrCat("store: ", what, " kept changing; retry"));
 }
 
-absl::StatusOr<KeyInfo> EtcdStore::EnsureKeyOnce(std::string_view secret,
-                                                 const std::string& key_id,
-                                                 const std::string& tenant,
-                                                 const std::string& name,
-                                                 bool admin, Micros now,
-                                                 bool* retry) {
-  const std::string what = admin ? "the configured admin key"
-                                 : absl::StrCat("the key of tenant ", tenant);
+absl::StatusOr<KeyInfo> EtcdStore::EnsureKeyOnce(
+    std::string_view secret, const std::string& key_id,
+    const std::string& tenant, const std::string& name, bool admin, Micros now,
+    const std::string& what, bool* retry) {
   const std::string rel = absl::StrCat("keys/", key_id);
   ASSIGN_OR_RETURN(std::optional<EtcdKv> cur, Fresh(rel));
   if (!cur.has_value()) {
-    KeyRecord k;
-    k.info = {key_id, tenant, name, admin, now, std::nullopt};
-    ASSIGN_OR_RETURN(k.salt, RandomBytes(kSaltBytes));
-    ASSIGN_OR_RETURN(k.hash, HashSecret(k.salt, secret));
-    json compare = json::array({Absent(Key(rel))});
-    if (!tenant.empty()) {
-      compare.push_back(Exists(Key(absl::StrCat("tenants/", tenant))));
-    }
-    ASSIGN_OR_RETURN(
-        json r,
-        Txn(compare, json::array({PutOp(Key(rel), DumpJson(KeyValue(k)))})));
-    if (EtcdBool(r, "succeeded")) {
-      Visible(EtcdInt(r["header"], "revision"));
-      return k.info;
-    }
-    if (!tenant.empty()) {
-      ASSIGN_OR_RETURN(std::optional<EtcdKv> t,
-                       Fresh(absl::StrCat("tenants/", tenant)));
-      if (!t.has_value()) {
-        return absl::NotFoundError(
-            absl::StrCat("tenant '", tenant, "' not found"));
-      }
-    }
+    const KeyInfo info{key_id, tenant, name, admin, now, std::nullopt};
+    ASSIGN_OR_RETURN(const bool put, InsertKey(secret, info));
+    if (put) return info;
     *retry = true;  // another instance registered it meanwhile
     return absl::AbortedError("retry");
   }
@@ -229,21 +169,8 @@ absl::StatusOr<KeyInfo> EtcdStore::EnsureKeyOnce(std::string_view secret,
     return absl::DataLossError(
         absl::StrCat("store: API key ", key_id, " in etcd is malformed"));
   }
-  if (!SecretMatches(k->salt, k->hash, secret)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("store: key id ", key_id, " of ", what,
-                     " belongs to another key; generate a new key"));
-  }
-  if (k->info.admin != admin || k->info.tenant != tenant) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store: ", what, " (", key_id, ") is registered as ",
-        k->info.admin ? "an admin key"
-                      : absl::StrCat("a key of tenant ", k->info.tenant)));
-  }
-  if (k->info.revoked.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store: ", what, " ", key_id, " was revoked; configure a new one"));
-  }
+  RETURN_IF_ERROR(
+      CheckEnsuredKey(k->info, k->salt, k->hash, secret, tenant, admin, what));
   return k->info;
 }
 

@@ -250,13 +250,7 @@ absl::StatusOr<std::map<std::string, int>> SqliteStore::ListDesiredReplicas() {
 absl::Status SqliteStore::PutStatus(const std::string& name,
                                     const std::string& json,
                                     const Fence* fence) {
-  if (name.empty() || json.size() > kMaxStatusBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: status '", name,
-                     "': the name is empty or the document is "
-                     "over ",
-                     kMaxStatusBytes >> 20, " MiB"));
-  }
+  RETURN_IF_ERROR(CheckStatus(name, json));
   {
     absl::MutexLock lock(&mu_);
     status_[name] = json;

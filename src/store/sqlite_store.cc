@@ -435,13 +435,10 @@ absl::StatusOr<KeyInfo> SqliteStore::EnsureKey(std::string_view secret,
                                                const std::string& tenant,
                                                const std::string& name,
                                                bool admin, Micros now) {
-  const std::string what = admin ? "the configured admin key"
-                                 : absl::StrCat("the key of tenant ", tenant);
-  const std::optional<std::string> key_id = KeyIdOf(secret);
-  if (!key_id.has_value()) return MalformedKeyError(what);
-  if (!admin && tenant.empty()) {
-    return absl::InvalidArgumentError("store: a tenant key needs a tenant");
-  }
+  std::string what;
+  ASSIGN_OR_RETURN(const std::string id,
+                   EnsureKeyId(secret, tenant, admin, &what));
+  const std::optional<std::string> key_id = id;
   KeyInfo result;
   bool inserted = false;
   absl::ReleasableMutexLock lock(&mu_);
@@ -461,22 +458,8 @@ absl::StatusOr<KeyInfo> SqliteStore::EnsureKey(std::string_view secret,
           result = *std::move(info);
           return absl::OkStatus();
         }
-        if (!SecretMatches(salt, hash, secret)) {
-          return absl::AlreadyExistsError(
-              absl::StrCat("store: key id ", *key_id, " of ", what,
-                           " belongs to another key; generate a new key"));
-        }
-        if (info->admin != admin || info->tenant != tenant) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "store: ", what, " (", *key_id, ") is registered as ",
-              info->admin ? "an admin key"
-                          : absl::StrCat("a key of tenant ", info->tenant)));
-        }
-        if (info->revoked.has_value()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("store: ", what, " ", *key_id,
-                           " was revoked; configure a new one"));
-        }
+        RETURN_IF_ERROR(
+            CheckEnsuredKey(*info, salt, hash, secret, tenant, admin, what));
         result = *std::move(info);
         return absl::OkStatus();
       });

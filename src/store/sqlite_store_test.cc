@@ -172,23 +172,12 @@ TEST(SqliteStoreTest, UpgradesFromVersion1) {
   sqlite3_close(db);
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->GetDeployment("chat").ok());         // kept
-  EXPECT_FALSE(store->PutRouteState("r", "{}", 1).ok());  // no such route
+  EXPECT_TRUE(store->GetDeployment("chat").ok());  // kept
+  // The tables of versions 2 and 3 are there (their behaviour is the
+  // conformance suite's).
   ASSERT_TRUE(store->PutRoute("r", R"({"kind":"ModelRoute"})", 1, 5).ok());
-  EXPECT_EQ(store->GetRouteState("r").status().code(),
-            absl::StatusCode::kNotFound);
   ASSERT_TRUE(store->PutRouteState("r", R"({"step":1})", 6).ok());
-  ASSERT_TRUE(store->PutRouteState("r", R"({"step":2})", 7).ok());
-  EXPECT_EQ(*store->GetRouteState("r"), R"({"step":2})");
-  EXPECT_FALSE(store->PutRouteState("r", "{", 8).ok());
-  auto routes = store->ListRoutes();
-  ASSERT_TRUE(routes.ok());
-  ASSERT_EQ(routes->size(), 1u);
-  EXPECT_EQ((*routes)[0].generation, 1);
-  ASSERT_TRUE(store->DeleteRoute("r").ok());
-  EXPECT_EQ(store->GetRouteState("r").status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(store->DeleteRoute("r").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*store->GetRouteState("r"), R"({"step":1})");
   ASSERT_TRUE(store->PutDesiredReplicas("chat", 3, 9).ok());
   EXPECT_EQ(store->ListDesiredReplicas()->at("chat"), 3);
   Event e = MakeEvent(9, "k");

@@ -62,6 +62,16 @@ absl::Status CheckGeneration(DocKind kind, const std::string& name,
   return absl::OkStatus();
 }
 
+absl::Status CheckStatus(const std::string& name, const std::string& json) {
+  if (name.empty() || json.size() > kMaxStatusBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: status '", name,
+                     "': the name is empty or the document is over ",
+                     kMaxStatusBytes >> 20, " MiB"));
+  }
+  return absl::OkStatus();
+}
+
 bool EventMatches(const Event& e, const EventFilter& f) {
   if (e.time < f.since || e.time >= f.until) return false;
   if (!f.deployment.empty() && e.deployment != f.deployment) return false;

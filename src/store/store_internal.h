@@ -19,6 +19,8 @@ absl::Status CheckGeneration(DocKind kind, const std::string& name,
                              int64_t stored_generation,
                              const std::string& stored_json, int64_t generation,
                              const std::string& manifest_json);
+// InvalidArgument for a status document's name or size.
+absl::Status CheckStatus(const std::string& name, const std::string& json);
 // Whether `e` passes `f` (all but the limit and the order).
 bool EventMatches(const Event& e, const EventFilter& f);
 

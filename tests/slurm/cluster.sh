@@ -12,6 +12,8 @@
 #   slurm_cluster_down DIR         stops every daemon it started, removes the
 #                                  namespaces, the bridge and the veths
 #   slurm_ctld_stop|start DIR      stops or starts slurmctld alone
+#   slurm_add_host DIR SUFFIX ADDR another host on the cluster's bridge (a
+#                                  namespace <tag>-SUFFIX), removed with it
 # After up: SLURM_CONF is exported (every Slurm command uses the test's own
 # config), SLURM_BRIDGE_ADDR is the root namespace's address on the bridge,
 # and `slurm_node_addr NAME` prints a node's address.
@@ -50,6 +52,22 @@ _slurm_ns_exec() {  # ns, hostname, command... (in the namespace, with its own h
     hostname "$0"; exec "$@"' "$host" "$@"
 }
 
+# A host on the cluster's bridge: a namespace "<tag>-SUFFIX" with ADDRESS,
+# removed with the cluster (slurm_cluster_down).
+slurm_add_host() {  # dir suffix address
+  local dir=$1 tag ns
+  tag=$(cat "$dir/tag")
+  ns="${tag}-$2"
+  ip netns add "$ns"
+  ip link add "${tag}v$2" type veth peer name "${tag}p$2"
+  ip link set "${tag}p$2" netns "$ns"
+  ip link set "${tag}v$2" master "${tag}br" up
+  ip netns exec "$ns" ip addr add "$3/24" dev "${tag}p$2"
+  ip netns exec "$ns" ip link set "${tag}p$2" up
+  ip netns exec "$ns" ip link set lo up
+  echo "$ns" >>"$dir/namespaces"
+}
+
 slurm_cluster_up() {
   local dir=$1; shift
   local tag="gs$$" net
@@ -64,18 +82,6 @@ slurm_cluster_up() {
   ip link add "${tag}br" type bridge
   ip addr add "$net.1/24" dev "${tag}br"
   ip link set "${tag}br" up
-
-  _slurm_host() {  # ns suffix, address
-    local ns="${tag}-$1"
-    ip netns add "$ns"
-    ip link add "${tag}v$1" type veth peer name "${tag}p$1"
-    ip link set "${tag}p$1" netns "$ns"
-    ip link set "${tag}v$1" master "${tag}br" up
-    ip netns exec "$ns" ip addr add "$2/24" dev "${tag}p$1"
-    ip netns exec "$ns" ip link set "${tag}p$1" up
-    ip netns exec "$ns" ip link set lo up
-    echo "$ns" >>"$dir/namespaces"
-  }
 
   # munge: its own key and socket.
   dd if=/dev/urandom of="$dir/etc/munge.key" bs=1024 count=1 status=none
@@ -175,13 +181,13 @@ ConstrainRAMSpace=no
 ConstrainDevices=no
 CONF
 
-  _slurm_host ctl "$net.2"
+  slurm_add_host "$dir" ctl "$net.2"
   _slurm_ns_exec "${tag}-ctl" ctl slurmctld -i -f "$SLURM_CONF" ||
     { echo "cluster: slurmctld did not start (see $dir/log/slurmctld.log)" >&2; return 1; }
   i=0
   while read -r name addr; do
     i=$((i + 1))
-    _slurm_host "n$i" "$addr"
+    slurm_add_host "$dir" "n$i" "$addr"
     mkdir -p "$dir/spool/$name"
     _slurm_ns_exec "${tag}-n$i" "$name" slurmd -N "$name" -f "$SLURM_CONF" ||
       { echo "cluster: slurmd $name did not start (see $dir/log/slurmd-$name.log)" >&2; return 1; }

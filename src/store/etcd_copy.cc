@@ -1,0 +1,120 @@
+// The etcd store's copy of its prefix: what a list and a watch's events
+// make of it, and the values' JSON (etcd_store_internal.h). Everything here
+// reads what etcd sent without trusting it (fuzz/etcd_watch_fuzz.cc).
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "store/etcd_store_internal.h"
+
+namespace gpusched::store {
+
+namespace {
+
+// One key of a kv/range answer or a watch event under `prefix`, the
+// prefix taken off; nullopt for a key outside it.
+std::optional<EtcdKv> ReadKv(const std::string& prefix, const json& kv) {
+  EtcdKv k;
+  k.key = UnB64(kv, "key");
+  if (!absl::StartsWith(k.key, prefix)) return std::nullopt;
+  k.key.erase(0, prefix.size());
+  k.value = UnB64(kv, "value");
+  k.create_revision = EtcdInt(kv, "create_revision");
+  k.mod_revision = EtcdInt(kv, "mod_revision");
+  k.lease = EtcdInt(kv, "lease");
+  return k;
+}
+
+}  // namespace
+
+EtcdCopy CopyFromRange(const std::string& prefix, const json& range) {
+  EtcdCopy out;
+  if (!range.is_object() || !range.contains("kvs") ||
+      !range["kvs"].is_array()) {
+    return out;
+  }
+  for (const json& kv : range["kvs"]) {
+    std::optional<EtcdKv> k = ReadKv(prefix, kv);
+    if (!k.has_value()) continue;
+    if (absl::StartsWith(k->key, "events/")) {
+      if (std::optional<Event> e = ParseEvent(*k)) out.events[e->id] = *e;
+    }
+    std::string key = k->key;
+    out.kvs[key] = *std::move(k);
+  }
+  return out;
+}
+
+WatchApplied ApplyWatchEvents(const std::string& prefix, const json& events,
+                              EtcdCopy* copy) {
+  WatchApplied out;
+  if (!events.is_array()) return out;
+  for (const json& ev : events) {
+    if (!ev.is_object() || !ev.contains("kv")) continue;
+    std::optional<EtcdKv> k = ReadKv(prefix, ev["kv"]);
+    if (!k.has_value()) continue;
+    const std::string key = k->key;
+    const bool del = ev.contains("type") && ev["type"] == "DELETE";
+    auto old = copy->kvs.find(key);
+    out.desired_changed =
+        out.desired_changed || absl::StartsWith(key, "deployments/") ||
+        absl::StartsWith(key, "tenants/") || absl::StartsWith(key, "routes/");
+    if (del) {
+      if (old == copy->kvs.end()) continue;
+      if (absl::StartsWith(key, "events/")) {
+        copy->events.erase(old->second.create_revision);
+      }
+      out.keys_changed = out.keys_changed || absl::StartsWith(key, "keys/") ||
+                         absl::StartsWith(key, "tenants/");
+      copy->kvs.erase(old);
+      continue;
+    }
+    if (absl::StartsWith(key, "events/")) {
+      // A key put again (never by gpusched) replaces its event.
+      if (old != copy->kvs.end()) {
+        copy->events.erase(old->second.create_revision);
+      }
+      if (std::optional<Event> e = ParseEvent(*k)) copy->events[e->id] = *e;
+    }
+    // A key that changed may have been revoked.
+    if (absl::StartsWith(key, "keys/") && old != copy->kvs.end()) {
+      out.keys_changed = true;
+    }
+    copy->kvs[key] = *std::move(k);
+  }
+  return out;
+}
+
+std::optional<KeyRecord> ParseKey(const std::string& id, const EtcdKv& kv) {
+  const json j = json::parse(kv.value, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  KeyRecord k;
+  k.info.key_id = id;
+  if (j.contains("tenant") && j["tenant"].is_string()) {
+    k.info.tenant = j["tenant"].get<std::string>();
+  }
+  if (j.contains("name") && j["name"].is_string()) {
+    k.info.name = j["name"].get<std::string>();
+  }
+  k.info.admin = EtcdBool(j, "admin");
+  k.info.created = EtcdInt(j, "created");
+  if (j.contains("revoked") && !j["revoked"].is_null()) {
+    k.info.revoked = EtcdInt(j, "revoked");
+  }
+  k.salt = UnB64(j, "salt");
+  k.hash = UnB64(j, "hash");
+  if (k.salt.empty() || k.hash.empty()) return std::nullopt;
+  return k;
+}
+
+json KeyValue(const KeyRecord& k) {
+  json j = {{"tenant", k.info.tenant}, {"name", k.info.name},
+            {"admin", k.info.admin},   {"salt", B64(k.salt)},
+            {"hash", B64(k.hash)},     {"created", k.info.created},
+            {"revoked", nullptr}};
+  if (k.info.revoked) j["revoked"] = *k.info.revoked;
+  return j;
+}
+
+}  // namespace gpusched::store
