@@ -12,7 +12,7 @@ CMAKE_ARGS ?=
 
 SOURCES = $(shell git ls-files -co --exclude-standard -- '*.h' '*.cc' 2>/dev/null)
 
-.PHONY: all deps configure build run demo test unit format format-check asan asan-build fuzz fuzz-smoke tsan bench clean
+.PHONY: all deps configure build run demo ha-demo test unit format format-check asan asan-build fuzz fuzz-smoke tsan bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ run: build
 # The simulators on the shipped samples (placement and serving reports).
 demo: build
 	@bash scripts/demo.sh $(BUILD)
+
+# A local HA installation: 3-member etcd, three instances, HAProxy in front,
+# and traffic; kill an instance and watch (docs/ha.md). Ctrl-C stops it all.
+ha-demo: build
+	@bash scripts/ha-demo.sh $(BUILD)
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
