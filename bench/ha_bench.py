@@ -306,8 +306,8 @@ def soak(b, args):
     for i in b.instances:
         _, m = i.call("GET", "/metrics")
         m = m.decode()
-        elected += metric(m, 'gpusched_leader_transitions_total{instance="' + i.name + '",direction="elected"}')
-        lost += metric(m, 'gpusched_leader_transitions_total{instance="' + i.name + '",direction="lost"}')
+        elected += metric(m, 'gpusched_leader_transitions_total{change="elected"}')
+        lost += metric(m, 'gpusched_leader_transitions_total{change="lost"}')
         renew_ok += metric(m, 'gpusched_lease_renewals_total{result="ok"}')
         renew_failed += metric(m, 'gpusched_lease_renewals_total{result="failed"}')
     ev = b.instances[0].json("/api/v1/events?kind=leader.elected&kind=leader.lost&kind=leader.paused&limit=1000")

@@ -27,12 +27,12 @@ HaMetrics::HaMetrics(metrics::Registry* r, store::Store* store,
       {{"gpusched_leader",
         "1 while this instance leads and acts (runs the controller), else 0.",
         metrics::MetricType::kGauge,
-        {"instance"}},
+        {}},
        {"gpusched_leader_transitions_total",
         "Times this instance became the leader (elected) or stopped being it "
         "(lost).",
         metrics::MetricType::kCounter,
-        {"instance", "direction"}},
+        {"change"}},
        {"gpusched_leader_term",
         "The term of the leader this instance knows (the election key's "
         "revision; 0 when none leads).",
@@ -55,10 +55,9 @@ HaMetrics::HaMetrics(metrics::Registry* r, store::Store* store,
       [this, etcd](std::vector<std::vector<metrics::Sample>>* out) {
         const store::Leadership lead = election_->Current();
         const store::ElectionStats s = election_->Stats();
-        const std::string& id = election_->self().id;
-        (*out)[0].push_back({{id}, lead.acting ? 1.0 : 0.0});
-        (*out)[1].push_back({{id, "elected"}, static_cast<double>(s.elected)});
-        (*out)[1].push_back({{id, "lost"}, static_cast<double>(s.lost)});
+        (*out)[0].push_back({{}, lead.acting ? 1.0 : 0.0});
+        (*out)[1].push_back({{"elected"}, static_cast<double>(s.elected)});
+        (*out)[1].push_back({{"lost"}, static_cast<double>(s.lost)});
         const std::optional<store::LeaderInfo> leader = election_->Leader();
         (*out)[2].push_back({{}, leader ? double(leader->term) : 0.0});
         (*out)[3].push_back(

@@ -293,6 +293,8 @@ const allowed = {
            'deadline_infeasible', 'queue_timeout', 'prompt_too_long', 'no_replica', 'tenant_concurrency_limit',
            'unauthenticated', 'forbidden', 'unknown_model', 'unknown_priority', 'bad_deadline'],
   state: ['pending', 'starting', 'ready', 'unhealthy', 'backoff', 'draining', 'external'],
+  change: ['elected', 'lost'],
+  store: ['sqlite', 'etcd'],
 };
 let series = 0;
 for (const f of families) {
