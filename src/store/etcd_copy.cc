@@ -2,6 +2,7 @@
 // make of it, and the values' JSON (etcd_store_internal.h). Everything here
 // reads what etcd sent without trusting it (fuzz/etcd_watch_fuzz.cc).
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,38 @@ std::optional<EtcdKv> ReadKv(const std::string& prefix, const json& kv) {
   return k;
 }
 
+// Takes events/ key `key` (create revision `rev`) out of the event index;
+// another key of that revision, if any, gives the index its event.
+void Unindex(EtcdCopy* copy, int64_t rev, const std::string& key) {
+  auto it = copy->event_keys.find(rev);
+  if (it == copy->event_keys.end() || it->second.erase(key) == 0) return;
+  if (it->second.empty()) {
+    copy->event_keys.erase(it);
+    copy->events.erase(rev);
+    return;
+  }
+  // The other keys parsed when they came, and their values have not changed.
+  copy->events[rev] = *ParseEvent(copy->kvs.at(*it->second.rbegin()));
+}
+
+// Stores `k` in `copy`. A key put again (never by gpusched; a range answer
+// that names a key twice) replaces its event in the index.
+void Put(EtcdKv k, EtcdCopy* copy) {
+  if (absl::StartsWith(k.key, "events/")) {
+    auto old = copy->kvs.find(k.key);
+    if (old != copy->kvs.end()) {
+      Unindex(copy, old->second.create_revision, k.key);
+    }
+    if (std::optional<Event> e = ParseEvent(k)) {
+      std::set<std::string>& keys = copy->event_keys[e->id];
+      keys.insert(k.key);
+      if (*keys.rbegin() == k.key) copy->events[e->id] = *std::move(e);
+    }
+  }
+  std::string key = k.key;
+  copy->kvs[key] = std::move(k);
+}
+
 }  // namespace
 
 EtcdCopy CopyFromRange(const std::string& prefix, const json& range) {
@@ -36,12 +69,7 @@ EtcdCopy CopyFromRange(const std::string& prefix, const json& range) {
   }
   for (const json& kv : range["kvs"]) {
     std::optional<EtcdKv> k = ReadKv(prefix, kv);
-    if (!k.has_value()) continue;
-    if (absl::StartsWith(k->key, "events/")) {
-      if (std::optional<Event> e = ParseEvent(*k)) out.events[e->id] = *e;
-    }
-    std::string key = k->key;
-    out.kvs[key] = *std::move(k);
+    if (k.has_value()) Put(*std::move(k), &out);
   }
   return out;
 }
@@ -63,25 +91,18 @@ WatchApplied ApplyWatchEvents(const std::string& prefix, const json& events,
     if (del) {
       if (old == copy->kvs.end()) continue;
       if (absl::StartsWith(key, "events/")) {
-        copy->events.erase(old->second.create_revision);
+        Unindex(copy, old->second.create_revision, key);
       }
       out.keys_changed = out.keys_changed || absl::StartsWith(key, "keys/") ||
                          absl::StartsWith(key, "tenants/");
       copy->kvs.erase(old);
       continue;
     }
-    if (absl::StartsWith(key, "events/")) {
-      // A key put again (never by gpusched) replaces its event.
-      if (old != copy->kvs.end()) {
-        copy->events.erase(old->second.create_revision);
-      }
-      if (std::optional<Event> e = ParseEvent(*k)) copy->events[e->id] = *e;
-    }
     // A key that changed may have been revoked.
     if (absl::StartsWith(key, "keys/") && old != copy->kvs.end()) {
       out.keys_changed = true;
     }
-    copy->kvs[key] = *std::move(k);
+    Put(*std::move(k), copy);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "nlohmann/json.hpp"
@@ -21,6 +22,10 @@ using json = nlohmann::json;
 struct EtcdCopy {
   std::map<std::string, EtcdKv> kvs;  // by key relative to the prefix
   std::map<int64_t, Event> events;    // by id (create revision)
+  // The events/ keys that parse, by create revision: etcd gives two keys
+  // one create revision only when one transaction made both, and the index
+  // then holds the event of the greatest key while any is left.
+  std::map<int64_t, std::set<std::string>> event_keys;
 };
 
 // etcd's default --max-txn-ops.

@@ -243,16 +243,14 @@ absl::StatusOr<int64_t> EtcdStore::PruneEvents(int64_t max_rows,
     // By id, newest first: the first max_rows stay (when bounded by count),
     // and any older than `older_than` go.
     int64_t kept = 0;
-    std::map<int64_t, std::string> key_of;
-    for (const auto& [key, kv] : copy_->kvs) {
-      if (absl::StartsWith(key, "events/")) key_of[kv.create_revision] = key;
-    }
     for (auto it = copy_->events.rbegin(); it != copy_->events.rend(); ++it) {
       const bool too_old = it->second.time < older_than;
       const bool too_many = max_rows >= 0 && kept >= max_rows;
       if (too_old || too_many) {
-        auto k = key_of.find(it->first);
-        if (k != key_of.end()) doomed.push_back(k->second);
+        auto k = copy_->event_keys.find(it->first);
+        if (k != copy_->event_keys.end()) {
+          doomed.insert(doomed.end(), k->second.begin(), k->second.end());
+        }
       } else {
         ++kept;
       }
