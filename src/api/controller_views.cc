@@ -21,6 +21,7 @@ struct Controller::ReplicaView {
   std::string name, deployment, state, endpoint, message, node;
   bool ready = false;  // serves: gpusched's probe and the manager agree
   int pid = 0;
+  int metrics_port = 0;  // 0: the endpoint's
   int restarts = 0;
   Micros started_wall = 0;
   std::vector<inventory::GpuShare> shares;
@@ -50,6 +51,7 @@ Controller::ReplicaView Controller::ViewOf(const Deployment& d,
   v.ready = row.ready();
   if (r.endpoint.port) v.endpoint = net::EndpointKey(r.endpoint);
   v.pid = r.pid;
+  v.metrics_port = r.metrics_port;
   if (row.core) {
     v.restarts = row.core->restarts;
     v.message = row.core->message;
@@ -89,6 +91,7 @@ json Controller::ReplicaJson(const ReplicaView& v) {
             {"restarts", v.restarts}, {"message", v.message},
             {"node", v.node}};
   if (v.started_wall) j["startedAt"] = IsoTime(v.started_wall);
+  if (v.metrics_port != 0) j["metricsPort"] = v.metrics_port;
   json gpus = json::array(), shares = json::array();
   for (const inventory::GpuShare& g : v.shares) {
     gpus.push_back(g.gpu);

@@ -61,6 +61,7 @@ class Parser : public SpecReader {
                "tls",
                "health_check_period_ms",
                "drain_grace_s",
+               "drain_delay_s",
                "swap_min_idle_s",
                "max_launches_per_pass",
                "launch_interval_ms",
@@ -148,6 +149,9 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["drain_grace_s"]) {
       Number(n, "drain_grace_s", 0, false, &cfg.drain_grace_s);
+    }
+    if (const YAML::Node n = root["drain_delay_s"]) {
+      Bounded(n, "drain_delay_s", 0, 600, &cfg.drain_delay_s);
     }
     if (const YAML::Node n = root["gpu_prices"]; n && Map(n, "gpu_prices")) {
       for (const auto& kv : n) {

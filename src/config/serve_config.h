@@ -48,6 +48,10 @@
 //   tls: {cert: PATH, key: PATH}  # both or neither; default none (plain HTTP)
 //   health_check_period_ms: 5000  # engine readiness probes, > 0
 //   drain_grace_s: 30             # on SIGTERM, wait this long for requests
+//   drain_delay_s: 0              # on SIGTERM, fail /readyz but keep
+//                                 #   accepting this long first (a load
+//                                 #   balancer's or Kubernetes' time to see
+//                                 #   it), then drain
 //   swap_min_idle_s: 0            # an idle replica is swapped out for
 //                                 #   another model only after this long
 //                                 #   without a request (docs/autoscaling.md)
@@ -238,6 +242,7 @@ struct ServeConfig {
   TlsFiles tls;
   int64_t health_check_period_ms = 5000;
   double drain_grace_s = 30;
+  double drain_delay_s = 0;
   double swap_min_idle_s = 0;
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;

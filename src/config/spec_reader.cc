@@ -271,7 +271,7 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
       if (Map(r, p)) {
         CheckKeys(r, p,
                   {"policy", "loadBoundEpsilon", "affinityBlocks",
-                   "sessionFallback"});
+                   "sessionFallback", "prefixBlockChars"});
         if (const YAML::Node n = r["policy"]) {
           String(n, Join(p, "policy"), &d->router.policy);
         }
@@ -284,6 +284,10 @@ void SpecReader::ReadDeployment(const YAML::Node& spec, const YAML::Node& at,
         }
         if (const YAML::Node n = r["sessionFallback"]) {
           String(n, Join(p, "sessionFallback"), &d->router.session_fallback);
+        }
+        if (const YAML::Node n = r["prefixBlockChars"]) {
+          Int(n, Join(p, "prefixBlockChars"), 8, 65536,
+              &d->router.prefix_block_chars);
         }
       }
     }

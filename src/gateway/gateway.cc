@@ -276,7 +276,8 @@ void Gateway::SyncReplicas(serving::ModelId id, const Model& m) {
     }
     const serving::ReplicaId r = next_replica_++;
     dispatcher_->AddReplica(id, r, m.config.max_ongoing_requests,
-                            m.config.kv_budget_tokens);
+                            m.config.kv_budget_tokens,
+                            serving::StickyHash(key));
     endpoints_[r] = {ep, key};
     keep[key] = r;
   }
@@ -424,7 +425,36 @@ DeploymentLoad Gateway::Load(const std::string& name) {
   };
   add(m.current);
   for (serving::ModelId r : m.retired) add(r);
+  if (m.ready.empty() && load.queued > 0) {
+    load.held = load.queued;
+    load.held_since = m.held_since;
+  }
   return load;
+}
+
+std::map<std::string, runtime::TenantUsage> Gateway::TenantUsages() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, runtime::TenantUsage> out;
+  for (const auto& [name, t] : tenants_) {
+    if (t.deleted || t.id >= usage_.size()) continue;
+    const runtime::TenantUsage& u = usage_[t.id];
+    if (u.requests > 0) out[name] = u;
+  }
+  return out;
+}
+
+void Gateway::SetTenantShares(
+    const std::map<std::string, serving::TenantShare>& shares) {
+  absl::MutexLock lock(&mu_);
+  const Micros now = NowMicros();
+  for (auto& [name, t] : tenants_) {
+    auto it = shares.find(name);
+    const serving::TenantShare share =
+        it == shares.end() ? serving::TenantShare{} : it->second;
+    if (share == t.share) continue;
+    t.share = share;
+    dispatcher_->SetTenantShare(t.id, share, now);
+  }
 }
 
 int64_t Gateway::InFlightOn(const net::Endpoint& ep) {

@@ -180,6 +180,9 @@ class Gateway : public runtime::DataPlane {
                         const serving::EngineLoad& load) override;
 
   DeploymentLoad Load(const std::string& name) override;
+  std::map<std::string, runtime::TenantUsage> TenantUsages() override;
+  void SetTenantShares(
+      const std::map<std::string, serving::TenantShare>& shares) override;
   // Recent per-deployment and per-tenant request statistics
   // (GET /api/v1/stats); thread-safe.
   const GatewayStats& stats() const { return stats_; }
@@ -216,6 +219,9 @@ class Gateway : public runtime::DataPlane {
     bool held = false;  // arrived while the deployment had no ready replica
     // Streamed OpenAI requests: what was sent, to migrate the stream.
     std::shared_ptr<StreamResume> resume;
+    // The prompt's block hashes request.prefix_blocks points into (a heap
+    // buffer: the Pending may move).
+    std::shared_ptr<const std::vector<uint64_t>> blocks;
   };
   struct Queue {  // one dispatcher deployment
     serving::ModelId id = 0;
@@ -230,6 +236,8 @@ class Gateway : public runtime::DataPlane {
     bool deleted = false;
     // Metric cells by tenant id * classes + class, made at first use.
     std::vector<GatewayMetrics::RequestCells*> cells;
+    // When the first request now held (no ready replica) arrived.
+    Micros held_since = 0;
   };
   struct Route {
     GatewayRoute config;
@@ -248,6 +256,7 @@ class Gateway : public runtime::DataPlane {
     std::shared_ptr<const GatewayTenant> config;  // replaced, never mutated
     serving::TenantId id = 0;
     bool deleted = false;
+    serving::TenantShare share;  // of its limits (SetTenantShares)
   };
 
   // A dispatched request, ready to proxy (without mu_).
@@ -310,7 +319,7 @@ class Gateway : public runtime::DataPlane {
   void Submit(Protocol protocol, net::HttpRequest& req,
               std::shared_ptr<net::Responder> r, const std::string& model,
               std::string engine_target, bool stream, int64_t max_tokens,
-              const Tenant& tenant);
+              const Tenant& tenant, std::string_view prompt = {});
   void HandleKServe(net::HttpRequest& req, std::shared_ptr<net::Responder> r,
                     const std::string& target);
   // The tenant behind the request's key, or answers 401/403 and nullopt.
@@ -388,6 +397,8 @@ class Gateway : public runtime::DataPlane {
   std::vector<serving::Assignment> assigned_
       ABSL_GUARDED_BY(mu_);  // scratch for Dispatch
   DemandSink demand_sink_ ABSL_GUARDED_BY(mu_);
+  // By tenant id: what reached admission (TenantUsages).
+  std::vector<runtime::TenantUsage> usage_ ABSL_GUARDED_BY(mu_);
 
   void NoteRejection(const std::string& deployment, const std::string& tenant,
                      serving::RejectReason reason);

@@ -18,6 +18,7 @@
 #include "gateway/kserve.h"
 #include "gateway/protocol.h"
 #include "nlohmann/json.hpp"
+#include "serving/prompt_blocks.h"
 
 namespace gpusched::gateway {
 
@@ -224,7 +225,7 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     if ((*choice)->cell) (*choice)->cell->Add();
   }
   Submit(Protocol::kOpenAi, req, std::move(r), model, target,
-         f.stream.value_or(false), max_tokens, *tenant);
+         f.stream.value_or(false), max_tokens, *tenant, f.prompt);
 }
 
 void Gateway::Shadow(Protocol protocol, const net::HttpRequest& req,
@@ -391,7 +392,8 @@ void Gateway::HandleKServe(net::HttpRequest& req,
 void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
                      std::shared_ptr<net::Responder> r,
                      const std::string& model, std::string engine_target,
-                     bool stream, int64_t max_tokens, const Tenant& tenant) {
+                     bool stream, int64_t max_tokens, const Tenant& tenant,
+                     std::string_view prompt) {
   const Micros now = NowMicros();
   serving::Request sr;
   sr.arrival = now;
@@ -460,10 +462,25 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
       Model& m = models_.at(model);
       sr.model = m.current;
       p.cells = CellsFor(m, tenant, sr.priority);
+      // Prefix routing: the prompt's block hashes (serving/prompt_blocks.h).
+      const serving::RouterConfig& rc = m.config.spec.router;
+      if (!prompt.empty() && (rc.policy == "prefix-affinity" ||
+                              (rc.policy == "session-affinity" &&
+                               rc.session_fallback == "prefix-affinity"))) {
+        auto blocks = std::make_shared<std::vector<uint64_t>>();
+        serving::PromptBlockHashes(prompt, rc.prefix_block_chars,
+                                   blocks.get());
+        sr.prefix_blocks = *blocks;
+        p.blocks = std::move(blocks);
+      }
       // No ready replica: the request is held until one is (scale from
       // zero), within the deployment's hold bound.
       const bool cold = m.ready.empty();
       const int64_t held = cold ? Queued(m) : 0;
+      if (usage_.size() <= tenant.id) usage_.resize(tenant.id + 1);
+      ++usage_[tenant.id].requests;
+      usage_[tenant.id].tokens +=
+          static_cast<int64_t>(sr.input_tokens) + std::max(0, sr.max_output_tokens);
       if (cold && m.config.max_held > 0 && held >= m.config.max_held) {
         hold_limit = m.config.max_held;
         v.reason = RejectReason::kNoReplica;
@@ -477,7 +494,10 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
       if (v.admitted()) {
         if (cold) {
           GatewayMetrics::Held(p.cells);
-          if (held == 0) demand = demand_sink_;
+          if (held == 0) {
+            demand = demand_sink_;
+            m.held_since = now;
+          }
         }
         pending_.emplace(sr.id, std::move(p));
         DispatchLocked(&jobs);

@@ -35,21 +35,27 @@ class OpenAiScan : public json::json_sax_t {
   bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, nullptr); }
   bool start_object(std::size_t) override {
     if (depth_ == 0) out_->object = true;
-    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    if (depth_ == 1) {
+      capture_ = PromptKey();
+      Field(Kind::kOther, 0, nullptr);
+    }
     ++depth_;
     return true;
   }
   bool end_object() override {
-    --depth_;
+    if (--depth_ == 1) capture_ = false;
     return true;
   }
   bool start_array(std::size_t) override {
-    if (depth_ == 1) Field(Kind::kOther, 0, nullptr);
+    if (depth_ == 1) {
+      capture_ = PromptKey();
+      Field(Kind::kOther, 0, nullptr);
+    }
     ++depth_;
     return true;
   }
   bool end_array() override {
-    --depth_;
+    if (--depth_ == 1) capture_ = false;
     return true;
   }
   bool key(string_t& k) override {
@@ -65,8 +71,26 @@ class OpenAiScan : public json::json_sax_t {
  private:
   enum class Kind { kNull, kBool, kInt, kString, kOther };
   bool Scalar(Kind kind, int64_t v, string_t* s) {
-    if (depth_ == 1) Field(kind, v, s);
+    if (depth_ == 1) {
+      if (kind == Kind::kString && PromptKey()) Capture(*s);
+      Field(kind, v, s);
+    } else if (capture_) {
+      if (kind == Kind::kString) {
+        Capture(*s);
+      } else if (kind == Kind::kInt) {
+        Capture(std::to_string(v));  // a prompt of token ids
+      }
+    }
     return true;
+  }
+  bool PromptKey() const {
+    return key_ == "prompt" || key_ == "messages" || key_ == "input";
+  }
+  void Capture(const std::string& text) {
+    std::string& p = out_->prompt;
+    if (p.size() >= kMaxPromptText) return;
+    p.append(text, 0, std::min(text.size(), kMaxPromptText - p.size()));
+    if (p.size() < kMaxPromptText) p.push_back('\x1f');
   }
   void Field(Kind kind, int64_t v, string_t* s) {
     if (key_ == "model") {
@@ -93,6 +117,7 @@ class OpenAiScan : public json::json_sax_t {
   }
   OpenAiFields* out_;
   int depth_ = 0;
+  bool capture_ = false;  // inside prompt, messages or input
   std::string key_;
 };
 

@@ -44,7 +44,12 @@ struct OpenAiFields {
   std::optional<std::string> user;
   // max_tokens, max_completion_tokens: value, or -1 when of a wrong type.
   std::optional<int64_t> max_tokens[2];
+  // The prompt's text for prefix routing: every string and number under
+  // `prompt`, `messages` (roles and contents) and `input`, in order, each
+  // followed by a separator byte, cut at kMaxPromptText bytes.
+  std::string prompt;
 };
+inline constexpr size_t kMaxPromptText = 64 << 10;
 
 // Scans `body` into `out`; false when it is not one JSON value.
 bool ScanOpenAi(const std::string& body, OpenAiFields* out);

@@ -28,5 +28,35 @@ TEST(UsageTokensTest, ACountBeyondInt32IsNoCount) {
             -1);
 }
 
+TEST(ScanOpenAiTest, KeepsThePromptTextForPrefixRouting) {
+  OpenAiFields chat;
+  ASSERT_TRUE(ScanOpenAi(
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},)"
+      R"({"role":"user","content":[{"type":"text","text":"hi"}]}],)"
+      R"("temperature":0.5})",
+      &chat));
+  EXPECT_EQ(chat.model, "m");
+  EXPECT_EQ(chat.prompt, "system\x1f" "be brief\x1f" "user\x1f" "text\x1f" "hi\x1f");
+  // Where the fields come does not matter.
+  OpenAiFields late;
+  ASSERT_TRUE(ScanOpenAi(
+      R"({"stream":true,"messages":[{"role":"system","content":"be brief"},)"
+      R"({"role":"user","content":[{"type":"text","text":"hi"}]}],"model":"m"})",
+      &late));
+  EXPECT_EQ(late.prompt, chat.prompt);
+  OpenAiFields completion;
+  ASSERT_TRUE(ScanOpenAi(R"({"model":"m","prompt":"once upon","user":"u"})",
+                         &completion));
+  EXPECT_EQ(completion.prompt, "once upon\x1f");
+  OpenAiFields tokens;
+  ASSERT_TRUE(ScanOpenAi(R"({"model":"m","prompt":[1,2,3]})", &tokens));
+  EXPECT_EQ(tokens.prompt, "1\x1f" "2\x1f" "3\x1f");
+  // Bounded.
+  OpenAiFields big;
+  const std::string huge(kMaxPromptText * 2, 'x');
+  ASSERT_TRUE(ScanOpenAi("{\"model\":\"m\",\"prompt\":\"" + huge + "\"}", &big));
+  EXPECT_EQ(big.prompt.size(), kMaxPromptText);
+}
+
 }  // namespace
 }  // namespace gpusched::gateway

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -50,6 +51,7 @@ constexpr size_t kControlQueued = 256;
 struct ServeFlags {
   std::string config;
   double drain_s = -1;  // -1: the config's drain_grace_s
+  double drain_delay_s = -1;  // -1: the config's drain_delay_s
   bool wait_ready = true;
   bool stop_replicas_on_exit = false;  // or the config's
   std::string instance_id;             // overrides ha.instance_id
@@ -540,6 +542,14 @@ int RunServe(const ServeFlags& flags) {
   sigwait(&signals, &sig);
   std::fprintf(stderr, "gpusched serve: signal %d, draining\n", sig);
   draining.store(true);
+  // /readyz fails from now on; new connections are still taken for the
+  // delay, the time a load balancer takes to see it (docs/ha.md).
+  const double delay =
+      flags.drain_delay_s >= 0 ? flags.drain_delay_s : cfg->drain_delay_s;
+  if (delay > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<int64_t>(delay * 1000)));
+  }
   const double drain = flags.drain_s >= 0 ? flags.drain_s : cfg->drain_grace_s;
   (*server)->Shutdown(
       std::chrono::milliseconds(static_cast<int64_t>(drain * 1000)));
@@ -569,6 +579,11 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--drain-seconds", flags->drain_s,
                   "on SIGTERM, how long in-flight requests may finish "
                   "(default: the config's drain_grace_s)");
+  cmd->add_option("--drain-delay-seconds", flags->drain_delay_s,
+                  "on SIGTERM, fail /readyz but keep taking requests this "
+                  "long before draining (default: the config's "
+                  "drain_delay_s)")
+      ->check(CLI::Range(0.0, 600.0));
   cmd->add_option("--instance-id", flags->instance_id,
                   "this instance's id among those sharing etcd (default: the "
                   "config's ha.instance_id, else <hostname>-<port>)");

@@ -340,6 +340,9 @@ void Controller::OnDemand(const std::string& deployment, Micros arrival) {
     if (it == deployments_.end()) return;
     (void)scaling_.Held(deployment, arrival);
     dirty_ = true;
+    // Other instances (the leader) learn of it from our next document:
+    // now, not at the next period.
+    load_urgent_.store(true);
   }
 }
 
@@ -472,6 +475,7 @@ void Controller::Loop() {
     const bool act = leading_ && !paused_;
     mu_.Unlock();
     gateway_->Tick();
+    PublishLoad(Now());
     std::optional<std::vector<backends::DiscoveredGpu>> gpus;
     if (act) {
       {
@@ -656,7 +660,10 @@ void Controller::ReconcileDeployment(Deployment& d, Micros now) {
   // deleted deployment still serving its queue).
   int desired = d.spec.endpoints.empty() ? ReplicaTarget(d) : 0;
   if (d.deleting) {
-    const bool queued = gateway_->Load(d.spec.name).queued > 0;
+    const bool queued =
+        gateway_->Load(d.spec.name).queued +
+            OthersLoad(d.spec.name, now, /*consume=*/false).queued >
+        0;
     desired = queued && now < d.delete_deadline ? -1 : 0;
   }
   d.life.SetDesired(desired);
@@ -800,14 +807,22 @@ void Controller::Autoscale(Micros now) {
   for (auto& [name, d] : deployments_) {
     if (!scaling_.has(name)) continue;
     const runtime::ServingLoad load = gateway_->Load(name);
+    // With other instances serving too: their loads, from their documents.
+    DeploymentLoadDoc others =
+        OthersLoad(name, now, /*consume=*/scaling_.WantsTtft(name));
     control::ScalingLoad l;
-    l.in_flight = load.in_flight;
-    l.queued = load.queued;
+    l.in_flight = load.in_flight + others.in_flight;
+    l.queued = load.queued + others.queued;
+    if (others.held > 0) {
+      (void)scaling_.Held(name, now - others.held_ms * kMicrosPerMilli);
+    }
     // The SLO policy's samples: TTFTs of requests finished since the last
     // observation (the gateway's clock is the same steady clock).
     if (scaling_.WantsTtft(name)) {
       l.ttft_samples_s = gateway_->TtftSince(name, d.ttft_seen);
       d.ttft_seen = now;
+      l.ttft_samples_s.insert(l.ttft_samples_s.end(), others.ttft_s.begin(),
+                              others.ttft_s.end());
     }
     scaling_.Observe(name, now, std::move(l), d.life);
   }

@@ -74,6 +74,7 @@
 #include "runtime/engine_launch.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_template.h"
+#include "runtime/instance_load.h"
 #include "runtime/real_clock.h"
 #include "store/election.h"
 #include "store/store.h"
@@ -133,6 +134,9 @@ struct ControllerOptions {
   // With a shared store: how often the leader publishes what changed of
   // its views for the other instances.
   Micros status_period = 250 * kMicrosPerMilli;
+  // With a shared store: how often each instance publishes its data
+  // plane's load and tenants' demand (runtime/instance_load.h).
+  Micros load_period = 500 * kMicrosPerMilli;
   // The event log's bounds, applied by the leader once a minute: at most
   // this many events, none older than this (0: no age bound).
   int64_t max_events = 100000;
@@ -311,6 +315,9 @@ class Controller {
     control::ReplicaSet life;
     std::map<std::string, Replica> procs;
     std::vector<Replica> external;
+    // A follower's: the leader's ready replicas, whose engines it scrapes
+    // for its own routers (named by endpoint).
+    std::vector<Replica> followed;
     std::vector<std::string> pushed;  // ready endpoints the gateway has
     std::optional<ColdStart> cold;
     Micros ttft_seen = 0;  // slo policy: TTFT samples taken up to here
@@ -513,6 +520,22 @@ class Controller {
   void PublishStatus(Micros now) ABSL_LOCKS_EXCLUDED(mu_);
   // The leader's bound on the event log, once a minute (without mu_).
   void PruneEvents(Micros now) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Every instance's load (controller_load.cc) ---
+  // Publishes this instance's load and demand (every load_period, or at
+  // once after a request was held at zero replicas), then takes its
+  // shares of the tenants' limits from every instance's; by the loop,
+  // without mu_.
+  void PublishLoad(Micros now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The instances' documents again if the store changed since the last
+  // read.
+  void RefreshLoads(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loads_mu_);
+  // The other instances' load of `deployment`, from documents renewed in
+  // the last few seconds; `consume`: with the TTFT samples not taken yet
+  // (the leader's autoscaler takes each once).
+  DeploymentLoadDoc OthersLoad(const std::string& deployment, Micros now,
+                               bool consume)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_LOCKS_EXCLUDED(loads_mu_);
   // The fence of this instance's own writes while it leads (null else).
   const store::Fence* FenceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return leading_ ? &fence_ : nullptr;
@@ -628,6 +651,30 @@ class Controller {
   std::map<std::string, std::string> published_;
   Micros next_publish_ = 0;
   Micros next_prune_ = 0;
+
+  // Every live instance's load document (this one's too), as read from the
+  // store: parsed, when its seq last changed here (steady), and up to
+  // which seq the leader took its TTFT samples.
+  struct PeerLoad {
+    std::string raw;
+    InstanceLoad load;
+    Micros renewed = 0;
+    std::map<std::string, int64_t> ttft_taken;  // by deployment
+  };
+  absl::Mutex loads_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<std::string, PeerLoad> loads_ ABSL_GUARDED_BY(loads_mu_);
+  int64_t loads_revision_ ABSL_GUARDED_BY(loads_mu_) = -1;
+  // A request was held at zero replicas: publish now.
+  std::atomic<bool> load_urgent_{false};
+  // The loop thread's: the next document's seq and time, TTFTs published
+  // up to (per deployment), the tenants' usage counters at the last
+  // document and their smoothed rates.
+  int64_t load_seq_ = 0;
+  Micros next_load_ = 0;
+  std::map<std::string, Micros> ttft_published_;
+  std::map<std::string, TenantUsage> usage_last_;
+  Micros usage_at_ = 0;
+  std::map<std::string, TenantDemand> demand_;
 };
 
 }  // namespace gpusched::runtime

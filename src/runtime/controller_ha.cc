@@ -68,6 +68,8 @@ void Controller::Promote(const store::Leadership& lead,
   leading_ = true;
   paused_ = false;
   fence_ = lead.fence;
+  // The leader scrapes the engines of its own replicas.
+  for (auto& [name, d] : deployments_) d.followed.clear();
   {
     absl::MutexLock l(&fence_mu_);
     event_fence_ = lead.fence;
@@ -260,6 +262,15 @@ void Controller::FollowerPass() {
     }
   }
   if (!store_->shared()) return;
+  // Its routers read the engines' own load signals, as the leader's do.
+  const Micros now = Now();
+  for (auto& [name, d] : deployments_) {
+    for (Replica& r : d.followed) {
+      if (!r.scraping && now >= r.next_scrape && options_.metrics_period > 0) {
+        Scrape(d, r, now);
+      }
+    }
+  }
   // Its gateway serves too: the replicas the leader says are ready, and
   // the routes' weights as the leader's rollouts set them (read when the
   // store changed).
@@ -277,6 +288,7 @@ void Controller::FollowerPass() {
     if (!p.is_object() || !p.contains("status")) continue;
     std::vector<net::Endpoint> ready;
     std::vector<std::string> keys;
+    std::vector<Replica> followed;
     for (const json& r : p["status"].value("replicaStatus", json::array())) {
       const std::string ep = r.value("endpoint", "");
       const size_t colon = ep.rfind(':');
@@ -288,7 +300,20 @@ void Controller::FollowerPass() {
       }
       ready.push_back({ep.substr(0, colon), static_cast<uint16_t>(port)});
       keys.push_back(ep);
+      Replica f;
+      f.name = ep;
+      f.endpoint = ready.back();
+      const int metrics_port = r.value("metricsPort", 0);
+      if (metrics_port > 0 && metrics_port <= 65535) {
+        f.metrics_port = static_cast<uint16_t>(metrics_port);
+      }
+      // Kept as it was: a scrape in flight, the next one due.
+      for (Replica& old : d.followed) {
+        if (old.name == f.name) f = old;
+      }
+      followed.push_back(std::move(f));
     }
+    d.followed = std::move(followed);
     if (keys == d.pushed) continue;
     d.pushed = keys;
     gateway_->SetReplicas(name, ready);

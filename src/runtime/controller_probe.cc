@@ -77,6 +77,9 @@ void Controller::Scrape(Deployment& d, Replica& r, Micros now) {
     for (Replica& e : d.external) {
       if (e.name == replica) r = &e;
     }
+    for (Replica& f : d.followed) {
+      if (f.name == replica) r = &f;
+    }
     if (r == nullptr) return;
     r->scraping = false;
     r->signals = s;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,18 @@ struct ServingLoad {
   int64_t queued = 0;     // waiting in the data plane (held or queued)
   int64_t in_flight = 0;  // dispatched to replicas, not finished
   int replicas = 0;       // ready replicas it routes to
+  // Of `queued`, held for want of a ready replica, and since when (steady
+  // clock; 0 when none is held).
+  int64_t held = 0;
+  Micros held_since = 0;
+};
+
+// What one tenant asked of this data plane since it started: requests
+// that reached admission (admitted or not) and the tokens they asked for
+// (input + max output). Counters: the driver takes rates from differences.
+struct TenantUsage {
+  int64_t requests = 0;
+  int64_t tokens = 0;
 };
 
 class DataPlane {
@@ -77,6 +90,13 @@ class DataPlane {
                                   const std::vector<int>& weights) = 0;
   // Requests for the name are refused from now on.
   virtual void RemoveRoute(const std::string& name) = 0;
+
+  // By tenant name (tenants that sent nothing may be left out).
+  virtual std::map<std::string, TenantUsage> TenantUsages() = 0;
+  // This data plane's shares of tenants' limits when several serve them
+  // (serving::TenantShare); a tenant left out has all of its limits here.
+  virtual void SetTenantShares(
+      const std::map<std::string, serving::TenantShare>& shares) = 0;
 
   // Expires queued requests past their timeout; called every pass.
   virtual void Tick() = 0;

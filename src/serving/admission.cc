@@ -43,6 +43,23 @@ void TokenBucket::Refill(Micros now) {
   }
 }
 
+void TokenBucket::Reconfigure(double rate_per_second, double burst,
+                              Micros now) {
+  if (rate_per_second <= 0) {
+    *this = TokenBucket();
+    return;
+  }
+  if (unlimited()) {
+    *this = TokenBucket(rate_per_second, burst);
+    last_ = now;
+    return;
+  }
+  Refill(now);
+  rate_ = rate_per_second;
+  burst_ = burst;
+  level_ = std::min(level_, burst_);
+}
+
 bool TokenBucket::TryTake(double n, Micros now) {
   if (unlimited()) return true;
   Refill(now);
@@ -104,14 +121,35 @@ void Admission::SetTenantLimits(TenantId tenant, const TenantLimits& l,
                                 Micros now) {
   TenantState& s = State(tenant);
   s.limits = l;
-  auto bucket = [&](double per_minute) {
-    if (per_minute <= 0) return TokenBucket();
-    TokenBucket b(per_minute / 60.0, per_minute * l.burst_minutes);
-    b.level(now);  // anchor the refill clock at `now`
-    return b;
+  Reconfigure(s, now);
+}
+
+void Admission::SetTenantShare(TenantId tenant, const TenantShare& share,
+                               Micros now) {
+  TenantState& s = State(tenant);
+  s.share = share;
+  s.share.rate = std::clamp(share.rate, 0.0, 1.0);
+  Reconfigure(s, now);
+}
+
+void Admission::Reconfigure(TenantState& s, Micros now) {
+  const TenantLimits& l = s.limits;
+  auto set = [&](TokenBucket& b, double per_minute) {
+    // A share of 0 still refills (slowly): 1e-9 of the rate, never
+    // "unlimited".
+    const double rate =
+        per_minute / 60.0 * std::max(s.share.rate, 1e-9);
+    b.Reconfigure(per_minute > 0 ? rate : 0,
+                  per_minute * l.burst_minutes * s.share.rate, now);
   };
-  s.requests = bucket(l.requests_per_minute);
-  s.tokens = bucket(l.tokens_per_minute);
+  set(s.requests, l.requests_per_minute);
+  set(s.tokens, l.tokens_per_minute);
+}
+
+int64_t Admission::Bound(int64_t limit, int64_t share) {
+  if (limit <= 0) return 0;  // unbounded
+  if (share < 0) return limit;
+  return share == 0 ? -1 : std::min(limit, share);
 }
 
 Verdict Admission::Admit(const Request& r, const QueueOutlook& outlook,
@@ -130,10 +168,12 @@ Verdict Admission::Admit(const Request& r, const QueueOutlook& outlook,
   if (outlook.model_queue_limit > 0 &&
       outlook.model_queued >= outlook.model_queue_limit) {
     v = {RejectReason::kModelQueueFull, outlook.predicted_drain};
-  } else if (s.limits.max_queued > 0 && s.queued >= s.limits.max_queued) {
+  } else if (const int64_t q = Bound(s.limits.max_queued, s.share.max_queued);
+             q != 0 && s.queued >= std::max<int64_t>(0, q)) {
     v = {RejectReason::kTenantQueueFull, outlook.predicted_drain};
-  } else if (s.limits.max_concurrency > 0 &&
-             s.active >= s.limits.max_concurrency) {
+  } else if (const int64_t c = Bound(s.limits.max_concurrency,
+                                     s.share.max_concurrency);
+             c != 0 && s.active >= std::max<int64_t>(0, c)) {
     v = {RejectReason::kTenantConcurrency, outlook.predicted_drain};
   } else if (r.deadline != kNever && outlook.predicted_first_token != kNever &&
              outlook.predicted_first_token > r.deadline) {

@@ -52,6 +52,10 @@ class TokenBucket {
   TokenBucket() = default;  // unlimited
   TokenBucket(double rate_per_second, double burst);
   bool unlimited() const { return rate_ <= 0; }
+  // New rate and depth; the level is kept (refilled to `now` at the old
+  // rate first), cut to the new depth: a change never adds tokens. From
+  // unlimited the bucket starts full.
+  void Reconfigure(double rate_per_second, double burst, Micros now);
   // Takes `n` if available; otherwise takes nothing.
   bool TryTake(double n, Micros now);
   // Returns `n` (e.g. an over-estimate), up to the burst.
@@ -85,6 +89,17 @@ struct TenantLimits {
 
 absl::Status ValidateTenantLimits(const TenantLimits& limits);
 
+// This gateway's part of a tenant's limits when several gateways serve it
+// (docs/ha.md, "Tenant limits"): rates and bucket depths are multiplied by
+// `rate`; the concurrency and queue bounds are replaced by whole slots
+// (0: none here; -1: the whole limit).
+struct TenantShare {
+  double rate = 1.0;  // in [0, 1]
+  int64_t max_concurrency = -1;
+  int64_t max_queued = -1;
+  bool operator==(const TenantShare&) const = default;
+};
+
 // What the dispatcher knows about the request's queue at arrival.
 struct QueueOutlook {
   int64_t model_queued = 0;
@@ -99,7 +114,10 @@ struct QueueOutlook {
 class Admission {
  public:
   // `limits` must be valid (ValidateTenantLimits).
+  // Changing limits keeps what the buckets hold (TokenBucket::Reconfigure).
   void SetTenantLimits(TenantId tenant, const TenantLimits& limits, Micros now);
+  // This gateway's share of the tenant's limits (default: all of them).
+  void SetTenantShare(TenantId tenant, const TenantShare& share, Micros now);
 
   Verdict Admit(const Request& r, const QueueOutlook& outlook, Micros now);
 
@@ -121,12 +139,17 @@ class Admission {
  private:
   struct TenantState {
     TenantLimits limits;
+    TenantShare share;
     TokenBucket requests;
     TokenBucket tokens;
     int64_t queued = 0;
     int64_t active = 0;  // admitted, not yet finished
   };
   TenantState& State(TenantId t);
+  // The buckets for s.limits and s.share.
+  static void Reconfigure(TenantState& s, Micros now);
+  // The bounds in force here (0: unbounded, -1: nothing here).
+  static int64_t Bound(int64_t limit, int64_t share);
   std::vector<TenantState> tenants_;
 };
 

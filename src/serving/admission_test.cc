@@ -202,6 +202,59 @@ TEST(AdmissionTest, ConcurrencyCountsUntilFinished) {
   EXPECT_TRUE(a.Admit(r, {}, 0).admitted());
 }
 
+TEST(AdmissionTest, ChangedLimitsKeepWhatTheBucketHolds) {
+  Admission a;
+  a.SetTenantLimits(0, Rpm(60), 0);  // 60 at once, then 1 per second
+  const Request r = Req(0, 1, 1);
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  EXPECT_FALSE(a.Admit(r, {}, 0).admitted());
+  // A new limit does not refill the bucket (a user's edit, or this
+  // gateway's share moving): nothing more until it refills.
+  a.SetTenantLimits(0, Rpm(120), 0);
+  EXPECT_FALSE(a.Admit(r, {}, 0).admitted());
+  // ... at the new rate: 2 per second.
+  EXPECT_TRUE(a.Admit(r, {}, kMicrosPerSecond / 2 + 1).admitted());
+}
+
+TEST(AdmissionTest, ShareScalesRatesAndSlots) {
+  Admission a;
+  TenantLimits l = Rpm(600);
+  l.max_concurrency = 10;
+  l.max_queued = 4;
+  a.SetTenantLimits(0, l, 0);
+  // A quarter of the rate and depth, 3 of the 10 slots, 1 of the 4 queued.
+  a.SetTenantShare(0, {.rate = 0.25, .max_concurrency = 3, .max_queued = 1},
+                   0);
+  const Request r = Req(0, 1, 1);
+  ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  EXPECT_EQ(a.Admit(r, {}, 0).reason, RejectReason::kTenantQueueFull);
+  a.OnDequeued(r);
+  ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  a.OnDequeued(r);
+  ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
+  a.OnDequeued(r);
+  EXPECT_EQ(a.Admit(r, {}, 0).reason, RejectReason::kTenantConcurrency);
+  for (int i = 0; i < 3; ++i) a.OnCompleted(r, 1, 0);
+  // The depth is a quarter of 600: 150 in all at time 0 (3 taken).
+  int admitted = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (a.Admit(r, {}, 0).admitted()) {
+      ++admitted;
+      a.OnDequeued(r);
+      a.OnCompleted(r, 1, 0);
+    }
+  }
+  EXPECT_EQ(admitted, 147);
+  // No slot here: every request is refused for concurrency.
+  a.SetTenantShare(0, {.rate = 0.25, .max_concurrency = 0, .max_queued = -1},
+                   0);
+  EXPECT_EQ(a.Admit(r, {}, 60 * kMicrosPerSecond).reason,
+            RejectReason::kTenantConcurrency);
+  // The whole limit again: the bucket keeps its level, the rate is 10/s.
+  a.SetTenantShare(0, {}, 60 * kMicrosPerSecond);
+  EXPECT_TRUE(a.Admit(r, {}, 60 * kMicrosPerSecond).admitted());
+}
+
 TEST(AdmissionTest, ValidateLimits) {
   TenantLimits l;
   EXPECT_TRUE(ValidateTenantLimits(l).ok());

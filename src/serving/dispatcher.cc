@@ -97,13 +97,15 @@ void Dispatcher::MarkDirty(ModelId model) {
 }
 
 void Dispatcher::AddReplica(ModelId model, ReplicaId replica,
-                            int max_outstanding, int64_t kv_budget_tokens) {
+                            int max_outstanding, int64_t kv_budget_tokens,
+                            uint64_t key) {
   CHECK(model < models_.size());
   CHECK(max_outstanding >= 1);
   Model& m = models_[model];
   CHECK(FindReplica(m, replica) < 0);
   ReplicaLoad load;
   load.id = replica;
+  load.key = key;
   load.max_outstanding = max_outstanding;
   load.kv_budget_tokens = std::max<int64_t>(0, kv_budget_tokens);
   m.replicas.push_back(load);

@@ -83,6 +83,10 @@ class Dispatcher {
   // New weight and limits for an existing tenant (validated like AddTenant).
   absl::Status UpdateTenant(TenantId tenant, const TenantSpec& spec,
                             Micros now);
+  // This gateway's share of the tenant's limits (Admission::SetTenantShare).
+  void SetTenantShare(TenantId tenant, const TenantShare& share, Micros now) {
+    admission_.SetTenantShare(tenant, share, now);
+  }
   int num_deployments() const { return static_cast<int>(models_.size()); }
   int num_tenants() const { return num_tenants_; }
 
@@ -95,9 +99,9 @@ class Dispatcher {
   // KV budget (tokens, 0: none) takes a request only while the requests on
   // it could all grow to full length (input + max_output_tokens) within the
   // budget, or when it is empty; the others wait in the queue rather than
-  // be preempted inside the engine.
+  // be preempted inside the engine. `key`: ReplicaLoad::key.
   void AddReplica(ModelId model, ReplicaId replica, int max_outstanding,
-                  int64_t kv_budget_tokens = 0);
+                  int64_t kv_budget_tokens = 0, uint64_t key = 0);
   // The replica leaves; requests still on it are the caller's to retry.
   void RemoveReplica(ModelId model, ReplicaId replica);
   void UpdateEngineLoad(ModelId model, ReplicaId replica,

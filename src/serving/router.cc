@@ -65,6 +65,11 @@ absl::Status Validate(const RouterConfig& c) {
     return Invalid("virtual_nodes",
                    absl::StrCat("must be in 1..10000, got ", c.virtual_nodes));
   }
+  if (c.prefix_block_chars < 8 || c.prefix_block_chars > 65536) {
+    return Invalid("prefix_block_chars",
+                   absl::StrCat("must be in 8..65536, got ",
+                                c.prefix_block_chars));
+  }
   if (c.session_capacity <= 0) {
     return Invalid("session_capacity",
                    absl::StrCat("must be > 0, got ", c.session_capacity));

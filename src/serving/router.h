@@ -29,6 +29,11 @@ namespace gpusched::serving {
 // What a router may know about one candidate replica.
 struct ReplicaLoad {
   ReplicaId id = 0;
+  // The same for one replica in every gateway (a hash of its endpoint;
+  // ids are each gateway's own): where the routers that hash (prefix- and
+  // session-affinity) place it, so that N gateways agree on a prefix's or
+  // a session's home replica. 0: use the id.
+  uint64_t key = 0;
   int outstanding = 0;      // dispatched by the gateway, not yet completed
   int max_outstanding = 0;  // the concurrency cap (max_ongoing_requests)
   // Engine-reported (or simulated) state; -1 where unknown.
@@ -74,6 +79,10 @@ struct RouterConfig {
   int64_t prefix_index_capacity = 1 << 20;
   // prefix-affinity: points per replica on the consistent-hash ring.
   int virtual_nodes = 100;
+  // prefix-affinity in the gateway: prompt bytes per block hashed
+  // (serving/prompt_blocks.h; the gateway has no tokenizer). The simulator
+  // takes its blocks from the trace.
+  int prefix_block_chars = 64;
   // session-affinity: what to do for requests without a session key.
   std::string session_fallback = "least-outstanding";
   // session-affinity: how many session -> replica pins the router remembers

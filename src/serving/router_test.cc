@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "serving/latency_model.h"
+#include "serving/prompt_blocks.h"
 #include "serving/request.h"
 #include "serving/routers/lru_map.h"
 
@@ -100,6 +101,8 @@ TEST(MakeRouterTest, RejectsBadConfig) {
        "prefix_index_capacity must be > 0"},
       {"virtual nodes", [](RouterConfig& c) { c.virtual_nodes = 0; },
        "virtual_nodes"},
+      {"block size", [](RouterConfig& c) { c.prefix_block_chars = 4; },
+       "prefix_block_chars must be in 8..65536, got 4"},
       {"session capacity", [](RouterConfig& c) { c.session_capacity = -5; },
        "session_capacity must be > 0"},
       {"unknown fallback", [](RouterConfig& c) { c.session_fallback = "x"; },
@@ -613,23 +616,59 @@ Request InSession(uint64_t session) {
   return r;
 }
 
+// Replicas with stable keys (as the gateway gives them: a hash of the
+// endpoint) and ids of one gateway's own.
+std::vector<ReplicaLoad> Keyed(ReplicaId first_id) {
+  std::vector<ReplicaLoad> loads;
+  for (uint64_t k = 0; k < 4; ++k) {
+    ReplicaLoad l = Idle(first_id + static_cast<ReplicaId>(k));
+    l.key = Mix64(1000 + k);
+    loads.push_back(l);
+  }
+  return loads;
+}
+
+TEST(SessionAffinityTest, NewSessionsGoHomeOnEveryGateway) {
+  // Two gateways number the same replicas differently; a new session goes
+  // to the same replica (by key) on both, and sessions spread.
+  std::unique_ptr<Router> one = MustMake("session-affinity");
+  std::unique_ptr<Router> two = MustMake("session-affinity");
+  const std::vector<ReplicaLoad> a = Keyed(1), b = Keyed(50);
+  std::vector<int> used(4, 0);
+  for (uint64_t session = 1; session <= 200; ++session) {
+    const int i = one->Pick(InSession(Mix64(session)), a, 0);
+    EXPECT_EQ(a[i].key, b[two->Pick(InSession(Mix64(session)), b, 0)].key);
+    ++used[i];
+  }
+  for (int n : used) EXPECT_GT(n, 20) << "rendezvous hashing spreads sessions";
+}
+
 TEST(SessionAffinityTest, StickyThenRepinnedWhenAbsent) {
   std::unique_ptr<Router> router = MustMake("session-affinity");
-  std::vector<ReplicaLoad> loads = {Idle(1, 2), Idle(2, 0), Idle(3, 1)};
-  EXPECT_EQ(Dispatch(*router, InSession(77), loads), 1);  // least outstanding
+  std::vector<ReplicaLoad> loads = Keyed(1);
+  const int home = Dispatch(*router, InSession(77), loads);
+  // Sticky, also once its replica is the busiest (within its cap).
   for (int k = 0; k < 5; ++k) {
-    EXPECT_EQ(Dispatch(*router, InSession(77), loads), 1);  // sticky
+    EXPECT_EQ(Dispatch(*router, InSession(77), loads), home);
   }
-  // Another session goes to the least loaded.
-  EXPECT_EQ(Dispatch(*router, InSession(88), loads), 2);
+  // The home of a new session is skipped while it is over the load bound
+  // ceil(1.25 x mean): the session goes elsewhere.
+  loads = Keyed(1);
+  const int fresh_home = router->Pick(InSession(99), loads, 0);
+  loads[fresh_home].outstanding = 10;
+  const int i = router->Pick(InSession(99), loads, 0);
+  EXPECT_NE(i, fresh_home);
 
-  // Replica 2 at its cap (absent): re-pinned to the least loaded, and stays
-  // there when replica 2 is back.
-  const std::vector<ReplicaLoad> without_2 = {loads[0], loads[2]};
-  const int i = router->Pick(InSession(77), without_2, 0);
-  EXPECT_EQ(without_2[i].id, 1u);
-  router->OnDispatched(InSession(77), without_2[i].id);
-  EXPECT_EQ(loads[router->Pick(InSession(77), loads, 0)].id, 1u);
+  // The pinned replica absent (stopped or at its cap): re-pinned, and it
+  // stays on its new replica when the old one is back.
+  loads = Keyed(1);
+  std::vector<ReplicaLoad> without;
+  for (int k = 0; k < 4; ++k) {
+    if (k != home) without.push_back(loads[k]);
+  }
+  const ReplicaId moved = without[router->Pick(InSession(77), without, 0)].id;
+  router->OnDispatched(InSession(77), moved);
+  EXPECT_EQ(loads[router->Pick(InSession(77), loads, 0)].id, moved);
 
   // No session: plain least-outstanding, no stickiness.
   loads = {Idle(1, 5), Idle(2, 1), Idle(3, 3)};
@@ -644,17 +683,65 @@ TEST(SessionAffinityTest, CapacityAndFallbackPolicy) {
   config.session_capacity = 1;
   config.session_fallback = "round-robin";
   std::unique_ptr<Router> router = MustMake(config);
-  const std::vector<ReplicaLoad> loads = {Idle(1), Idle(2), Idle(3)};
-  auto dispatch = [&](uint64_t session) {
-    const ReplicaId id = loads[router->Pick(InSession(session), loads, 0)].id;
-    router->OnDispatched(InSession(session), id);
-    return id;
+  std::vector<ReplicaLoad> loads = Keyed(1);
+  auto dispatch = [&](const Request& r) {
+    const int i = router->Pick(r, loads, 0);
+    router->OnDispatched(r, loads[i].id);
+    return i;
   };
-  EXPECT_EQ(dispatch(5), 1u);  // round-robin from the lowest id
-  EXPECT_EQ(dispatch(5), 1u);
-  EXPECT_EQ(dispatch(6), 2u);  // evicts session 5's pin
-  EXPECT_EQ(dispatch(6), 2u);
-  EXPECT_EQ(dispatch(5), 3u);  // forgotten: round-robin again
+  const int home5 = dispatch(InSession(5));
+  ++loads[home5].outstanding;
+  // Pinned: stays although another replica is now less loaded.
+  EXPECT_EQ(dispatch(InSession(5)), home5);
+  dispatch(InSession(6));  // evicts session 5's pin (capacity 1)
+  // Forgotten: 5 goes to its home again, wherever the load is least.
+  for (ReplicaLoad& l : loads) l.outstanding = 0;
+  loads[home5].outstanding = 1;
+  EXPECT_EQ(dispatch(InSession(5)), home5);
+  // Without a session: the fallback, round-robin from the lowest id.
+  loads = Keyed(1);
+  EXPECT_EQ(dispatch(Request{}), 0);
+  EXPECT_EQ(dispatch(Request{}), 1);
+}
+
+TEST(PrefixAffinityTest, EveryGatewayPlacesAPrefixOnTheSameReplica) {
+  // Fresh routers of two gateways (own ids, the same keys): every prefix
+  // has the same home.
+  std::unique_ptr<Router> one = MustMake("prefix-affinity");
+  std::unique_ptr<Router> two = MustMake("prefix-affinity");
+  const std::vector<ReplicaLoad> a = Keyed(1), b = Keyed(77);
+  for (uint64_t p = 1; p <= 100; ++p) {
+    const std::vector<uint64_t> blocks = {Mix64(p), Mix64(p + 1000)};
+    EXPECT_EQ(a[one->Pick(WithBlocks(blocks), a, 0)].key,
+              b[two->Pick(WithBlocks(blocks), b, 0)].key);
+  }
+}
+
+TEST(PromptBlocksTest, SharedTextSharesLeadingHashes) {
+  std::vector<uint64_t> x, y, z;
+  const std::string system(256, 's');
+  PromptBlockHashes(system + "first question, long enough for a block ...",
+                    64, &x);
+  PromptBlockHashes(system + "second question, long enough for a block ..",
+                    64, &y);
+  PromptBlockHashes(system, 64, &z);
+  ASSERT_EQ(x.size(), 4u);  // full blocks only (300 bytes)
+  ASSERT_EQ(y.size(), 4u);
+  EXPECT_EQ(z, x) << "the shared 256 bytes: the same 4 hashes";
+  std::vector<uint64_t> longer;
+  PromptBlockHashes(system + std::string(64, 'q'), 64, &longer);
+  ASSERT_EQ(longer.size(), 5u);
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), longer.begin()));
+  // Chained: the same block after a different prefix hashes differently.
+  std::vector<uint64_t> other;
+  PromptBlockHashes(std::string(64, 't') + std::string(64, 's'), 64, &other);
+  EXPECT_NE(other[1], x[1]);
+  // Bounded.
+  std::vector<uint64_t> huge;
+  PromptBlockHashes(std::string(64 * (kMaxPromptBlocks + 10), 'h'), 64, &huge);
+  EXPECT_EQ(huge.size(), static_cast<size_t>(kMaxPromptBlocks));
+  PromptBlockHashes("short", 64, &huge);
+  EXPECT_TRUE(huge.empty());
 }
 
 }  // namespace

@@ -20,11 +20,14 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "store/store.h"
 
@@ -94,6 +97,16 @@ class Election {
   // Something in the store changed (the election key may be gone): look
   // now rather than at the next renewal.
   virtual void Wake() = 0;
+
+  // What each instance says of itself (its load, its tenants' demand),
+  // kept under its own lease: it goes when the instance goes. `name` is a
+  // word ("load"); `json` at most 1 MiB. Unavailable while this instance
+  // has no lease (the store is away): try again later.
+  virtual absl::Status Publish(const std::string& name,
+                               const std::string& json) = 0;
+  // Every live instance's document `name` (this one's too), by instance id.
+  virtual std::map<std::string, std::string> Collect(
+      const std::string& name) const = 0;
 };
 
 // The one instance of a single-instance store: it leads from Start.
@@ -134,10 +147,25 @@ class LocalElection final : public Election {
   void SetRenewalObserver(
       std::function<void(double seconds, bool ok)> observer) override {}
   void Wake() override {}
+  absl::Status Publish(const std::string& name,
+                       const std::string& json) override {
+    absl::MutexLock l(&mu_);
+    own_[name] = json;
+    return absl::OkStatus();
+  }
+  std::map<std::string, std::string> Collect(
+      const std::string& name) const override {
+    absl::MutexLock l(&mu_);
+    auto it = own_.find(name);
+    if (it == own_.end()) return {};
+    return {{self_.id, it->second}};
+  }
 
  private:
   InstanceInfo self_;  // address set before Start
   std::atomic<bool> started_{false};
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> own_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_change_;
 };
 

@@ -23,6 +23,7 @@
 #ifndef GPUSCHED_STORE_ETCD_ELECTION_H_
 #define GPUSCHED_STORE_ETCD_ELECTION_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +82,10 @@ class EtcdElection final : public Election {
     on_renewal_ = std::move(observer);
   }
   void Wake() override;
+  absl::Status Publish(const std::string& name,
+                       const std::string& json) override;
+  std::map<std::string, std::string> Collect(
+      const std::string& name) const override;
 
  private:
   void Loop();

@@ -46,7 +46,7 @@ class PrefixAffinityRouter : public Router {
       Slot& slot = slots_[id];
       slot.generation = generation_;
       slot.index = i;
-      if (!slot.on_ring) AddToRing(id, slot);
+      if (!slot.on_ring) AddToRing(id, replicas[i].key, slot);
       if (seen_.size() < replicas.size()) seen_.resize(replicas.size(), 0);
       total += std::max(0, replicas[i].outstanding);
     }
@@ -159,10 +159,13 @@ class PrefixAffinityRouter : public Router {
     return it->second.index;
   }
 
-  void AddToRing(ReplicaId id, Slot& slot) {
+  // Points from the replica's stable key (ReplicaLoad::key), so that every
+  // gateway draws the same ring.
+  void AddToRing(ReplicaId id, uint64_t key, Slot& slot) {
     removed_.erase(id);  // ids are never reused; tolerate a caller that does
+    const uint64_t seed = Mix(key != 0 ? key : id);
     for (int v = 0; v < virtual_nodes_; ++v) {
-      ring_.push_back({Mix(Mix(id) ^ static_cast<uint64_t>(v)), id});
+      ring_.push_back({Mix(seed ^ static_cast<uint64_t>(v)), id});
     }
     std::sort(ring_.begin(), ring_.end());
     slot.on_ring = true;
