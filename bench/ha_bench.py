@@ -92,14 +92,17 @@ class Etcd:
 
 
 class Instance:
-    def __init__(self, bench, name, config):
+    # `prefix`: a command to run it under (taskset -c 0).
+    def __init__(self, bench, name, config, prefix=()):
         self.bench, self.name, self.config = bench, name, config
+        self.prefix = list(prefix)
         self.proc, self.url = None, None
 
     def start(self):
         out = open(os.path.join(self.bench.tmp, f"{self.name}.out"), "w")
         err = open(os.path.join(self.bench.tmp, f"{self.name}.err"), "a")
-        self.proc = subprocess.Popen([self.bench.bin, "serve", "--config", self.config],
+        self.proc = subprocess.Popen(self.prefix + [self.bench.bin, "serve", "--config",
+                                                   self.config],
                                      stdout=out, stderr=err, start_new_session=True)
         deadline = time.time() + 60
         path = os.path.join(self.bench.tmp, f"{self.name}.out")
@@ -410,22 +413,24 @@ def main():
         if shutil.which(tool) is None:
             print(f"skipped: {tool} is not installed (scripts/install-deps.sh installs it)")
             return 0
-    b = Bench(os.path.abspath(args.build))
+    modes = {"failover": failover, "soak": soak, "store-cost": store_cost}
+    r = run_mode(Bench(os.path.abspath(args.build)), modes[args.mode], args)
+    print(json.dumps(r, indent=2))
+    return 0
+
+
+def run_mode(bench, fn, args):
+    """fn(bench, args), the bench cleaned up after; its result is written to
+    out/ha/<mode>.json and returned."""
     try:
-        if args.mode == "failover":
-            r = failover(b, args)
-        elif args.mode == "soak":
-            r = soak(b, args)
-        else:
-            r = store_cost(b, args)
+        r = fn(bench, args)
     finally:
-        b.cleanup()
+        bench.cleanup()
     out = os.path.join(ROOT, "out", "ha")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"{args.mode}.json"), "w") as f:
         json.dump(r, f, indent=2)
-    print(json.dumps(r, indent=2))
-    return 0
+    return r
 
 
 if __name__ == "__main__":

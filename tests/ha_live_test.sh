@@ -114,13 +114,7 @@ apiat() {  # index method path [curl args]
   curl -s -m 10 -X "$2" "${iurl[$1]}$3" -H "Authorization: Bearer $admin" "${@:4}"
 }
 leader_of() {  # index -> the leader's id as instance I knows it ("" none)
-  apiat "$1" GET /api/v1/cluster | python3 -c '
-import json, sys
-try:
-    l = json.load(sys.stdin)["leader"]
-    print(l["id"] if l else "")
-except Exception:
-    print("")'
+  apiat "$1" GET /api/v1/cluster | cluster_leader
 }
 acting() {  # index -> True/False: instance I leads and acts
   apiat "$1" GET /api/v1/cluster | python3 -c '

@@ -203,3 +203,15 @@ deployments:
     replicas: 1
 YAML
 }
+
+# The leader's id in a GET /api/v1/cluster answer on stdin ("" for none or
+# for an answer that is not one).
+cluster_leader() {
+  python3 -c '
+import json, sys
+try:
+    l = json.load(sys.stdin)["leader"]
+    print(l["id"] if l else "")
+except Exception:
+    print("")'
+}
