@@ -101,10 +101,21 @@ etcd_cluster_down() {
   done
   for i in $(seq 1 "$(cat "$dir/n")"); do
     pid=$(cat "$dir/m$i.pid" 2>/dev/null) || continue
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 50); do _etcd_running "$pid" || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
+    # Reaped here when this shell started it (no "Killed" notice later).
+    wait "$pid" 2>/dev/null || true
   done
   rm -f "$dir/n"
+}
+
+# Whether process PID runs (a zombie that its parent has not reaped yet has
+# ended).
+_etcd_running() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [ "${st%% *}" != Z ]
 }
 
 etcd_leader_member() {  # dir -> the index (1..N) of etcd's raft leader
