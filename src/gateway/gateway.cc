@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Create(
   GatewayTenant t;
   t.spec = shadow;
   Tenant& st = g->tenants_[kShadowTenant] =
-      Tenant{std::make_shared<const GatewayTenant>(t), *id, false};
+      Tenant{std::make_shared<const GatewayTenant>(t), *id, false, {}};
   g->shadow_tenant_ = st;
   return g;
 }
@@ -385,7 +385,8 @@ absl::Status Gateway::UpsertTenant(const GatewayTenant& t) {
     it = tenants_
              .emplace(
                  t.spec.name,
-                 Tenant{std::make_shared<const GatewayTenant>(t), *id, false})
+                 Tenant{
+                     std::make_shared<const GatewayTenant>(t), *id, false, {}})
              .first;
   }
   for (const std::string& name : AllowedModels(it->second)) {
@@ -612,6 +613,9 @@ void Gateway::Proxy(Job job) {
     std::string text;  // non-streamed body, or the tail of a stream
     int32_t events = 0;
     Micros first_byte = 0;  // the head (not streamed) or first chunk
+    // The dispatcher was told of the first token (its prompt is prefilled:
+    // the prefix- and latency-aware routers count what is left).
+    bool prefilled = false;
   };
   auto relay = std::make_shared<Relay>();
   net::UpstreamCallbacks cb;
@@ -637,7 +641,8 @@ void Gateway::Proxy(Job job) {
       responder->StartStream(std::move(head));
     }
   };
-  cb.on_data = [relay, stream, responder, resume](std::string data) {
+  cb.on_data = [this, relay, stream, responder, resume, req,
+                replica](std::string data) {
     if (stream && relay->status == 200) {
       if (resume) {
         data = resume->Relay(data);
@@ -646,6 +651,11 @@ void Gateway::Proxy(Job job) {
       if (relay->first_byte == 0) {
         relay->first_byte = NowMicros();
         if (resume) resume->set_first_byte(relay->first_byte);
+      }
+      if (!relay->prefilled) {
+        relay->prefilled = true;
+        absl::MutexLock lock(&mu_);
+        dispatcher_->OnFirstToken(req, replica, NowMicros());
       }
       relay->events +=
           static_cast<int32_t>(std::count(data.begin(), data.end(), '\n') / 2);
@@ -679,7 +689,7 @@ void Gateway::Proxy(Job job) {
         from = p.endpoint;
         deployment = p.deployment;
         tenant = p.tenant;
-        LeftReplica(p, req, replica, /*suspect=*/true);
+        LeftReplica(p, req, replica, /*suspect=*/true, relay->prefilled);
         absl::StatusOr<std::string> body =
             resume->migrations() < config_.max_migrations
                 ? resume->ContinuationBody(*p.body)
@@ -724,7 +734,7 @@ void Gateway::Proxy(Job job) {
       {
         absl::MutexLock lock(&mu_);
         Pending& p = pending_.at(req.id);
-        LeftReplica(p, req, replica, absl::IsUnavailable(st));
+        LeftReplica(p, req, replica, absl::IsUnavailable(st), relay->prefilled);
         if (p.attempts < kMaxAttempts) {
           retried =
               dispatcher_->Submit(Requeued(p, req), NowMicros()).admitted();
@@ -788,7 +798,8 @@ void Gateway::Proxy(Job job) {
         --in_flight_[it->second.endpoint];
         pending_.erase(it);
       }
-      dispatcher_->OnFinished(req, replica, std::max(0, output), NowMicros());
+      dispatcher_->OnFinished(req, replica, std::max(0, output), NowMicros(),
+                              relay->prefilled);
       DispatchLocked(&jobs);
     }
     for (Job& j : jobs) Proxy(std::move(j));
@@ -797,7 +808,8 @@ void Gateway::Proxy(Job job) {
 }
 
 void Gateway::LeftReplica(Pending& p, const serving::Request& req,
-                          serving::ReplicaId replica, bool suspect) {
+                          serving::ReplicaId replica, bool suspect,
+                          bool prefilled) {
   --in_flight_[p.endpoint];
   if (suspect && !suspect_until_.contains(p.endpoint)) {
     // Refused, reset or dead: route around it at once, before the
@@ -806,7 +818,7 @@ void Gateway::LeftReplica(Pending& p, const serving::Request& req,
     for (auto& [name, m] : models_) SyncAll(m);
   }
   p.endpoint.clear();
-  dispatcher_->OnFinished(req, replica, -1, NowMicros());
+  dispatcher_->OnFinished(req, replica, -1, NowMicros(), prefilled);
 }
 
 serving::Request Gateway::Requeued(Pending& p, const serving::Request& req) {

@@ -286,9 +286,10 @@ class Gateway : public runtime::DataPlane {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Proxy(Job job);
   // `p` (sent as `req` to `replica`) left it unfinished; `suspect`: route
-  // around the replica for a second.
+  // around the replica for a second; `prefilled`: its first token was
+  // noted (Dispatcher::OnFinished).
   void LeftReplica(Pending& p, const serving::Request& req,
-                   serving::ReplicaId replica, bool suspect)
+                   serving::ReplicaId replica, bool suspect, bool prefilled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `req` again, for the deployment's current queue, as `p`'s request.
   serving::Request Requeued(Pending& p, const serving::Request& req)

@@ -307,6 +307,12 @@ void Dispatcher::Dispatch(Micros now, std::vector<Assignment>* out) {
   dirty_.clear();
 }
 
+int64_t Dispatcher::pending_prefill(ModelId model, ReplicaId replica) const {
+  const Model& m = models_[model];
+  const int i = FindReplica(m, replica);
+  return i < 0 ? 0 : m.replicas[i].pending_prefill_tokens;
+}
+
 void Dispatcher::OnFirstToken(const Request& r, ReplicaId replica, Micros now) {
   Model& m = models_[r.model];
   const int i = FindReplica(m, replica);
@@ -325,12 +331,16 @@ void Dispatcher::NoteCompletion(Model& m, const Request& r, Micros now) {
 }
 
 void Dispatcher::OnFinished(const Request& r, ReplicaId replica,
-                            int32_t output_tokens, Micros now) {
+                            int32_t output_tokens, Micros now, bool prefilled) {
   Model& m = models_[r.model];
   m.queue->Prefetch(r.priority, r.tenant);
   const int i = FindReplica(m, replica);
   if (i >= 0) {
     ReplicaLoad& rep = m.replicas[i];
+    if (!prefilled) {
+      rep.pending_prefill_tokens =
+          std::max<int64_t>(0, rep.pending_prefill_tokens - r.input_tokens);
+    }
     if (rep.outstanding > 0) {
       if (rep.outstanding <= rep.max_outstanding) ++m.free_slots;
       --rep.outstanding;

@@ -118,9 +118,11 @@ class Dispatcher {
   // The replica produced the request's first token (its prompt is prefilled).
   void OnFirstToken(const Request& r, ReplicaId replica, Micros now);
   // The request left the replica: finished (output_tokens generated) or
-  // failed (output_tokens = -1: its estimate is refunded).
+  // failed (output_tokens = -1: its estimate is refunded). `prefilled`:
+  // OnFirstToken was called for it; otherwise its prompt leaves the
+  // replica's pending prefill now (a response not streamed, a failure).
   void OnFinished(const Request& r, ReplicaId replica, int32_t output_tokens,
-                  Micros now);
+                  Micros now, bool prefilled = true);
 
   // Removes queued requests past their class timeout (reason queue_timeout).
   void Expire(Micros now, std::vector<Request>* timed_out);
@@ -133,6 +135,9 @@ class Dispatcher {
   const ModelQueue& queue(ModelId model) const { return *models_[model].queue; }
   const Admission& admission() const { return admission_; }
   int64_t outstanding(ModelId model) const;
+  // Prompt tokens dispatched to `replica` and not yet prefilled (0 for a
+  // replica it does not know).
+  int64_t pending_prefill(ModelId model, ReplicaId replica) const;
   const std::string& deployment_name(ModelId m) const {
     return models_[m].spec.name;
   }

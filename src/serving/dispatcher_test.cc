@@ -89,6 +89,26 @@ TEST_F(DispatcherTest, ClassesAndFairnessDecideWhoGoesNext) {
   EXPECT_EQ(order, (std::vector<RequestId>{5, 4, 1, 2, 3}));
 }
 
+// A prompt counts as pending prefill on its replica until its first token,
+// or until it leaves when no first token was noted (a response not
+// streamed, a failure): the live gateway sees no tokens of those.
+TEST_F(DispatcherTest, PendingPrefillEndsAtFirstTokenOrAtTheEnd) {
+  d_.AddReplica(0, 7, 4);
+  for (RequestId id : {1, 2, 3})
+    ASSERT_TRUE(d_.Submit(Req(id, 0, 0), 0).admitted());
+  std::vector<Assignment> a = Dispatch(0);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(d_.pending_prefill(0, 7), 300);
+  d_.OnFirstToken(a[0].request, 7, 1);
+  EXPECT_EQ(d_.pending_prefill(0, 7), 200);
+  d_.OnFinished(a[0].request, 7, 10, 2);  // prefilled: nothing more
+  EXPECT_EQ(d_.pending_prefill(0, 7), 200);
+  d_.OnFinished(a[1].request, 7, 10, 3, /*prefilled=*/false);
+  EXPECT_EQ(d_.pending_prefill(0, 7), 100);
+  d_.OnFinished(a[2].request, 7, -1, 4, /*prefilled=*/false);
+  EXPECT_EQ(d_.pending_prefill(0, 7), 0);
+}
+
 TEST_F(DispatcherTest, QueueBoundRejectsWithReason) {
   DeploymentSpec s = Spec("bounded");
   s.max_queue_size = 2;

@@ -416,14 +416,30 @@ TEST(PrefixAffinityTest, SamePrefixSameReplica) {
 TEST(PrefixAffinityTest, LongestMatchWins) {
   std::unique_ptr<Router> router = MustMake("prefix-affinity");
   const std::vector<ReplicaLoad> loads = {Idle(1), Idle(2), Idle(3)};
-  router->OnDispatched(WithBlocks({1, 2, 3}), 1);
-  router->OnDispatched(WithBlocks({1}), 2);  // block 1 now last went to 2
-  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 3, 4}), loads, 0), 0);
-  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 50}), loads, 0), 0);
-  EXPECT_EQ(router->Pick(WithBlocks({1, 60}), loads, 0), 1);
+  router->OnDispatched(WithBlocks({1, 2, 3, 4, 5, 6}), 1);
+  router->OnDispatched(WithBlocks({1, 2, 3, 4}), 2);  // 1..4 last went to 2
+  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 3, 4, 5, 6, 7}), loads, 0), 0);
+  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 3, 4, 50}), loads, 0), 1);
   // The best match not among the candidates (at its cap): the next longest.
   const std::vector<ReplicaLoad> without_1 = {Idle(2), Idle(3)};
-  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 3, 4}), without_1, 0), 0);
+  EXPECT_EQ(router->Pick(WithBlocks({1, 2, 3, 4, 5, 6, 7}), without_1, 0), 0);
+}
+
+// A match shorter than the prefix key (affinity_blocks blocks: a system
+// prompt that many conversations share) does not count: the key's home
+// decides, the same on a gateway that never saw the prefix.
+TEST(PrefixAffinityTest, MatchShorterThanTheKeyGoesHome) {
+  const std::vector<ReplicaLoad> loads = {Idle(1), Idle(2), Idle(3)};
+  for (uint64_t tail = 100; tail < 120; ++tail) {
+    const Request r = WithBlocks({1, 2, tail, tail + 1000});
+    std::unique_ptr<Router> fresh = MustMake("prefix-affinity");
+    const int home = fresh->Pick(r, loads, 0);
+    for (ReplicaId other = 1; other <= 3; ++other) {
+      std::unique_ptr<Router> router = MustMake("prefix-affinity");
+      router->OnDispatched(WithBlocks({1, 2, 77}), other);
+      EXPECT_EQ(router->Pick(r, loads, 0), home) << tail << " " << other;
+    }
+  }
 }
 
 TEST(PrefixAffinityTest, HotPrefixSpreadsWithinTheBound) {
@@ -720,10 +736,10 @@ TEST(PrefixAffinityTest, EveryGatewayPlacesAPrefixOnTheSameReplica) {
 TEST(PromptBlocksTest, SharedTextSharesLeadingHashes) {
   std::vector<uint64_t> x, y, z;
   const std::string system(256, 's');
-  PromptBlockHashes(system + "first question, long enough for a block ...",
-                    64, &x);
-  PromptBlockHashes(system + "second question, long enough for a block ..",
-                    64, &y);
+  PromptBlockHashes(system + "first question, long enough for a block ...", 64,
+                    &x);
+  PromptBlockHashes(system + "second question, long enough for a block ..", 64,
+                    &y);
   PromptBlockHashes(system, 64, &z);
   ASSERT_EQ(x.size(), 4u);  // full blocks only (300 bytes)
   ASSERT_EQ(y.size(), 4u);

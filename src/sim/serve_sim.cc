@@ -149,7 +149,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     const ReplicaId rep = replica_of_[r->req.id];
     if (r->rejected_too_long) {
       o.reason = RejectReason::kPromptTooLong;
-      dispatcher_.OnFinished(r->req, rep, -1, now);
+      dispatcher_.OnFinished(r->req, rep, -1, now,
+                             /*prefilled=*/o.first_token >= 0);
     } else {
       o.finished = now;
       o.cached_tokens = r->cached_prompt_tokens;
@@ -744,7 +745,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         } else if (!rep.tensor->Enqueue(&s, now)) {
           // The batcher's own queue bound (max_queue_size) is full.
           run_.requests[a.request.id].reason = RejectReason::kModelQueueFull;
-          dispatcher_.OnFinished(a.request, a.replica, -1, now);
+          dispatcher_.OnFinished(a.request, a.replica, -1, now,
+                                 /*prefilled=*/false);
           Left(a.replica, now);
         }
         PublishLoad(a.replica);

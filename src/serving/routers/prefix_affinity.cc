@@ -22,6 +22,10 @@ namespace {
 
 uint64_t Mix(uint64_t z) { return Mix64(z); }
 
+// A prompt nobody holds goes to its home unless another candidate has less
+// work by more than this many times the prompt (docs/routing.md).
+constexpr int64_t kHomeSlack = 4;
+
 class PrefixAffinityRouter : public Router {
  public:
   explicit PrefixAffinityRouter(const RouterConfig& config)
@@ -65,32 +69,40 @@ class PrefixAffinityRouter : public Router {
     // writes a prompt's blocks back to front, so a chain's recorded blocks
     // are always a prefix of it: the walk stops at the first unknown block.
     matched_.assign(replicas.size(), 0);
-    bool any_match = false;
+    size_t deepest = 0;
     for (size_t b = 0; b < blocks.size(); ++b) {
       const std::optional<ReplicaId> owner = index_.Get(blocks[b]);
       if (!owner.has_value()) break;
       const int i = CandidateIndex(*owner);
       if (i < 0) continue;  // removed, not ready, or at its cap right now
       matched_[i] = static_cast<int64_t>(b + 1);
-      any_match = true;
+      deepest = b + 1;
     }
+    // The prefix key: the first affinity_blocks blocks. A match shorter
+    // than the key (a system prompt many conversations share) says nothing
+    // about where this conversation went: the key's home decides.
+    const size_t k = std::min<size_t>(blocks.size(), affinity_blocks_);
+    const bool any_match = deepest >= k;
     // Work ahead of the request's first token on each candidate, in prompt
     // tokens: what the replica still has to prefill plus the part of this
-    // prompt it does not hold. The candidate with the least work within the
-    // load bound wins; equal work (e.g. all idle) goes to the first in ring
-    // order of the prefix key, so a prefix keeps a home (bounded-load
-    // consistent hashing, Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
+    // prompt it does not hold. When some candidate holds part of the prompt,
+    // the one with the least work within the load bound wins (equal work
+    // goes to the first in ring order). A prompt nobody holds here goes to
+    // the first candidate within the bound in ring order of its prefix key:
+    // its home (bounded-load consistent hashing, Mirrokni, Thorup,
+    // Zadimoghaddam, SODA 2018), the same from every gateway, so that a
+    // gateway that has not seen a conversation sends it where another one
+    // did.
     const int64_t input = std::max<int32_t>(1, request.input_tokens);
     const int64_t per_block =
         (input + static_cast<int64_t>(blocks.size()) - 1) /
         static_cast<int64_t>(blocks.size());
-    const size_t k = std::min<size_t>(blocks.size(), affinity_blocks_);
     const uint64_t key = Mix(blocks[k - 1]);
     const size_t start =
         std::lower_bound(ring_.begin(), ring_.end(), RingPoint{key, 0}) -
         ring_.begin();
-    int best = -1;
-    int64_t best_work = 0;
+    int best = -1, home = -1;
+    int64_t best_work = 0, home_work = 0;
     for (size_t step = 0; step < ring_.size(); ++step) {
       const RingPoint& point = ring_[(start + step) % ring_.size()];
       const int i = CandidateIndex(point.replica);
@@ -101,10 +113,21 @@ class PrefixAffinityRouter : public Router {
       const int64_t work =
           std::max<int64_t>(0, replicas[i].pending_prefill_tokens) +
           (any_match ? uncached : 0);
+      if (home < 0) {
+        home = i;
+        home_work = work;
+      }
       if (best < 0 || work < best_work) {
         best = i;
         best_work = work;
       }
+    }
+    // A prompt nobody holds goes home unless another candidate has less
+    // work by more than kHomeSlack prompts: under light load every gateway
+    // sends a conversation to the same replica; under load it spreads.
+    if (!any_match && home >= 0 &&
+        home_work <= best_work + kHomeSlack * input) {
+      return home;
     }
     // The least loaded candidate always fits, so best is set.
     return best >= 0 ? best : LeastOutstandingIndex(replicas);
