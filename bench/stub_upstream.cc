@@ -8,7 +8,9 @@
 // sent (the load generator on the same host computes per-chunk latency from
 // it); then a usage event and [DONE]. --chunk-gap-us G spaces the chunks G
 // microseconds apart (0: back to back; a body field "stub_gap_us" sets it
-// per request). GET answers 200 "ok".
+// per request). GET /stub/peak answers the most streams in progress at once
+// since the last such GET (what gateways let through a concurrency limit);
+// any other GET answers 200 "ok".
 //
 // Prints "listening on PORT" once ready; runs until killed.
 #include <arpa/inet.h>
@@ -129,6 +131,7 @@ class Stub {
   }
 
   void Close(Conn& c) {
+    if (c.chunks_left > 0) --streams_;  // cut mid-stream
     epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
     close(c.fd);
     conns_.erase(c.fd);  // destroys c
@@ -159,12 +162,19 @@ class Stub {
       c.close_after =
           head.find("Connection: close") != std::string_view::npos ||
           head.find("connection: close") != std::string_view::npos;
-      if (head.substr(0, 4) == "GET ") {
+      if (head.substr(0, 15) == "GET /stub/peak ") {
+        // The most streams in progress at once since the last ask.
+        const std::string n = std::to_string(peak_);
+        peak_ = streams_;
+        c.out += "HTTP/1.1 200 OK\r\nContent-Length: " +
+                 std::to_string(n.size()) + "\r\n\r\n" + n;
+      } else if (head.substr(0, 4) == "GET ") {
         c.out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
       } else if (IsStream(body)) {
         const int64_t k = JsonInt(body, "\"max_tokens\"");
         c.chunks_total = c.chunks_left =
             static_cast<int>(k > 0 ? k : default_chunks_);
+        peak_ = std::max(peak_, ++streams_);
         c.out +=
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -220,6 +230,7 @@ class Stub {
       c.out.append(event, n);
       c.out += "\r\n";
       if (c.chunks_left == 0) {
+        --streams_;
         char usage[160];
         const int u = std::snprintf(
             usage, sizeof(usage),
@@ -285,6 +296,8 @@ class Stub {
   std::priority_queue<std::pair<int64_t, int>,
                       std::vector<std::pair<int64_t, int>>, std::greater<>>
       due_;
+  int streams_ = 0;  // streams in progress
+  int peak_ = 0;     // the most at once since GET /stub/peak
 };
 
 }  // namespace

@@ -431,7 +431,8 @@ TEST(PrefixAffinityTest, LongestMatchWins) {
 TEST(PrefixAffinityTest, MatchShorterThanTheKeyGoesHome) {
   const std::vector<ReplicaLoad> loads = {Idle(1), Idle(2), Idle(3)};
   for (uint64_t tail = 100; tail < 120; ++tail) {
-    const Request r = WithBlocks({1, 2, tail, tail + 1000});
+    const std::vector<uint64_t> blocks = {1, 2, tail, tail + 1000};
+    const Request r = WithBlocks(blocks);  // points into `blocks`
     std::unique_ptr<Router> fresh = MustMake("prefix-affinity");
     const int home = fresh->Pick(r, loads, 0);
     for (ReplicaId other = 1; other <= 3; ++other) {
