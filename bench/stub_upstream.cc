@@ -166,8 +166,9 @@ class Stub {
         // The most streams in progress at once since the last ask.
         const std::string n = std::to_string(peak_);
         peak_ = streams_;
-        c.out += "HTTP/1.1 200 OK\r\nContent-Length: " +
-                 std::to_string(n.size()) + "\r\n\r\n" + n;
+        c.out +=
+            "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(n.size()) +
+            "\r\n\r\n" + n;
       } else if (head.substr(0, 4) == "GET ") {
         c.out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
       } else if (IsStream(body)) {

@@ -297,9 +297,10 @@ TEST_F(HaLoadTest, TwoInstancesDecideWhatOneDecidesWithAllTheLoad) {
   EXPECT_EQ(single, 9);
   a_.plane.SetLoad("chat", {.queued = 3, .in_flight = 5});
   b_.plane.SetLoad("chat", {.queued = 4, .in_flight = 6});
-  EXPECT_TRUE(WaitFor(
-      [&] { return a_.controller->DesiredReplicas("chat") == single; }))
-      << "the leader decided " << a_.controller->DesiredReplicas("chat").value_or(-1)
+  EXPECT_TRUE(WaitFor([&] {
+    return a_.controller->DesiredReplicas("chat") == single;
+  })) << "the leader decided "
+      << a_.controller->DesiredReplicas("chat").value_or(-1)
       << ", one instance with all of the load " << single;
 }
 
@@ -309,9 +310,9 @@ TEST_F(HaLoadTest, ARequestHeldOnTheFollowerScalesFromZero) {
   b_.plane.SetLoad("cold",
                    {.queued = 1, .in_flight = 0, .held = 1, .held_since = now});
   b_.plane.Held("cold", now);
-  EXPECT_TRUE(
-      WaitFor([&] { return a_.controller->DesiredReplicas("cold") == 1; }))
-      << a_.controller->DesiredReplicas("cold").value_or(-1);
+  EXPECT_TRUE(WaitFor([&] {
+    return a_.controller->DesiredReplicas("cold") == 1;
+  })) << a_.controller->DesiredReplicas("cold").value_or(-1);
 }
 
 TEST_F(HaLoadTest, SharesOfATenantsLimitsAddUpToTheLimit) {
@@ -336,8 +337,10 @@ TEST_F(HaLoadTest, SharesOfATenantsLimitsAddUpToTheLimit) {
   stop.store(true);
   load.join();
   const auto sa = a_.plane.shares(), sb = b_.plane.shares();
-  ASSERT_TRUE(settled) << "a: " << (sa.contains("team") ? sa.at("team").rate : -1)
-                       << " b: " << (sb.contains("team") ? sb.at("team").rate : -1);
+  ASSERT_TRUE(settled) << "a: "
+                       << (sa.contains("team") ? sa.at("team").rate : -1)
+                       << " b: "
+                       << (sb.contains("team") ? sb.at("team").rate : -1);
 }
 
 }  // namespace

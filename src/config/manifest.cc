@@ -250,7 +250,8 @@ nlohmann::json DeploymentSpecJson(const DeploymentSpec& d) {
   };
   // Only when set, so manifests without them keep their canonical JSON.
   if (d.spread != "node") out["spread"] = d.spread;
-  if (d.router.prefix_block_chars != serving::RouterConfig{}.prefix_block_chars) {
+  if (d.router.prefix_block_chars !=
+      serving::RouterConfig{}.prefix_block_chars) {
     out["router"]["prefixBlockChars"] = d.router.prefix_block_chars;
   }
   if (d.autoscaling) {

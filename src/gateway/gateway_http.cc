@@ -468,8 +468,7 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
                               (rc.policy == "session-affinity" &&
                                rc.session_fallback == "prefix-affinity"))) {
         auto blocks = std::make_shared<std::vector<uint64_t>>();
-        serving::PromptBlockHashes(prompt, rc.prefix_block_chars,
-                                   blocks.get());
+        serving::PromptBlockHashes(prompt, rc.prefix_block_chars, blocks.get());
         sr.prefix_blocks = *blocks;
         p.blocks = std::move(blocks);
       }
@@ -479,8 +478,8 @@ void Gateway::Submit(Protocol protocol, net::HttpRequest& req,
       const int64_t held = cold ? Queued(m) : 0;
       if (usage_.size() <= tenant.id) usage_.resize(tenant.id + 1);
       ++usage_[tenant.id].requests;
-      usage_[tenant.id].tokens +=
-          static_cast<int64_t>(sr.input_tokens) + std::max(0, sr.max_output_tokens);
+      usage_[tenant.id].tokens += static_cast<int64_t>(sr.input_tokens) +
+                                  std::max(0, sr.max_output_tokens);
       if (cold && m.config.max_held > 0 && held >= m.config.max_held) {
         hold_limit = m.config.max_held;
         v.reason = RejectReason::kNoReplica;

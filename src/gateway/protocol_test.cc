@@ -36,7 +36,12 @@ TEST(ScanOpenAiTest, KeepsThePromptTextForPrefixRouting) {
       R"("temperature":0.5})",
       &chat));
   EXPECT_EQ(chat.model, "m");
-  EXPECT_EQ(chat.prompt, "system\x1f" "be brief\x1f" "user\x1f" "text\x1f" "hi\x1f");
+  EXPECT_EQ(chat.prompt,
+            "system\x1f"
+            "be brief\x1f"
+            "user\x1f"
+            "text\x1f"
+            "hi\x1f");
   // Where the fields come does not matter.
   OpenAiFields late;
   ASSERT_TRUE(ScanOpenAi(
@@ -50,11 +55,15 @@ TEST(ScanOpenAiTest, KeepsThePromptTextForPrefixRouting) {
   EXPECT_EQ(completion.prompt, "once upon\x1f");
   OpenAiFields tokens;
   ASSERT_TRUE(ScanOpenAi(R"({"model":"m","prompt":[1,2,3]})", &tokens));
-  EXPECT_EQ(tokens.prompt, "1\x1f" "2\x1f" "3\x1f");
+  EXPECT_EQ(tokens.prompt,
+            "1\x1f"
+            "2\x1f"
+            "3\x1f");
   // Bounded.
   OpenAiFields big;
   const std::string huge(kMaxPromptText * 2, 'x');
-  ASSERT_TRUE(ScanOpenAi("{\"model\":\"m\",\"prompt\":\"" + huge + "\"}", &big));
+  ASSERT_TRUE(
+      ScanOpenAi("{\"model\":\"m\",\"prompt\":\"" + huge + "\"}", &big));
   EXPECT_EQ(big.prompt.size(), kMaxPromptText);
 }
 

@@ -50,7 +50,7 @@ constexpr size_t kControlQueued = 256;
 
 struct ServeFlags {
   std::string config;
-  double drain_s = -1;  // -1: the config's drain_grace_s
+  double drain_s = -1;        // -1: the config's drain_grace_s
   double drain_delay_s = -1;  // -1: the config's drain_delay_s
   bool wait_ready = true;
   bool stop_replicas_on_exit = false;  // or the config's

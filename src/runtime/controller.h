@@ -534,8 +534,8 @@ class Controller {
   // the last few seconds; `consume`: with the TTFT samples not taken yet
   // (the leader's autoscaler takes each once).
   DeploymentLoadDoc OthersLoad(const std::string& deployment, Micros now,
-                               bool consume)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_LOCKS_EXCLUDED(loads_mu_);
+                               bool consume) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
+      ABSL_LOCKS_EXCLUDED(loads_mu_);
   // The fence of this instance's own writes while it leads (null else).
   const store::Fence* FenceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return leading_ ? &fence_ : nullptr;

@@ -47,16 +47,15 @@ void Controller::PublishLoad(Micros now) {
     d.queued = l.queued;
     d.in_flight = l.in_flight;
     d.held = l.held;
-    d.held_ms = l.held > 0 ? std::max<Micros>(0, now - l.held_since) /
-                                 kMicrosPerMilli
-                           : 0;
+    d.held_ms = l.held > 0
+                    ? std::max<Micros>(0, now - l.held_since) / kMicrosPerMilli
+                    : 0;
     auto [cursor, fresh] = ttft_published_.try_emplace(name, now);
     if (!fresh) {
       d.ttft_s = gateway_->TtftSince(name, cursor->second);
       if (d.ttft_s.size() > kMaxTtftSamples) {
         // The most recent ones.
-        d.ttft_s.erase(d.ttft_s.begin(),
-                       d.ttft_s.end() - kMaxTtftSamples);
+        d.ttft_s.erase(d.ttft_s.begin(), d.ttft_s.end() - kMaxTtftSamples);
       }
       cursor->second = now;
     }
@@ -109,8 +108,7 @@ void Controller::PublishLoad(Micros now) {
     for (const auto& [id, p] : loads_) all[id] = p.load;
   }
   all[election_->self().id] = std::move(mine);
-  gateway_->SetTenantShares(
-      TenantShares(election_->self().id, all, limits));
+  gateway_->SetTenantShares(TenantShares(election_->self().id, all, limits));
 }
 
 void Controller::RefreshLoads(Micros now) {

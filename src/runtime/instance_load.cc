@@ -77,15 +77,17 @@ absl::StatusOr<InstanceLoad> LoadFromJson(const std::string& text) {
     const json& ds = j["deployments"];
     if (!ds.is_object()) return Bad("deployments", "must be an object");
     if (ds.size() > kMaxLoadDeployments) {
-      return Bad("deployments", absl::StrCat("more than ", kMaxLoadDeployments));
+      return Bad("deployments",
+                 absl::StrCat("more than ", kMaxLoadDeployments));
     }
     for (const auto& [name, d] : ds.items()) {
       const std::string where = absl::StrCat("deployments.", name);
       if (!d.is_object()) return Bad(where, "must be an object");
       DeploymentLoadDoc doc;
-      for (auto [key, field] :
-           {std::pair{"queued", &doc.queued}, {"inFlight", &doc.in_flight},
-            {"held", &doc.held}, {"heldMs", &doc.held_ms}}) {
+      for (auto [key, field] : {std::pair{"queued", &doc.queued},
+                                {"inFlight", &doc.in_flight},
+                                {"held", &doc.held},
+                                {"heldMs", &doc.held_ms}}) {
         if (absl::Status st = Count(d, key, where, field); !st.ok()) return st;
       }
       if (d.contains("ttft")) {
@@ -117,8 +119,7 @@ absl::StatusOr<InstanceLoad> LoadFromJson(const std::string& text) {
       const std::string where = absl::StrCat("tenants.", name);
       if (!t.is_object()) return Bad(where, "must be an object");
       TenantDemand demand;
-      if (absl::Status st =
-              Rate(t, "rpm", where, &demand.requests_per_minute);
+      if (absl::Status st = Rate(t, "rpm", where, &demand.requests_per_minute);
           !st.ok()) {
         return st;
       }
@@ -141,9 +142,9 @@ std::vector<int64_t> Apportion(int64_t total,
   for (double w : weights) sum += std::max(0.0, w);
   std::vector<double> exact(n);
   for (size_t i = 0; i < n; ++i) {
-    exact[i] = sum > 0 ? static_cast<double>(total) *
-                             std::max(0.0, weights[i]) / sum
-                       : static_cast<double>(total) / static_cast<double>(n);
+    exact[i] =
+        sum > 0 ? static_cast<double>(total) * std::max(0.0, weights[i]) / sum
+                : static_cast<double>(total) / static_cast<double>(n);
     out[i] = static_cast<int64_t>(std::floor(exact[i] + 1e-9));
   }
   int64_t left = total - std::accumulate(out.begin(), out.end(), int64_t{0});

@@ -11,10 +11,13 @@ namespace {
 TEST(InstanceLoad, RoundTrips) {
   InstanceLoad l;
   l.seq = 7;
-  l.deployments["chat"] = {.queued = 3, .in_flight = 5, .held = 0,
-                           .held_ms = 0, .ttft_s = {0.25, 0.5}};
-  l.deployments["cold"] = {.queued = 1, .in_flight = 0, .held = 1,
-                           .held_ms = 120, .ttft_s = {}};
+  l.deployments["chat"] = {.queued = 3,
+                           .in_flight = 5,
+                           .held = 0,
+                           .held_ms = 0,
+                           .ttft_s = {0.25, 0.5}};
+  l.deployments["cold"] = {
+      .queued = 1, .in_flight = 0, .held = 1, .held_ms = 120, .ttft_s = {}};
   l.tenants["team"] = {.requests_per_minute = 60, .tokens_per_minute = 6000};
   absl::StatusOr<InstanceLoad> back = LoadFromJson(LoadToJson(l));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -65,8 +68,8 @@ TEST(InstanceLoad, SharesFollowDemandAndAddUpToTheLimit) {
   all["a"].tenants["t"].requests_per_minute = 300;
   all["b"].tenants["t"].requests_per_minute = 100;
   all["c"];  // no demand: the reserve's part only
-  const std::map<std::string, serving::TenantLimits> tenants = {
-      {"t", limits}, {"free", {}}};
+  const std::map<std::string, serving::TenantLimits> tenants = {{"t", limits},
+                                                                {"free", {}}};
   double rate = 0;
   int64_t slots = 0, queued = 0;
   for (const std::string id : {"a", "b", "c"}) {

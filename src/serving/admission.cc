@@ -137,8 +137,7 @@ void Admission::Reconfigure(TenantState& s, Micros now) {
   auto set = [&](TokenBucket& b, double per_minute) {
     // A share of 0 still refills (slowly): 1e-9 of the rate, never
     // "unlimited".
-    const double rate =
-        per_minute / 60.0 * std::max(s.share.rate, 1e-9);
+    const double rate = per_minute / 60.0 * std::max(s.share.rate, 1e-9);
     b.Reconfigure(per_minute > 0 ? rate : 0,
                   per_minute * l.burst_minutes * s.share.rate, now);
   };
@@ -171,8 +170,8 @@ Verdict Admission::Admit(const Request& r, const QueueOutlook& outlook,
   } else if (const int64_t q = Bound(s.limits.max_queued, s.share.max_queued);
              q != 0 && s.queued >= std::max<int64_t>(0, q)) {
     v = {RejectReason::kTenantQueueFull, outlook.predicted_drain};
-  } else if (const int64_t c = Bound(s.limits.max_concurrency,
-                                     s.share.max_concurrency);
+  } else if (const int64_t c =
+                 Bound(s.limits.max_concurrency, s.share.max_concurrency);
              c != 0 && s.active >= std::max<int64_t>(0, c)) {
     v = {RejectReason::kTenantConcurrency, outlook.predicted_drain};
   } else if (r.deadline != kNever && outlook.predicted_first_token != kNever &&

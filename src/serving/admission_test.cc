@@ -223,8 +223,7 @@ TEST(AdmissionTest, ShareScalesRatesAndSlots) {
   l.max_queued = 4;
   a.SetTenantLimits(0, l, 0);
   // A quarter of the rate and depth, 3 of the 10 slots, 1 of the 4 queued.
-  a.SetTenantShare(0, {.rate = 0.25, .max_concurrency = 3, .max_queued = 1},
-                   0);
+  a.SetTenantShare(0, {.rate = 0.25, .max_concurrency = 3, .max_queued = 1}, 0);
   const Request r = Req(0, 1, 1);
   ASSERT_TRUE(a.Admit(r, {}, 0).admitted());
   EXPECT_EQ(a.Admit(r, {}, 0).reason, RejectReason::kTenantQueueFull);

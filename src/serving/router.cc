@@ -66,9 +66,9 @@ absl::Status Validate(const RouterConfig& c) {
                    absl::StrCat("must be in 1..10000, got ", c.virtual_nodes));
   }
   if (c.prefix_block_chars < 8 || c.prefix_block_chars > 65536) {
-    return Invalid("prefix_block_chars",
-                   absl::StrCat("must be in 8..65536, got ",
-                                c.prefix_block_chars));
+    return Invalid(
+        "prefix_block_chars",
+        absl::StrCat("must be in 8..65536, got ", c.prefix_block_chars));
   }
   if (c.session_capacity <= 0) {
     return Invalid("session_capacity",

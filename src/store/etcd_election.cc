@@ -409,9 +409,10 @@ absl::Status EtcdElection::Publish(const std::string& name,
                                    const std::string& json_text) {
   if (name.empty() || name.find('/') != std::string::npos ||
       json_text.size() > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "election: document '", name, "' needs a name of one word and at "
-        "most 1 MiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("election: document '", name,
+                     "' needs a name of one word and at "
+                     "most 1 MiB"));
   }
   int64_t lease = 0;
   {
@@ -421,12 +422,11 @@ absl::Status EtcdElection::Publish(const std::string& name,
   if (lease == 0) {
     return absl::UnavailableError("election: no lease yet (etcd is away?)");
   }
-  absl::StatusOr<json> r = Call(
-      "kv/put",
-      {{"key", B64(store_->Key(absl::StrCat("own/", options_.self.id, "/",
-                                            name)))},
-       {"value", B64(json_text)},
-       {"lease", std::to_string(lease)}});
+  absl::StatusOr<json> r =
+      Call("kv/put", {{"key", B64(store_->Key(absl::StrCat(
+                                  "own/", options_.self.id, "/", name)))},
+                      {"value", B64(json_text)},
+                      {"lease", std::to_string(lease)}});
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
@@ -437,12 +437,11 @@ std::map<std::string, std::string> EtcdElection::Collect(
   for (const EtcdKv& kv : store_->Range("own/")) {
     // "own/<instance>/<name>"
     if (kv.key.size() <= 4 + suffix.size() ||
-        kv.key.compare(kv.key.size() - suffix.size(), suffix.size(),
-                       suffix) != 0) {
+        kv.key.compare(kv.key.size() - suffix.size(), suffix.size(), suffix) !=
+            0) {
       continue;
     }
-    const std::string id =
-        kv.key.substr(4, kv.key.size() - 4 - suffix.size());
+    const std::string id = kv.key.substr(4, kv.key.size() - 4 - suffix.size());
     if (id.find('/') == std::string::npos) out[id] = kv.value;
   }
   return out;

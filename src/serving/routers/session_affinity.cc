@@ -73,8 +73,8 @@ class SessionAffinityRouter : public Router {
     uint64_t best_score = 0;
     for (int i = 0; i < static_cast<int>(replicas.size()); ++i) {
       if (std::max(0, replicas[i].outstanding) > bound) continue;
-      const uint64_t key = replicas[i].key != 0 ? replicas[i].key
-                                                : replicas[i].id;
+      const uint64_t key =
+          replicas[i].key != 0 ? replicas[i].key : replicas[i].id;
       const uint64_t score = Mix64(session ^ Mix64(key));
       if (best < 0 || score > best_score) {
         best = i;
