@@ -197,11 +197,16 @@ std::map<std::string, serving::TenantShare> TenantShares(
     }
     serving::TenantShare share;
     share.rate = weights[me];
+    // Slots go in equal parts: slots that follow demand moved between
+    // instances every document, and an instance keeps what it admitted
+    // until it ends, so the slots in use added up over the moves (2x the
+    // limit measured, docs/ha.md).
+    const std::vector<double> equal(n, 1.0 / static_cast<double>(n));
     if (l.max_concurrency > 0) {
-      share.max_concurrency = Apportion(l.max_concurrency, weights)[me];
+      share.max_concurrency = Apportion(l.max_concurrency, equal)[me];
     }
     if (l.max_queued > 0) {
-      share.max_queued = Apportion(l.max_queued, weights)[me];
+      share.max_queued = Apportion(l.max_queued, equal)[me];
     }
     out[tenant] = share;
   }

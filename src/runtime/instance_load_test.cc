@@ -83,6 +83,11 @@ TEST(InstanceLoad, SharesFollowDemandAndAddUpToTheLimit) {
   EXPECT_NEAR(rate, 1.0, 1e-9);
   EXPECT_EQ(slots, 10);
   EXPECT_EQ(queued, 5);
+  // Slots in equal parts, whatever the demand (the remainder to the ids
+  // that sort first).
+  EXPECT_EQ(TenantShares("a", all, tenants)["t"].max_concurrency, 4);
+  EXPECT_EQ(TenantShares("c", all, tenants)["t"].max_concurrency, 3);
+  EXPECT_EQ(TenantShares("c", all, tenants)["t"].max_queued, 1);
   const double a = TenantShares("a", all, tenants)["t"].rate;
   const double c = TenantShares("c", all, tenants)["t"].rate;
   EXPECT_NEAR(a, 0.9 * 0.75 + 0.1 / 3, 1e-9);
