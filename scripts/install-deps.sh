@@ -25,6 +25,8 @@ PACKAGES=(
   etcd-server etcd-client  # the HA store (tests/etcd/: a 3-member cluster on loopback ports)
   haproxy  # deploy/haproxy/: the load balancer in front of several instances
   nftables  # tests/ha_live_test.sh: cut an instance off from etcd
+  prometheus  # deploy/prometheus/: promtool check/test rules; the alerts end-to-end test's Prometheus
+  prometheus-alertmanager  # tests/alerts_live_test.sh: routes the fired alerts to the test's webhook
   ccache  # repeated builds on one machine (picked up by CMake when present)
 )
 
