@@ -31,6 +31,12 @@ enum Collected {
   kRouteWeight,
   kRolloutPhase,
   kRolloutStep,
+  kQueueLimit,
+  kNodeUsable,
+  kNodeReplicas,
+  kTenantQuota,
+  kTenantLimit,
+  kTenantAllocated,
   kNumCollected
 };
 
@@ -119,6 +125,35 @@ std::vector<FamilyDesc> CollectedFamilies() {
                      "The step (1-based) a route's rollout is at.",
                      g,
                      {"route"}};
+  f[kQueueLimit] = {"gpusched_queue_limit",
+                    "The deployment's queue bound (spec.maxQueueSize); no "
+                    "series when unbounded.",
+                    g,
+                    {"deployment"}};
+  f[kNodeUsable] = {"gpusched_node_usable",
+                    "1 while the node can take replicas, 0 while its cluster "
+                    "manager says it cannot (down, drained, cordoned, not "
+                    "ready).",
+                    g,
+                    {"node"}};
+  f[kNodeReplicas] = {"gpusched_node_replicas",
+                      "Replicas placed on the node (draining ones included).",
+                      g,
+                      {"node"}};
+  f[kTenantQuota] = {"gpusched_tenant_gpu_quota",
+                     "GPUs guaranteed to the tenant (spec.quota.gpus).",
+                     g,
+                     {"tenant"}};
+  f[kTenantLimit] = {"gpusched_tenant_gpu_limit",
+                     "Most GPUs the tenant's deployments may hold "
+                     "(spec.quota.limit); no series without a limit.",
+                     g,
+                     {"tenant"}};
+  f[kTenantAllocated] = {"gpusched_tenant_gpus_allocated",
+                         "GPUs (milli / 1000) that placed replicas of the "
+                         "deployments the tenant owns (spec.tenant) hold.",
+                         g,
+                         {"tenant"}};
   return f;
 }
 
@@ -140,6 +175,17 @@ ControllerMetrics::ControllerMetrics(metrics::Registry* r,
       "Engine processes started for the deployment (cold starts, restarts "
       "included).",
       {"deployment"});
+  replica_failures_ = r->AddCounter(
+      "gpusched_replica_failures_total",
+      "Engine failures that lead to a restart with backoff, by reason "
+      "(exited: ended on its own; failed: could not be started; unhealthy: "
+      "killed after the startup timeout or failed health checks).",
+      {"deployment", "reason"});
+  last_pass_ =
+      r->AddGauge("gpusched_controller_last_pass_timestamp_seconds",
+                  "Unix time at which this instance's control loop last "
+                  "finished a pass (the loop runs every 50 ms or sooner).")
+          ->With({});
   startup_ = r->AddHistogram(
       "gpusched_replica_startup_seconds",
       "From an engine's start to its first passed readiness probe.",
@@ -228,11 +274,25 @@ void ControllerMetrics::Placement(const placement::Decision& d,
 
 void ControllerMetrics::ReplicaStarted(const std::string& deployment) {
   replica_starts_->With({deployment})->Add();
+  // The failure series start at 0, so that the first failure is an increase
+  // (rate() and increase() see nothing before a series' first sample).
+  for (const char* reason : {"exited", "failed", "unhealthy"}) {
+    replica_failures_->With({deployment, reason});
+  }
 }
 
 void ControllerMetrics::ReplicaReady(const std::string& deployment,
                                      double startup_seconds) {
   startup_->With({deployment})->Observe(startup_seconds);
+}
+
+void ControllerMetrics::ReplicaFailed(const std::string& deployment,
+                                      const std::string& reason) {
+  replica_failures_->With({deployment, reason})->Add();
+}
+
+void ControllerMetrics::LoopPassed(double unix_seconds) {
+  last_pass_->Set(unix_seconds);
 }
 
 void ControllerMetrics::Scaled(const std::string& deployment, int from,
@@ -322,6 +382,9 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
       o[kDesired].push_back({{d.name}, static_cast<double>(d.desired)});
     }
     o[kQueueDepth].push_back({{d.name}, static_cast<double>(d.queued)});
+    if (d.queue_limit > 0) {
+      o[kQueueLimit].push_back({{d.name}, static_cast<double>(d.queue_limit)});
+    }
     o[kInFlight].push_back({{d.name}, static_cast<double>(d.in_flight)});
     const double queries = prefix_queries_->With({d.name})->value();
     if (queries > 0) {
@@ -359,6 +422,15 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
     }
     o[kGpuAllocatedMilli].push_back({{g.node, index}, 1.0 * g.allocated_milli});
     o[kGpuHealthy].push_back({{g.node, index}, g.healthy ? 1.0 : 0.0});
+  }
+  for (const Snapshot::Node& n : snap.nodes) {
+    o[kNodeUsable].push_back({{n.name}, n.usable ? 1.0 : 0.0});
+    o[kNodeReplicas].push_back({{n.name}, 1.0 * n.replicas});
+  }
+  for (const Snapshot::Tenant& t : snap.tenants) {
+    o[kTenantQuota].push_back({{t.name}, t.quota_gpus});
+    if (t.limit_gpus > 0) o[kTenantLimit].push_back({{t.name}, t.limit_gpus});
+    o[kTenantAllocated].push_back({{t.name}, t.allocated_gpus});
   }
   for (const Snapshot::Route& r : snap.routes) {
     for (const auto& [version, weight] : r.weights) {

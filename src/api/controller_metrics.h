@@ -49,6 +49,9 @@ class ControllerMetrics : public runtime::DriverMetrics {
   void ReplicaStarted(const std::string& deployment) override;
   void ReplicaReady(const std::string& deployment,
                     double startup_seconds) override;
+  void ReplicaFailed(const std::string& deployment,
+                     const std::string& reason) override;
+  void LoopPassed(double unix_seconds) override;
   void Scaled(const std::string& deployment, int from, int to) override;
   void Preempted() override;
   void Evicted() override;
@@ -70,6 +73,8 @@ class ControllerMetrics : public runtime::DriverMetrics {
   gateway::GatewayMetrics* gateway_;
   std::map<std::string, double> prices_;
   metrics::CounterFamily* replica_starts_;
+  metrics::CounterFamily* replica_failures_;
+  metrics::Gauge* last_pass_;
   metrics::HistogramFamily* startup_;
   metrics::CounterFamily* prefix_queries_;
   metrics::CounterFamily* prefix_hits_;

@@ -3,6 +3,7 @@
 // controller's lock for one consistent read.
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -400,6 +401,7 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
       const runtime::ServingLoad load = gateway_->Load(name);
       sd.queued = load.queued;
       sd.in_flight = load.in_flight;
+      sd.queue_limit = d.spec.max_queue_size;
       snap.deployments.push_back(std::move(sd));
     }
     return snap;
@@ -420,6 +422,7 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
     const runtime::ServingLoad load = gateway_->Load(name);
     sd.queued = load.queued;
     sd.in_flight = load.in_flight;
+    sd.queue_limit = d.spec.max_queue_size;
     snap.deployments.push_back(std::move(sd));
     for (const Row& r : rows) {
       if (r.ready() && r.io != nullptr) {
@@ -431,6 +434,33 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
     for (int g = 0; g < cluster_state_.spec(n).gpu_count; ++g) {
       snap.gpus.push_back(GpuView(n, g));
     }
+  }
+  // Nodes (usable, replicas on them) and tenants' GPUs against their quota.
+  snap.nodes.resize(cluster_state_.num_nodes());
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    snap.nodes[n].name = cluster_state_.spec(n).name;
+    if (auto it = node_reports_.find(snap.nodes[n].name);
+        it != node_reports_.end()) {
+      snap.nodes[n].usable = it->second.usable;
+    }
+  }
+  std::map<std::string, double> owned;  // tenant -> GPUs held
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& [rn, r] : d.procs) {
+      if (!r.placed || r.allocation.node < 0 ||
+          r.allocation.node >= cluster_state_.num_nodes()) {
+        continue;
+      }
+      ++snap.nodes[r.allocation.node].replicas;
+      if (d.spec.tenant.empty()) continue;
+      for (const inventory::GpuShare& g : r.allocation.gpus) {
+        owned[d.spec.tenant] += g.milli / 1000.0;
+      }
+    }
+  }
+  for (const auto& [name, t] : tenants_) {
+    snap.tenants.push_back({name, t.spec.quota.gpus, t.spec.quota.limit,
+                            owned.contains(name) ? owned[name] : 0.0});
   }
   for (const auto& [name, r] : routes_) {
     runtime::DriverMetrics::Snapshot::Route sr;

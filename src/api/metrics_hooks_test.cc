@@ -71,10 +71,10 @@ TEST_F(MetricsHooksTest, StreamedRequestTimesAndSlo) {
                               "tenant=\"alice\",class=\"standard\",outcome="
                               "\"ok\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("outcome=\"error\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("gpusched_slo_requests_total{deployment=\"chat\"}"
-                              " 3\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_slo_requests_total{deployment=\"chat\""
+                              ",tenant=\"alice\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("gpusched_slo_met_requests_total{deployment="
-                              "\"chat\"} 1\n"));
+                              "\"chat\",tenant=\"alice\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("gpusched_time_per_output_token_seconds_bucket{"
                               "deployment=\"chat\",le=\"0.02\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("gpusched_time_per_output_token_seconds_count{"
@@ -85,6 +85,31 @@ TEST_F(MetricsHooksTest, StreamedRequestTimesAndSlo) {
                               "tenant=\"alice\"} 90\n"));
   EXPECT_THAT(text, HasSubstr("gpusched_output_tokens_total{deployment=\"chat\""
                               ",tenant=\"alice\"} 13\n"));
+}
+
+// The SLO counters are per (deployment, tenant), also for tuples whose cells
+// existed before the deployment had an SLO.
+TEST_F(MetricsHooksTest, SloCountersPerTenant) {
+  gateway::GatewayMetrics::RequestCells* early =
+      gateway_.Cells("chat", "alice", "standard");
+  gateway::GatewayMetrics::Finished(early, true, false, 0, 10 * kMs, 20 * kMs,
+                                    1, 1);  // before the SLO: not counted
+  controller_.SetSlo("chat", /*ttft_ms=*/100, /*tpot_ms=*/0);
+  gateway::GatewayMetrics::RequestCells* late =
+      gateway_.Cells("chat", "bob", "batch");
+  gateway::GatewayMetrics::Finished(early, true, false, 0, 10 * kMs, 20 * kMs,
+                                    1, 1);  // met
+  gateway::GatewayMetrics::Finished(late, true, false, 0, 500 * kMs, 600 * kMs,
+                                    1, 1);  // TTFT missed
+  const std::string text = registry_.Expose();
+  EXPECT_THAT(text, HasSubstr("gpusched_slo_requests_total{deployment=\"chat\""
+                              ",tenant=\"alice\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_slo_met_requests_total{deployment="
+                              "\"chat\",tenant=\"alice\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_slo_requests_total{deployment=\"chat\""
+                              ",tenant=\"bob\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_slo_met_requests_total{deployment="
+                              "\"chat\",tenant=\"bob\"} 0\n"));
 }
 
 TEST_F(MetricsHooksTest, RejectionsAndThrottling) {
@@ -182,6 +207,49 @@ TEST_F(MetricsHooksTest, PlacementAndScaling) {
   EXPECT_THAT(text, HasSubstr("gpusched_gpu_memory_used_bytes{node=\"n0\","
                               "gpu=\"1\",source=\"allocation\"} 536870912\n"));
   EXPECT_THAT(text, HasSubstr("gpusched_preemptions_total 0\n"));
+}
+
+// The families the alerting rules need (deploy/prometheus/): engine
+// failures by reason, the loop's heartbeat, queue bounds, nodes and their
+// replicas, tenants' GPUs against their quota.
+TEST_F(MetricsHooksTest, AlertingFamilies) {
+  controller_.ReplicaStarted("chat");
+  controller_.ReplicaFailed("chat", "exited");
+  controller_.ReplicaFailed("chat", "exited");
+  controller_.ReplicaFailed("chat", "unhealthy");
+  controller_.LoopPassed(1765000000.5);
+  runtime::DriverMetrics::Snapshot snap;
+  snap.deployments.push_back({"chat", 1, {{"ready", 1}}, 3, 0, 8});
+  snap.deployments.push_back({"embed", 1, {{"ready", 1}}, 0, 0, 0});
+  snap.nodes.push_back({"n1", true, 2});
+  snap.nodes.push_back({"n2", false, 1});
+  snap.tenants.push_back({"alice", 2, 4, 1.5});
+  snap.tenants.push_back({"bob", 0, 0, 0});
+  controller_.SetSource([snap] { return snap; });
+  const std::string text = registry_.Expose();
+  EXPECT_THAT(text, HasSubstr("gpusched_replica_failures_total{deployment="
+                              "\"chat\",reason=\"exited\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_replica_failures_total{deployment="
+                              "\"chat\",reason=\"unhealthy\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_replica_failures_total{deployment="
+                              "\"chat\",reason=\"failed\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_controller_last_pass_timestamp_seconds "
+                              "1765000000.5\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_queue_limit{deployment=\"chat\"} 8\n"));
+  EXPECT_THAT(text,
+              Not(HasSubstr("gpusched_queue_limit{deployment=\"embed\"")));
+  EXPECT_THAT(text, HasSubstr("gpusched_node_usable{node=\"n1\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_node_usable{node=\"n2\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("gpusched_node_replicas{node=\"n2\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("gpusched_tenant_gpu_quota{tenant=\"alice\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("gpusched_tenant_gpu_limit{tenant=\"alice\"} 4\n"));
+  EXPECT_THAT(text, Not(HasSubstr("gpusched_tenant_gpu_limit{tenant=\"bob\"")));
+  EXPECT_THAT(
+      text,
+      HasSubstr("gpusched_tenant_gpus_allocated{tenant=\"alice\"} 1.5\n"));
+  controller_.SetSource(nullptr);
 }
 
 }  // namespace

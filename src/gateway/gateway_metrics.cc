@@ -45,15 +45,15 @@ GatewayMetrics::GatewayMetrics(metrics::Registry* r) {
       "Generated tokens of finished requests (the engine's usage; else "
       "streamed chunks).",
       {"deployment", "tenant"});
-  slo_requests_ =
-      r->AddCounter("gpusched_slo_requests_total",
-                    "Finished requests of deployments with an SLO (spec.slo).",
-                    {"deployment"});
+  slo_requests_ = r->AddCounter(
+      "gpusched_slo_requests_total",
+      "Finished requests of deployments with an SLO (spec.slo), by tenant.",
+      {"deployment", "tenant"});
   slo_met_ = r->AddCounter(
       "gpusched_slo_met_requests_total",
       "Finished requests that succeeded within both the TTFT and the TPOT "
-      "SLO of their deployment.",
-      {"deployment"});
+      "SLO of their deployment, by tenant.",
+      {"deployment", "tenant"});
   ttft_ = r->AddHistogram(
       "gpusched_time_to_first_token_seconds",
       "From arrival at the gateway to the first SSE chunk (streamed) or the "
@@ -129,7 +129,14 @@ GatewayMetrics::RequestCells* GatewayMetrics::Cells(
   c->input_tokens = input_tokens_->With({deployment, tenant});
   c->output_tokens = output_tokens_->With({deployment, tenant});
   c->throttled = throttled_->With({tenant});
+  if (c->deployment->has_slo) SetSloCells(deployment, tenant, c.get());
   return c.get();
+}
+
+void GatewayMetrics::SetSloCells(const std::string& deployment,
+                                 const std::string& tenant, RequestCells* c) {
+  c->slo_met = slo_met_->With({deployment, tenant});
+  c->slo_requests = slo_requests_->With({deployment, tenant});
 }
 
 void GatewayMetrics::Rejected(RequestCells* c, serving::RejectReason reason) {
@@ -174,13 +181,13 @@ void GatewayMetrics::Finished(RequestCells* c, bool ok, bool stream,
   }
   const Micros ttft_slo = d->ttft_slo.load(std::memory_order_relaxed);
   const Micros tpot_slo = d->tpot_slo.load(std::memory_order_relaxed);
-  metrics::Counter* slo_requests = d->slo_requests.load();
+  metrics::Counter* slo_requests = c->slo_requests.load();
   if (slo_requests == nullptr || (ttft_slo <= 0 && tpot_slo <= 0)) return;
   slo_requests->Add();
   const bool met = ok && first_byte > 0 &&
                    (ttft_slo <= 0 || first_byte - arrival <= ttft_slo) &&
                    (tpot_slo <= 0 || tpot < 0 || tpot <= tpot_slo);
-  if (met) d->slo_met.load()->Add();
+  if (met) c->slo_met.load()->Add();
 }
 
 void GatewayMetrics::Invalid(const char* reason) {
@@ -195,12 +202,16 @@ void GatewayMetrics::SetSlo(const std::string& deployment, double ttft_ms,
                             double tpot_ms) {
   absl::MutexLock lock(&mu_);
   DeploymentCells* d = Deployment(deployment);
-  if (ttft_ms <= 0 && tpot_ms <= 0 && d->slo_requests.load() == nullptr) {
+  if (ttft_ms <= 0 && tpot_ms <= 0 && !d->has_slo) {
     return;  // no SLO: no series
   }
-  if (d->slo_requests.load() == nullptr) {
-    d->slo_met = slo_met_->With({deployment});
-    d->slo_requests = slo_requests_->With({deployment});
+  if (!d->has_slo) {
+    d->has_slo = true;
+    for (auto& [key, c] : cells_) {
+      if (std::get<0>(key) == deployment) {
+        SetSloCells(deployment, std::get<1>(key), c.get());
+      }
+    }
   }
   d->ttft_slo = static_cast<Micros>(ttft_ms * kMicrosPerMilli);
   d->tpot_slo = static_cast<Micros>(tpot_ms * kMicrosPerMilli);

@@ -32,8 +32,7 @@ class GatewayMetrics {
     metrics::Histogram* e2e = nullptr;
     metrics::Counter* held = nullptr;    // held at zero ready replicas
     metrics::Histogram* hold = nullptr;  // hold time of released ones
-    // Set once the deployment has an SLO.
-    std::atomic<metrics::Counter*> slo_requests{nullptr}, slo_met{nullptr};
+    bool has_slo = false;                // guarded by GatewayMetrics::mu_
     std::array<metrics::Counter*, serving::kNumRejectReasons> rejections{};
     // The deployment's SLO in microseconds (0: none), set by the controller.
     std::atomic<Micros> ttft_slo{0}, tpot_slo{0};
@@ -46,6 +45,9 @@ class GatewayMetrics {
     metrics::Counter* input_tokens = nullptr;
     metrics::Counter* output_tokens = nullptr;
     metrics::Counter* throttled = nullptr;  // the tenant's, rate limits
+    // (deployment, tenant)'s SLO counters, set once the deployment has an
+    // SLO (null: none).
+    std::atomic<metrics::Counter*> slo_requests{nullptr}, slo_met{nullptr};
   };
 
   explicit GatewayMetrics(metrics::Registry* registry);
@@ -87,6 +89,9 @@ class GatewayMetrics {
  private:
   DeploymentCells* Deployment(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Points `c` at its (deployment, tenant) SLO counters.
+  void SetSloCells(const std::string& deployment, const std::string& tenant,
+                   RequestCells* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   metrics::CounterFamily* requests_;
   metrics::CounterFamily* rejections_;

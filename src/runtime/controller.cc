@@ -474,6 +474,7 @@ void Controller::Loop() {
     dirty_ = false;
     const bool act = leading_ && !paused_;
     mu_.Unlock();
+    if (options_.metrics) options_.metrics->LoopPassed(ToSeconds(Wall()));
     gateway_->Tick();
     PublishLoad(Now());
     std::optional<std::vector<backends::DiscoveredGpu>> gpus;
@@ -704,6 +705,11 @@ void Controller::Carry(Deployment& d, control::LifecycleOutput& out,
     for (; events < out.events.size(); ++events) {
       const control::LifecycleEvent& e = out.events[events];
       Event(e.kind, d.spec.name, e.message, e.details);
+      if (options_.metrics &&
+          (e.kind == "replica.exited" || e.kind == "replica.failed" ||
+           e.kind == "replica.unhealthy")) {
+        options_.metrics->ReplicaFailed(d.spec.name, e.kind.substr(8));
+      }
     }
     if (i >= out.actions.size()) break;
     const control::LifecycleAction a = out.actions[i++];

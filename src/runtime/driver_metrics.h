@@ -30,6 +30,7 @@ class DriverMetrics {
       std::vector<std::pair<std::string, int>> replicas;  // state -> count
       int64_t queued = 0;
       int64_t in_flight = 0;
+      int64_t queue_limit = 0;  // spec.maxQueueSize (0: unbounded)
     };
     struct Replica {
       std::string deployment, name;
@@ -53,10 +54,27 @@ class DriverMetrics {
       std::string phase;  // the rollout's, "" without one
       int step = 0;       // 1-based
     };
+    struct Node {
+      std::string name;
+      // False while its cluster manager says it cannot take work (Slurm
+      // DOWN or DRAIN, a Kubernetes node not Ready or cordoned).
+      bool usable = true;
+      int replicas = 0;  // replicas placed on it (draining ones included)
+    };
+    struct Tenant {
+      std::string name;
+      double quota_gpus = 0;  // spec.quota.gpus (guaranteed)
+      double limit_gpus = 0;  // spec.quota.limit (0: none)
+      // GPUs (milli / 1000) placed replicas of the deployments it owns
+      // (spec.tenant) hold.
+      double allocated_gpus = 0;
+    };
     std::vector<Deployment> deployments;
     std::vector<Replica> replicas;
     std::vector<Gpu> gpus;
     std::vector<Route> routes;
+    std::vector<Node> nodes;
+    std::vector<Tenant> tenants;
   };
 
   virtual ~DriverMetrics() = default;
@@ -68,6 +86,15 @@ class DriverMetrics {
   virtual void ReplicaStarted(const std::string& deployment) = 0;
   virtual void ReplicaReady(const std::string& deployment,
                             double startup_seconds) = 0;
+  // A replica's engine failed: `reason` is "exited" (it ended on its own),
+  // "failed" (it could not be started) or "unhealthy" (killed after its
+  // startup timeout or failed health checks). A restart follows each.
+  virtual void ReplicaFailed(const std::string& deployment,
+                             const std::string& reason) = 0;
+  // The control loop finished a pass at `unix_seconds` (wall clock): the
+  // heartbeat a stalled loop stops. Lock-free (a scrape must not wait for
+  // a stuck loop).
+  virtual void LoopPassed(double unix_seconds) = 0;
   // A change of a deployment's desired replica count.
   virtual void Scaled(const std::string& deployment, int from, int to) = 0;
   // A replica preempted for a higher-priority one; an idle one swapped out.

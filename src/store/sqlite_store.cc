@@ -125,6 +125,14 @@ SqliteStore::~SqliteStore() {
 }
 
 absl::Status SqliteStore::Error(int rc, std::string_view purpose) const {
+  if ((rc & 0xff) != SQLITE_CONSTRAINT) {
+    RoundTripObserver observer;
+    {
+      absl::MutexLock l(&callback_mu_);
+      observer = observer_;
+    }
+    if (observer) observer("sqlite", 0, false);
+  }
   const std::string msg =
       absl::StrCat("store: ", AbslView(purpose), ": ", sqlite3_errmsg(db_),
                    " (sqlite code ", rc, ")");
@@ -604,6 +612,11 @@ void SqliteStore::Changed() {
 void SqliteStore::SetChangeCallback(std::function<void()> callback) {
   absl::MutexLock l(&callback_mu_);
   on_change_ = std::move(callback);
+}
+
+void SqliteStore::SetRoundTripObserver(RoundTripObserver observer) {
+  absl::MutexLock l(&callback_mu_);
+  observer_ = std::move(observer);
 }
 
 StoreHealth SqliteStore::Health() const {

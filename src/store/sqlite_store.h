@@ -109,7 +109,11 @@ class SqliteStore final : public Store {
   }
   void SetChangeCallback(std::function<void()> callback) override;
   StoreHealth Health() const override;
-  void SetRoundTripObserver(RoundTripObserver observer) override {}
+  // Only failures are reported (op "sqlite", ok false): a local database
+  // has no round trip worth timing, but its errors (I/O, disk full,
+  // corruption, busy) are what an operator must hear of. Constraint
+  // violations are answers, not failures.
+  void SetRoundTripObserver(RoundTripObserver observer) override;
 
  private:
   class Query;
@@ -160,8 +164,9 @@ class SqliteStore final : public Store {
   std::atomic<int64_t> revision_{0};
   std::atomic<int64_t> desired_revision_{0};
   // Under a lock of its own (a leaf), called without any lock.
-  absl::Mutex callback_mu_;
+  mutable absl::Mutex callback_mu_;
   std::function<void()> on_change_ ABSL_GUARDED_BY(callback_mu_);
+  RoundTripObserver observer_ ABSL_GUARDED_BY(callback_mu_);
 };
 
 }  // namespace gpusched::store

@@ -7,6 +7,8 @@
 #include <iterator>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -191,6 +193,33 @@ TEST(SqliteStoreTest, NotADatabaseIsAnError) {
   const std::string path = dir.File("junk.db");
   std::ofstream(path) << "this is not a sqlite database, not even close....";
   EXPECT_FALSE(SqliteStore::Open(path).ok());
+}
+
+// Failures reach the round-trip observer (gpusched_store_requests_total
+// {op="sqlite",result="error"}); successes and answers do not.
+TEST(SqliteStoreTest, ErrorsReachTheObserver) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  std::unique_ptr<SqliteStore> store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  std::vector<std::pair<std::string, bool>> seen;
+  store->SetRoundTripObserver([&](std::string_view op, double, bool ok) {
+    seen.emplace_back(std::string(op), ok);
+  });
+  ASSERT_TRUE(store->AppendEvent(MakeEvent(1, "a.b")).ok());
+  EXPECT_TRUE(seen.empty());
+  // Another connection drops the events table: the next statement that
+  // needs it fails.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "DROP TABLE events", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_FALSE(store->QueryEvents({}).ok());
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].first, "sqlite");
+  EXPECT_FALSE(seen[0].second);
+  store->SetRoundTripObserver(nullptr);
 }
 
 TEST(SqliteStoreTest, SecretNeverStoredAndSaltsDiffer) {

@@ -152,6 +152,15 @@ const expected = {
   gpusched_gpu_utilization_ratio: 'GAUGE',
   gpusched_gpu_allocated_milli: 'GAUGE',
   gpusched_gpu_healthy: 'GAUGE',
+  // What the alerting rules need (deploy/prometheus/, docs/runbooks.md).
+  gpusched_replica_failures_total: 'COUNTER',
+  gpusched_controller_last_pass_timestamp_seconds: 'GAUGE',
+  gpusched_queue_limit: 'GAUGE',
+  gpusched_node_usable: 'GAUGE',
+  gpusched_node_replicas: 'GAUGE',
+  gpusched_tenant_gpu_quota: 'GAUGE',
+  gpusched_tenant_gpu_limit: 'GAUGE',
+  gpusched_tenant_gpus_allocated: 'GAUGE',
 };
 for (const [name, type] of Object.entries(expected)) {
   const f = byName.get(name);
@@ -202,6 +211,15 @@ eq('gpusched_request_duration_seconds', { deployment: 'chat' }, chatFinished);
 eq('gpusched_request_duration_seconds', { deployment: 'embed' }, sent.embedOk);
 eq('gpusched_time_per_output_token_seconds', { deployment: 'chat' }, 1);  // the stream
 eq('gpusched_slo_requests_total', { deployment: 'chat' }, chatFinished);
+eq('gpusched_slo_requests_total', { deployment: 'chat', tenant: 'demo' }, sent.demoChatOk);
+{
+  // The control loop's heartbeat is recent (it passes every 50 ms or sooner).
+  const lastPass = sum('gpusched_controller_last_pass_timestamp_seconds', {});
+  check(Math.abs(Date.now() / 1000 - lastPass) < 120, 'the control loop passed in the last 2 minutes', lastPass);
+}
+eq('gpusched_node_usable', { node: 'local' }, 1);
+check(sum('gpusched_node_replicas', { node: 'local' }) >= 2, 'node local holds the replicas',
+      sum('gpusched_node_replicas', { node: 'local' }));
 eq('gpusched_slo_met_requests_total', { deployment: 'chat' }, chatFinished);
 check(!byName.get('gpusched_slo_requests_total')?.metrics.some((m) => m.labels?.deployment === 'embed'),
       'no SLO series for a deployment without an SLO');
