@@ -1,6 +1,6 @@
 // gpusched dashboard: reads /api/v1 every second with an admin key and draws
-// the GPU map, deployments, model routes, live charts (uPlot), tenants and
-// the events feed.
+// the GPU map, deployments, model routes, live charts (uPlot), tenants, the
+// events feed and the alerts Prometheus reports firing (every 5 s).
 // Plain browser JavaScript, no build step; served from the binary (web/).
 "use strict";
 
@@ -9,6 +9,7 @@
   const POLL_MS = 1000;
   const HISTORY = 300;  // chart points kept (5 minutes at 1 s)
   const MAX_EVENTS = 500;
+  const ALERTS_MS = 5000;  // GET /api/v1/alerts asks Prometheus: not every poll
   const KEY_STORE = "gpusched.adminKey";
   const PALETTE = ["#2f6fde", "#e8743b", "#19a979", "#945ecf", "#ed4a7b", "#13a4b4",
                    "#bf8b00", "#6c8893", "#d6502f", "#4e7d2b", "#a05195", "#3b5bdb"];
@@ -37,6 +38,9 @@
     eventKinds: new Set(),
     data: null,                   // the last poll's answers
     polls: 0,
+    alerts: null,                 // the last GET /api/v1/alerts answer, or {error}
+    alertsAt: 0,
+    alertsBusy: false,
   };
   window.gpuschedDashboard = state;  // for the browser test and for debugging
 
@@ -145,6 +149,7 @@
         getOptional("/routes", { items: [] }), getOptional("/cluster", null),
       ]);
       renderCluster(cluster);
+      pollAlerts();  // not awaited: a slow Prometheus must not hold the poll
       await pollEvents();
       const data = {
         gpus: gpus.items, nodes: nodes.items, deployments: deployments.items,
@@ -186,6 +191,67 @@
     state.events = fresh.concat(state.events).slice(0, MAX_EVENTS);
     state.eventIds = new Set(state.events.map((e) => e.id));
     renderEvents();
+  }
+
+  // Firing alerts from the Prometheus of alerts.prometheus_url, with their
+  // runbooks (docs/runbooks.md); the server bounds the call.
+  async function pollAlerts() {
+    if (state.alertsBusy || Date.now() - state.alertsAt < ALERTS_MS) return;
+    state.alertsBusy = true;
+    state.alertsAt = Date.now();
+    try {
+      const res = await fetch(API + "/alerts", {
+        headers: { Authorization: "Bearer " + state.key }, cache: "no-store",
+      });
+      let body = null;
+      try { body = await res.json(); } catch (e) { /* not JSON */ }
+      if (res.ok && body) state.alerts = body;
+      else state.alerts = { error: (body && body.error && body.error.message) || "HTTP " + res.status };
+    } catch (e) {
+      state.alerts = { error: String(e.message || e) };
+    } finally {
+      state.alertsBusy = false;
+    }
+    renderAlerts();
+  }
+
+  function renderAlerts() {
+    const a = state.alerts;
+    const list = $("alerts");
+    const card = $("alerts-card");
+    list.textContent = "";
+    $("alerts-source").textContent = a && a.source ? "from " + a.source : "";
+    card.dataset.firing = String(a && a.items ? a.items.length : 0);
+    if (!a) return;
+    if (a.error) {
+      list.appendChild(el("li", "empty error", "Cannot read alerts: " + a.error));
+      return;
+    }
+    if (a.configured === false) {
+      list.appendChild(el("li", "empty", a.message || "No Prometheus configured (alerts.prometheus_url)."));
+      return;
+    }
+    for (const al of a.items) {
+      const li = el("li", "alert sev-" + (al.severity || "none"));
+      li.dataset.alert = al.name;
+      const top = el("div", "alert-top");
+      top.append(el("span", "alert-sev", al.severity || "-"), el("span", "alert-name", al.name));
+      const labels = Object.entries(al.labels || {}).filter(([k]) => k !== "severity")
+        .map(([k, v]) => k + "=" + v).join(" ");
+      if (labels) top.appendChild(el("span", "alert-labels muted", labels));
+      if (al.activeAt) top.appendChild(el("span", "alert-since muted", "since " + clock(al.activeAt)));
+      li.append(top, el("div", "alert-msg", al.summary || al.description || ""));
+      if (al.runbookUrl) {
+        const link = el("a", "alert-runbook", "runbook");
+        link.href = al.runbookUrl;
+        link.target = "_blank";
+        link.rel = "noopener noreferrer";
+        li.appendChild(link);
+      }
+      list.appendChild(li);
+    }
+    if (a.omitted > 0) list.appendChild(el("li", "empty muted", a.omitted + " more not listed"));
+    if (!list.firstChild) list.appendChild(el("li", "empty", "No alert firing."));
   }
 
   // --- rendering ---------------------------------------------------------

@@ -161,6 +161,7 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "stats", kAdmin, &ControlApi::GetStats},
       {V::get, "cluster", kAdmin, &ControlApi::GetCluster},
       {V::get, "instances", kAdmin, &ControlApi::ListInstances},
+      {V::get, "alerts", kAdmin, &ControlApi::ListAlerts},
       {V::get, "events", kAdmin, &ControlApi::ListEvents},
       {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
       {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
@@ -435,6 +436,26 @@ void ControlApi::ListInstances(Call& c) {
     return c.Fail(http::status::not_found, "no cluster view here");
   }
   c.Send(http::status::ok, json{{"items", cluster_->Json()["instances"]}});
+}
+
+// What the configured Prometheus reports firing (deploy/prometheus/ rules);
+// 200 with "configured": false when alerts.prometheus_url is not set, 503
+// when Prometheus cannot be read (bounded by alerts.timeout_ms).
+void ControlApi::ListAlerts(Call& c) {
+  if (alerts_ == nullptr) {
+    return c.Send(http::status::ok,
+                  json{{"configured", false},
+                       {"source", ""},
+                       {"items", json::array()},
+                       {"message",
+                        "alerts.prometheus_url is not set in the serve "
+                        "config: no alerts to show (docs/runbooks.md)"}});
+  }
+  auto firing = alerts_->Firing();
+  if (!firing.ok()) return c.Fail(firing.status());
+  json j = FiringAlertsJson(*firing, alerts_->options().prometheus_url);
+  j["configured"] = true;
+  c.Send(http::status::ok, j);
 }
 
 void ControlApi::ListEvents(Call& c) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "api/alerts.h"
 #include "api/cluster_view.h"
 #include "common/worker_pool.h"
 #include "gateway/gateway_stats.h"
@@ -40,14 +41,18 @@ class ControlApi {
   // `cluster` (may be null: a single instance without one) answers GET
   // /api/v1/cluster and says where the leader is, for the requests only it
   // answers (forwarded there by an instance that follows).
+  // `alerts` (may be null: alerts.prometheus_url is not set) answers GET
+  // /api/v1/alerts.
   ControlApi(Controller* controller, gateway::KeyCache* keys,
              const gateway::GatewayStats* stats = nullptr,
-             WorkerPool* pool = nullptr, const ClusterView* cluster = nullptr)
+             WorkerPool* pool = nullptr, const ClusterView* cluster = nullptr,
+             const AlertsSource* alerts = nullptr)
       : controller_(controller),
         keys_(keys),
         stats_(stats),
         pool_(pool),
-        cluster_(cluster) {}
+        cluster_(cluster),
+        alerts_(alerts) {}
 
   // True when `request` is a control request (its path starts with
   // /api/v1): then it has been taken (moved from) and is answered, at once
@@ -88,6 +93,7 @@ class ControlApi {
   void GetStats(Call& c);
   void GetCluster(Call& c);
   void ListInstances(Call& c);
+  void ListAlerts(Call& c);
   void ListEvents(Call& c);
   void ListTenants(Call& c);
   void GetTenant(Call& c);
@@ -111,6 +117,7 @@ class ControlApi {
   const gateway::GatewayStats* stats_;
   WorkerPool* pool_;
   const ClusterView* cluster_;
+  const AlertsSource* alerts_;
 };
 
 }  // namespace gpusched::api

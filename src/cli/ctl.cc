@@ -296,10 +296,16 @@ void PrintList(const KindInfo& k, const Json& j, const std::string& output,
   }
   const Json& items = Array(j, {"items"});
   if (items.empty()) {
-    err << "No " << k.plural << ".\n";
+    // The server may say why there is nothing (alerts: no Prometheus set).
+    const std::string why = Text(j, {"message"});
+    err << (why.empty() ? absl::StrCat("No ", k.plural, ".") : why) << "\n";
     return;
   }
   out << FormatTable(k.rows(items, o.now));
+  if (const int64_t omitted = static_cast<int64_t>(Number(j, {"omitted"}));
+      omitted > 0) {
+    err << "(" << omitted << " more not listed)\n";
+  }
 }
 
 int CheckOutput(const std::string& output, std::ostream& err) {

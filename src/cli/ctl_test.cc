@@ -127,6 +127,14 @@ class CtlTest : public ::testing::Test {
            return Json{{"items", items}}.dump();
          }()},
         {"GET /api/v1/gpus", kGpus},
+        {"GET /api/v1/alerts",
+         R"({"configured": true, "source": "http://p:9090", "omitted": 1,
+             "items": [{"name": "GpuschedGpuUnhealthy",
+               "severity": "critical", "activeAt": "2026-11-29T23:10:00Z",
+               "summary": "GPU 1 of node n1 is unhealthy",
+               "runbookUrl": "docs/runbooks.md#gpuschedgpuunhealthy",
+               "labels": {"gpu": "1", "node": "n1",
+                          "severity": "critical"}}]})"},
         {"GET /api/v1/tenants", kTenants},
         {"GET /api/v1/tenants/team-a",
          R"({"kind": "Tenant", "metadata": {"name": "team-a"},
@@ -272,6 +280,17 @@ TEST_F(CtlTest, GetReplicasGpusTenantsTables) {
             "NAME    MODELS      WEIGHT  PRIORITY\n"
             "team-a  chat,embed  2.5     critical\n"
             "team-b  *           1       batch\n");
+}
+
+TEST_F(CtlTest, GetAlertsShowsRunbooks) {
+  ASSERT_EQ(Get("alerts"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "ALERT                 SEVERITY  LABELS        SINCE  SUMMARY      "
+            "                  RUNBOOK\n"
+            "GpuschedGpuUnhealthy  critical  gpu=1 node=n1  5m     GPU 1 of "
+            "node n1 is unhealthy  docs/runbooks.md#gpuschedgpuunhealthy\n");
+  EXPECT_EQ(err_, "(1 more not listed)\n");
+  EXPECT_EQ(seen().back().target, "/api/v1/alerts");
 }
 
 TEST_F(CtlTest, GetNameFiltersListsAndFetchesObjects) {

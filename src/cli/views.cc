@@ -366,6 +366,24 @@ Rows InstanceRows(const Json& items, absl::Time now) {
   return rows;
 }
 
+// Firing alerts (GET /api/v1/alerts: what Prometheus reports, with their
+// runbooks), most severe first as the server sorts them.
+Rows AlertRows(const Json& items, absl::Time now) {
+  Rows rows = {{"ALERT", "SEVERITY", "LABELS", "SINCE", "SUMMARY", "RUNBOOK"}};
+  for (const Json& a : items) {
+    Json labels = Json::object();
+    if (const Json* l = Find(a, {"labels"}); l != nullptr && l->is_object()) {
+      for (auto it = l->begin(); it != l->end(); ++it) {
+        if (it.key() != "severity") labels[it.key()] = it.value();
+      }
+    }
+    rows.push_back({Text(a, {"name"}), Cell(a, {"severity"}),
+                    KeyValues(&labels), Age(a, {"activeAt"}, now),
+                    Text(a, {"summary"}), Cell(a, {"runbookUrl"})});
+  }
+  return rows;
+}
+
 constexpr KindInfo kKinds[] = {
     {"deployments", "deployment", true, nullptr, nullptr, DeploymentRows},
     {"replicas", "replica", false, nullptr, "name", ReplicaRows},
@@ -376,6 +394,7 @@ constexpr KindInfo kKinds[] = {
     {"routes", "route", true, nullptr, nullptr, RouteRows},
     {"events", "event", false, "deployment", nullptr, EventRows},
     {"instances", "instance", false, nullptr, "id", InstanceRows},
+    {"alerts", "alert", false, nullptr, "name", AlertRows},
 };
 
 const KindInfo* FindKind(const std::string& name) {

@@ -58,6 +58,7 @@ Rows TenantRows(const Json& items, absl::Time);
 Rows GpuRows(const Json& items, absl::Time);
 Rows NodeRows(const Json& items, absl::Time);
 Rows QueueRows(const Json& items, absl::Time);
+Rows AlertRows(const Json& items, absl::Time now);
 Rows EventRows(const Json& items, absl::Time);
 Rows RouteRows(const Json& items, absl::Time now);
 Rows InstanceRows(const Json& items, absl::Time now);

@@ -66,6 +66,7 @@ class Parser : public SpecReader {
                "max_launches_per_pass",
                "launch_interval_ms",
                "gpu_prices",
+               "alerts",
                "store",
                "ha",
                "stop_replicas_on_exit",
@@ -162,6 +163,9 @@ class Parser : public SpecReader {
           cfg.gpu_prices[model] = price;
         }
       }
+    }
+    if (const YAML::Node n = root["alerts"]; n && Map(n, "alerts")) {
+      ParseAlerts(n, cfg);
     }
     if (const YAML::Node n = root["slurm"]; n && Map(n, "slurm")) {
       ParseSlurm(n, cfg);
@@ -271,6 +275,33 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node v = n["max_event_age_h"]) {
       Int(v, "store.etcd.max_event_age_h", 1, 8760, &e.max_event_age_h);
+    }
+  }
+
+  void ParseAlerts(const YAML::Node& n, ServeConfig& cfg) {
+    AlertsConfig& a = cfg.alerts;
+    CheckKeys(
+        n, "alerts",
+        {"prometheus_url", "runbook_base_url", "timeout_ms", "max_alerts"});
+    if (const YAML::Node v = n["prometheus_url"];
+        v && String(v, "alerts.prometheus_url", &a.prometheus_url) &&
+        !a.prometheus_url.empty() &&
+        (a.prometheus_url.rfind("http://", 0) != 0 ||
+         a.prometheus_url.size() > 512)) {
+      Fail(v, "alerts.prometheus_url",
+           "must be an http://host:port URL of a Prometheus (https is not "
+           "supported)");
+    }
+    if (const YAML::Node v = n["runbook_base_url"];
+        v && String(v, "alerts.runbook_base_url", &a.runbook_base_url) &&
+        a.runbook_base_url.size() > 512) {
+      Fail(v, "alerts.runbook_base_url", "must be at most 512 characters");
+    }
+    if (const YAML::Node v = n["timeout_ms"]) {
+      Int(v, "alerts.timeout_ms", 100, 30000, &a.timeout_ms);
+    }
+    if (const YAML::Node v = n["max_alerts"]) {
+      Int(v, "alerts.max_alerts", 1, 10000, &a.max_alerts);
     }
   }
 

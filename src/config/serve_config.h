@@ -66,6 +66,16 @@
 //                                 #   next starts wait this long, 0..60000:
 //                                 #   a burst of starts cannot take every
 //                                 #   core at once (0: no wait)
+//   alerts:                       # firing alerts in the dashboard and
+//                                 #   `gpusched get alerts` (docs/runbooks.md)
+//     prometheus_url: ""          # http://host:port[/prefix] of the
+//                                 #   Prometheus that runs deploy/prometheus/
+//                                 #   rules; "": no alerts shown
+//     runbook_base_url: ""        # prefixed to relative runbook_url's
+//                                 #   (docs/runbooks.md#...), e.g. a
+//                                 #   repository's https://.../blob/main/
+//     timeout_ms: 2000            # each step of one query, 100..30000
+//     max_alerts: 500             # listed at most, 1..10000
 //   gpu_prices: {}                # price per GPU-hour by GPU model (catalog
 //                                 #   names), e.g. {H100-SXM-80GB: 4.0}, for
 //                                 #   the cost metrics; a model not listed
@@ -228,6 +238,13 @@ struct HaConfig {
   int64_t renew_interval_ms = 0;
 };
 
+struct AlertsConfig {
+  std::string prometheus_url;  // empty: none
+  std::string runbook_base_url;
+  int64_t timeout_ms = 2000;
+  int64_t max_alerts = 500;
+};
+
 struct ServeConfig {
   std::string source;
   HostPort listen{"127.0.0.1", 8080};
@@ -247,6 +264,7 @@ struct ServeConfig {
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0
+  AlertsConfig alerts;
   EtcdConfig etcd;
   HaConfig ha;
   bool stop_replicas_on_exit = false;

@@ -327,6 +327,46 @@ stop_replicas_on_exit: true
   }
 }
 
+TEST(ServeConfigTest, AlertsBlock) {
+  auto none = ParseServeYaml("listen: 127.0.0.1:0\n", "s.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->alerts.prometheus_url, "");
+  EXPECT_EQ(none->alerts.timeout_ms, 2000);
+  EXPECT_EQ(none->alerts.max_alerts, 500);
+  auto cfg = ParseServeYaml(R"(alerts:
+  prometheus_url: http://prometheus.monitoring:9090/prom
+  runbook_base_url: https://git.example/gpusched/blob/main/
+  timeout_ms: 500
+  max_alerts: 50
+)",
+                            "s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->alerts.prometheus_url,
+            "http://prometheus.monitoring:9090/prom");
+  EXPECT_EQ(cfg->alerts.runbook_base_url,
+            "https://git.example/gpusched/blob/main/");
+  EXPECT_EQ(cfg->alerts.timeout_ms, 500);
+  EXPECT_EQ(cfg->alerts.max_alerts, 50);
+  struct Bad {
+    const char* yaml;
+    const char* field;
+  };
+  for (const Bad& b : {
+           Bad{"alerts: {prometheus_url: prometheus:9090}",
+               "alerts.prometheus_url"},
+           Bad{"alerts: {prometheus_url: https://p:9090}",
+               "alerts.prometheus_url"},
+           Bad{"alerts: {timeout_ms: 10}", "alerts.timeout_ms"},
+           Bad{"alerts: {timeout_ms: 60000}", "alerts.timeout_ms"},
+           Bad{"alerts: {max_alerts: 0}", "alerts.max_alerts"},
+           Bad{"alerts: {url: http://p:9090}", "url"},
+       }) {
+    auto r = ParseServeYaml(b.yaml, "s.yaml");
+    ASSERT_FALSE(r.ok()) << b.yaml;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.field)) << b.yaml;
+  }
+}
+
 TEST(ServeConfigTest, KubernetesBlock) {
   auto cfg = ParseServeYaml(R"(kubernetes:
   kubeconfig: kube/config

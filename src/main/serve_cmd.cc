@@ -433,8 +433,18 @@ int RunServe(const ServeFlags& flags) {
   // answered on these threads, never on the gateway's I/O thread.
   WorkerPool control_pool(kControlThreads, kControlQueued);
   const api::ClusterView cluster_view{elect, st_store};
+  std::unique_ptr<api::AlertsSource> alerts;
+  if (!cfg->alerts.prometheus_url.empty()) {
+    auto made = api::AlertsSource::Create(
+        {.prometheus_url = cfg->alerts.prometheus_url,
+         .runbook_base_url = cfg->alerts.runbook_base_url,
+         .timeout = cfg->alerts.timeout_ms * kMicrosPerMilli,
+         .max_alerts = static_cast<int>(cfg->alerts.max_alerts)});
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    alerts = *std::move(made);
+  }
   api::ControlApi control(controller.get(), &keys, &(*gateway)->stats(),
-                          &control_pool, &cluster_view);
+                          &control_pool, &cluster_view, alerts.get());
   std::atomic<bool> draining{false};
   net::HttpServerOptions http;
   http.address = cfg->listen.host;

@@ -211,7 +211,7 @@ class HttpExchange {
   // The whole response.
   absl::StatusOr<HttpClientResponse> Read() {
     http::response_parser<http::string_body> parser;
-    parser.body_limit(kMaxHttpClientBody);
+    parser.body_limit(c_.max_body);
     absl::Status st = Visit([&](auto& s) {
       Lowest(s).expires_after(Dur(timeout_));
       beast::error_code e = Await(

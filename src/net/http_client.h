@@ -49,6 +49,7 @@ struct HttpClientOptions {
   std::string client_key_pem;
   Micros timeout = 10 * kMicrosPerSecond;  // each step of a call
   std::string peer;  // names the peer in errors ("the API server https://..")
+  size_t max_body = kMaxHttpClientBody;  // a longer response body fails
 };
 
 struct HttpClientResponse {

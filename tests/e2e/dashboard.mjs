@@ -139,6 +139,12 @@ try {
     assert(quota.includes('1 guaranteed') && quota.includes('6,000 req/min'), `team2 row: ${quota}`);
   });
 
+  await step('the alerts card says when no Prometheus is configured', async () => {
+    await page.waitForFunction(() => document.querySelector('#alerts li') !== null, null, { timeout: 15_000 });
+    const text = await page.textContent('#alerts');
+    assert(text.includes('alerts.prometheus_url is not set'), `alerts card: ${text}`);
+  });
+
   await step('the charts and counters move while traffic flows', async () => {
     const before = Number(await page.getAttribute('#chart-rps', 'data-points'));
     const loops = [0, 1, 2, 3].map(loop);
