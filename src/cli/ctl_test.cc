@@ -285,8 +285,8 @@ TEST_F(CtlTest, GetReplicasGpusTenantsTables) {
 TEST_F(CtlTest, GetAlertsShowsRunbooks) {
   ASSERT_EQ(Get("alerts"), kExitOk) << err_;
   EXPECT_EQ(out_,
-            "ALERT                 SEVERITY  LABELS        SINCE  SUMMARY      "
-            "                  RUNBOOK\n"
+            "ALERT                 SEVERITY  LABELS         SINCE  SUMMARY     "
+            "                   RUNBOOK\n"
             "GpuschedGpuUnhealthy  critical  gpu=1 node=n1  5m     GPU 1 of "
             "node n1 is unhealthy  docs/runbooks.md#gpuschedgpuunhealthy\n");
   EXPECT_EQ(err_, "(1 more not listed)\n");
