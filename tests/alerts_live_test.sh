@@ -251,8 +251,11 @@ for c in /usr/bin/chromium /usr/bin/chromium-browser; do
 done
 if command -v node >/dev/null 2>&1 && [ -n "$chromium" ] &&
   [ -f "$src/tests/e2e/node_modules/playwright-core/package.json" ]; then
+  # Not the crash loop: with the windows divided by 20 and the restart
+  # backoff not (1 s doubling to 60 s), its 45 s window soon holds fewer
+  # than 3 failures and it may already have resolved by now.
   node "$src/tests/e2e/alerts_dashboard.mjs" "$url" "$admin" "$chromium" \
-    GpuschedReplicaCrashLooping GpuschedSloBurnFast GpuschedGpuUnhealthy >"$tmp/browser.out" 2>&1 ||
+    GpuschedSloBurnFast GpuschedGpuUnhealthy >"$tmp/browser.out" 2>&1 ||
     fail "the dashboard's alerts card: $(cat "$tmp/browser.out")"
   cat "$tmp/browser.out"
 else

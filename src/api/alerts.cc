@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 
 namespace gpusched::api {
@@ -128,7 +129,7 @@ absl::StatusOr<std::unique_ptr<AlertsSource>> AlertsSource::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("alerts.prometheus_url: ", why, ", got '", url, "'"));
   };
-  constexpr std::string_view kScheme = "http://";
+  constexpr absl::string_view kScheme = "http://";
   if (!absl::StartsWith(url, kScheme)) {
     return bad("must be an http://host:port URL (https is not supported)");
   }
@@ -168,6 +169,11 @@ absl::StatusOr<FiringAlerts> AlertsSource::Firing() const {
     return absl::UnavailableError(
         absl::StrCat("cannot read alerts from Prometheus at ",
                      options_.prometheus_url, ": ", res.status().message()));
+  }
+  if (res->body.size() > options_.max_bytes) {
+    return absl::UnavailableError(absl::StrCat(
+        "Prometheus at ", options_.prometheus_url, " answered ",
+        res->body.size(), " bytes, over the bound of ", options_.max_bytes));
   }
   if (res->status != 200) {
     return absl::UnavailableError(absl::StrCat(
