@@ -309,7 +309,8 @@ const allowed = {
   simulated: ['true', 'false'],
   reason: ['rate_limited_requests', 'rate_limited_tokens', 'model_queue_full', 'tenant_queue_full',
            'deadline_infeasible', 'queue_timeout', 'prompt_too_long', 'no_replica', 'tenant_concurrency_limit',
-           'unauthenticated', 'forbidden', 'unknown_model', 'unknown_priority', 'bad_deadline'],
+           'unauthenticated', 'forbidden', 'unknown_model', 'unknown_priority', 'bad_deadline',
+           'exited', 'failed', 'unhealthy'],  // gpusched_replica_failures_total
   state: ['pending', 'starting', 'ready', 'unhealthy', 'backoff', 'draining', 'external'],
   change: ['elected', 'lost'],
   store: ['sqlite', 'etcd'],
