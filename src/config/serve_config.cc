@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "config/capacity_config.h"
 #include "config/spec_reader.h"
 
 namespace gpusched::config {
@@ -69,6 +70,7 @@ class Parser : public SpecReader {
                "store",
                "ha",
                "stop_replicas_on_exit",
+               "capacity",
                "slurm",
                "kubernetes",
                "deployments",
@@ -140,6 +142,10 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["swap_min_idle_s"]) {
       Number(n, "swap_min_idle_s", 0, false, &cfg.swap_min_idle_s);
+    }
+    if (const YAML::Node n = root["capacity"]) {
+      ParseCapacitySpec(*this, n, /*with_pools=*/true, base_dir_,
+                        &cfg.capacity);
     }
     if (const YAML::Node n = root["max_launches_per_pass"]) {
       Int(n, "max_launches_per_pass", 1, 100000, &cfg.max_launches_per_pass);

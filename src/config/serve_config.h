@@ -52,6 +52,14 @@
 //                                 #   accepting this long first (a load
 //                                 #   balancer's or Kubernetes' time to see
 //                                 #   it), then drain
+//   capacity: {...}               # capacity on demand, when the cluster
+//                                 #   manager can add nodes (Slurm CLOUD
+//                                 #   nodes, Kubernetes autoscalers): the
+//                                 #   fields of config/capacity_config.h;
+//                                 #   pools: [{name, gpu, price_per_node_hour,
+//                                 #   provisioning_delay_s, min_nodes,
+//                                 #   max_nodes}] override the manager's by
+//                                 #   name (docs/capacity.md)
 //   swap_min_idle_s: 0            # an idle replica is swapped out for
 //                                 #   another model only after this long
 //                                 #   without a request (docs/autoscaling.md)
@@ -165,6 +173,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/capacity_config.h"
 #include "config/manifest.h"
 
 namespace gpusched::config {
@@ -244,6 +253,7 @@ struct ServeConfig {
   double drain_grace_s = 30;
   double drain_delay_s = 0;
   double swap_min_idle_s = 0;
+  CapacitySpec capacity;  // capacity on demand (config/capacity_config.h)
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0

@@ -318,6 +318,7 @@ int RunServe(const ServeFlags& flags) {
   options.health_period = cfg->health_check_period_ms * kMicrosPerMilli;
   options.drain_grace = static_cast<Micros>(cfg->drain_grace_s * 1e6);
   options.swap_min_idle = static_cast<Micros>(cfg->swap_min_idle_s * 1e6);
+  options.capacity = cfg->capacity;
   options.max_launches_per_pass = static_cast<int>(cfg->max_launches_per_pass);
   options.launch_interval = cfg->launch_interval_ms * kMicrosPerMilli;
   options.metrics = &controller_metrics;

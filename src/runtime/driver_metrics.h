@@ -53,10 +53,18 @@ class DriverMetrics {
       std::string phase;  // the rollout's, "" without one
       int step = 0;       // 1-based
     };
+    // Capacity on demand: each pool's nodes by state and what they cost.
+    struct Pool {
+      std::string name;
+      std::vector<std::pair<std::string, int>> nodes;  // state -> count
+      double usd = 0;
+    };
     std::vector<Deployment> deployments;
     std::vector<Replica> replicas;
     std::vector<Gpu> gpus;
     std::vector<Route> routes;
+    std::vector<Pool> pools;
+    double idle_usd = 0;  // pool nodes' cost no replica held
   };
 
   virtual ~DriverMetrics() = default;
@@ -88,6 +96,9 @@ class DriverMetrics {
       const std::string& deployment,
       const std::vector<std::pair<std::string, double>>& share_by_model,
       double seconds) = 0;
+  // The price per GPU-hour of a GPU "model" key Accrue gets (capacity on
+  // demand: "pool:<name>" for the GPUs of a pool's nodes).
+  virtual void SetPrice(const std::string& model, double usd_per_gpu_hour) {}
 };
 
 }  // namespace gpusched::runtime
