@@ -38,7 +38,10 @@ slurm_cluster_up "$tmp/slurm" n1:h100:2:8:16000 >"$tmp/cluster.log" 2>&1 ||
 
 now() { date +%s.%N; }
 node_state() { scontrol show node "$1" | grep -o 'State=[^ ]*'; }
-registered() { ! node_state "$1" | grep -qE 'POWER|NOT_RESPONDING'; }
+registered() {  # a state read, without POWER* or NOT_RESPONDING
+  local s
+  s=$(node_state "$1") && [ -n "$s" ] && ! grep -qE 'POWER|NOT_RESPONDING' <<<"$s"
+}
 running() { squeue -h -j "$1" -o %T | grep -q RUNNING; }
 submit() { sbatch --parsable --nodelist="$1" --gres=gpu:h100:2 -c 1 --mem=100 -o /dev/null --wrap='sleep 600'; }
 powered_down() { node_state "$1" | grep -q 'IDLE+CLOUD+POWERED_DOWN$'; }
