@@ -26,6 +26,7 @@
 #include "backends/kubernetes/kube_nodes.h"
 #include "backends/slurm/slurm_launcher.h"
 #include "backends/slurm/slurm_nodes.h"
+#include "backends/slurm/slurm_pools.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
 #include "config/serve_config.h"
@@ -105,6 +106,16 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
       backends::SlurmNodeSpecs(nodes, gres_map);
   if (!specs.ok()) return specs.status();
+  // Slurm's power saving: CLOUD nodes (and nodes with a pool= feature) are
+  // pools the launcher powers up and down; pools that do not form are a
+  // configuration error to fix, not capacity to ignore.
+  if (absl::StatusOr<std::vector<backends::PoolReport>> pools =
+          backends::SlurmPools(nodes);
+      !pools.ok()) {
+    return absl::Status(pools.status().code(),
+                        absl::StrCat("slurm: node pools (docs/capacity.md): ",
+                                     pools.status().message()));
+  }
   cluster->nodes = *specs;
   cluster->source = "slurm";
   backends::SlurmLauncherOptions o;
