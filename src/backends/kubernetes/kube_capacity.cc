@@ -219,7 +219,8 @@ absl::Status KubeLauncher::Bind(ProcessId id,
     spec.placement.pool.clear();
     const std::string fresh = NewPodName(spec.name, next_id_++);
     RETURN_IF_ERROR(CreatePod(PodObject(spec, fresh), fresh, placement.node));
-    Pod ask{.key = pod.key};
+    Pod ask;
+    ask.key = pod.key;
     (void)Delete(ask, 0);
     by_key_.erase(pod.key);
     pod.key = absl::StrCat(ns, "/", fresh);

@@ -267,7 +267,8 @@ absl::Status KubeLauncher::CreatePod(const json& object,
              : r.status();
   if (!bound.ok()) {
     // Not left behind unbound.
-    Pod gone{.key = absl::StrCat(ns, "/", pod_name)};
+    Pod gone;
+    gone.key = absl::StrCat(ns, "/", pod_name);
     (void)Delete(gone, 0);
   }
   return bound;

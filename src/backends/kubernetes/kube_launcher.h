@@ -212,9 +212,9 @@ class KubeLauncher : public Launcher, public CapacityManager {
     // Capacity on demand: the pool it waits on while unbound (node empty),
     // the spec it was created from (to create it again pinned), and the
     // ProvisioningRequest it consumes.
-    std::string pool;
-    ProcessSpec spec;
-    std::string provisioning_request;
+    std::string pool = {};
+    ProcessSpec spec = {};
+    std::string provisioning_request = {};
   };
 
   absl::StatusOr<ProcessId> StartOnPool(const ProcessSpec& spec);
