@@ -1,13 +1,17 @@
 #include "backends/kubernetes/kube_pools.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/kube_launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "net/http_server.h"
 
 namespace gpusched::backends {
 namespace {
@@ -284,6 +288,150 @@ TEST(KubeCapacityObjectsTest, AGangIsAProvisioningRequestWithItsPodTemplate) {
   EXPECT_EQ(spec["nodeSelector"]["cloud.google.com/gke-nodepool"], "h100");
   EXPECT_EQ(spec["nodeSelector"]["nvidia.com/gpu.product"],
             "NVIDIA-H100-80GB-HBM3");
+}
+
+// An API server that records every request and answers 201/200 with the
+// body it was sent (404 for Karpenter's NodePools: none on this cluster).
+class RecordingApi {
+ public:
+  struct Call {
+    std::string method, target, type;
+    json body;
+  };
+  RecordingApi() {
+    server_ = *net::HttpServer::Start(
+        {}, [this](net::HttpRequest req, std::shared_ptr<net::Responder> r) {
+          net::HttpResponse res;
+          res.version(11);
+          res.set(net::http::field::content_type, "application/json");
+          const std::string method(req.method_string());
+          const std::string target(req.target());
+          {
+            absl::MutexLock l(&mu_);
+            calls_.push_back(
+                {method, target,
+                 std::string(req[net::http::field::content_type]),
+                 json::parse(req.body().empty() ? "null" : req.body(), nullptr,
+                             false)});
+          }
+          const bool missing = target.find("karpenter.sh") != std::string::npos;
+          res.result(missing ? 404 : method == "POST" ? 201 : 200);
+          res.body() = missing ? json{{"kind", "Status"},
+                                      {"code", 404},
+                                      {"reason", "NotFound"}}
+                                     .dump()
+                               : req.body();
+          r->Send(std::move(res));
+        });
+  }
+  ~RecordingApi() { server_->Shutdown(std::chrono::milliseconds(100)); }
+  std::unique_ptr<KubeClient> Client() const {
+    KubeCredentials c;
+    c.host = "127.0.0.1";
+    c.port = server_->port();
+    c.tls = false;
+    return *KubeClient::Create(c, {});
+  }
+  std::vector<Call> Take() {
+    absl::MutexLock l(&mu_);
+    return std::exchange(calls_, {});
+  }
+
+ private:
+  std::unique_ptr<net::HttpServer> server_;
+  absl::Mutex mu_;
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(KubeCapacityRequestsTest, WhatTheLauncherSendsForAPoolAGangAndEviction) {
+  RecordingApi api;
+  KubeLauncherOptions o;
+  o.image = "img:1";
+  KubePoolSpec h100;
+  h100.name = "h100";
+  h100.labels = {{"cloud.google.com/gke-nodepool", "h100"}};
+  h100.gpu_product = "NVIDIA-H100-80GB-HBM3";
+  h100.gpus_per_node = 8;
+  h100.max_nodes = 2;
+  o.pools = {h100};
+  KubeLauncher l(o, api.Client(), Nowhere(), Nowhere(), {});
+  ProcessSpec spec;
+  spec.name = "chat-0";
+  spec.engine = "reference";
+  spec.argv = {"gpusched", "engine"};
+  spec.placement.pool = "h100";
+  spec.placement.deployment = "chat";
+  spec.placement.gpus = {0};
+  absl::StatusOr<ProcessId> id = l.Start(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<RecordingApi::Call> calls = api.Take();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].method, "POST");
+  EXPECT_EQ(calls[0].target, "/api/v1/namespaces/gpusched/pods");
+  const std::string pod = calls[0].body["metadata"]["name"];
+  EXPECT_EQ(
+      calls[0].body["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"],
+      "h100");
+  // The scheduler's word: unschedulable, through the status subresource.
+  EXPECT_EQ(calls[1].method, "PATCH");
+  EXPECT_EQ(calls[1].target,
+            "/api/v1/namespaces/gpusched/pods/" + pod + "/status");
+  EXPECT_EQ(calls[1].type, "application/strategic-merge-patch+json");
+  json cond = calls[1].body["status"]["conditions"][0];
+  EXPECT_THAT(std::string(cond["message"]), ::testing::HasSubstr("pool h100"));
+  cond.erase("message");
+  cond.erase("lastTransitionTime");
+  EXPECT_EQ(cond, json::parse(R"({"type": "PodScheduled", "status": "False",
+                                  "reason": "Unschedulable"})"));
+
+  // SetEvictable: a merge patch of the two annotations.
+  ASSERT_TRUE(l.SetEvictable(*id, true).ok());
+  ASSERT_TRUE(l.SetEvictable(*id, false).ok());
+  calls = api.Take();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].target, "/api/v1/namespaces/gpusched/pods/" + pod);
+  EXPECT_EQ(calls[0].type, "application/merge-patch+json");
+  EXPECT_EQ(calls[0].body, json::parse(R"({"metadata": {"annotations": {
+      "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
+      "karpenter.sh/do-not-disrupt": null}}})"));
+  EXPECT_EQ(calls[1].body, json::parse(R"({"metadata": {"annotations": {
+      "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+      "karpenter.sh/do-not-disrupt": "true"}}})"));
+
+  // One node: the Pod is the ask. Two: a PodTemplate and a
+  // ProvisioningRequest, and the waiting Pod consumes it. Three: too many.
+  ASSERT_TRUE(l.AddNodes("h100", 1, "r1").ok());
+  EXPECT_TRUE(api.Take().empty());
+  ASSERT_TRUE(l.AddNodes("h100", 2, "r2").ok());
+  calls = api.Take();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].target, "/api/v1/namespaces/gpusched/podtemplates");
+  EXPECT_EQ(calls[1].target,
+            "/apis/autoscaling.x-k8s.io/v1/namespaces/gpusched/"
+            "provisioningrequests");
+  EXPECT_EQ(calls[1].body, l.ProvisioningRequestObject("gpusched-h100-r2", 2));
+  EXPECT_EQ(calls[2].body, json::parse(R"({"metadata": {"annotations": {
+      "autoscaling.x-k8s.io/consume-provisioning-request": "gpusched-h100-r2",
+      "autoscaling.x-k8s.io/provisioning-class-name":
+          "best-effort-atomic-scale-up.autoscaling.x-k8s.io"}}})"));
+  EXPECT_TRUE(absl::IsResourceExhausted(l.AddNodes("h100", 3, "r3").status()));
+  EXPECT_TRUE(absl::IsNotFound(l.AddNodes("a100", 1, "r4").status()));
+
+  // Bound to the GPU it was created pinned to: one binding.
+  ProcessPlacement at;
+  at.node = "gke-h100-1";
+  at.deployment = "chat";
+  at.gpus = {0};
+  ASSERT_TRUE(l.Bind(*id, at).ok());
+  calls = api.Take();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].target,
+            "/api/v1/namespaces/gpusched/pods/" + pod + "/binding");
+  EXPECT_EQ(calls[0].body["target"]["name"], "gke-h100-1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(l.Bind(*id, at)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(l.ReleaseNode("gke-h100-1")));
+  EXPECT_TRUE(l.ReleaseNode("gke-h100-2").ok());
+  EXPECT_TRUE(api.Take().empty());  // giving a node back sends nothing
 }
 
 }  // namespace
