@@ -47,7 +47,7 @@ cat >"$tmp/nodepools.json" <<'JSON'
             "limits": {"nvidia.com/gpu": "4"}}}]}
 JSON
 kube_extra=(--autoscaler "$tmp/autoscaler.json" --nodepools "$tmp/nodepools.json")
-# One static GPU node, full: capacity comes from the pools.
+# One static GPU node; the drill places replicas on the pools only.
 kube_cluster_up "$apiserver" static-a:10.0.0.11:1:4 >"$tmp/api.err" 2>&1 ||
   { fail "the test API server did not start: $(cat "$tmp/api.err")"; finish kube_capacity; }
 
