@@ -196,6 +196,25 @@ struct SlurmConfig {
   std::map<std::string, std::string> gres_map;
 };
 
+// A node pool an autoscaler can grow (capacity on demand,
+// docs/kubernetes.md): `kubernetes.pools[]`. Needed for a pool scaled to
+// zero (no node shows it) and for a maximum, which the API does not hold
+// for Cluster Autoscaler's node groups; Karpenter NodePools and the nodes'
+// pool labels fill in the rest (backends/kubernetes/kube_pools.h).
+struct KubernetesPoolConfig {
+  std::string name;  // DNS-1123, 1..63
+  // Node labels that select it; {}: {karpenter.sh/nodepool: name}. GKE:
+  // {cloud.google.com/gke-nodepool: name}; EKS: {eks.amazonaws.com/nodegroup:
+  // name}.
+  std::map<std::string, std::string> labels;
+  std::string gpu_product;    // nvidia.com/gpu.product of its nodes
+  int64_t gpus_per_node = 0;  // 0..1024; 0: from its nodes
+  int64_t cpu_milli = 0;      // `cpu: 95500m`; 0: from its nodes
+  int64_t memory_mib = 0;     // `memory: 1000Gi`; 0: from its nodes
+  bool spot = false;
+  int64_t max_nodes = 0;  // 0..10000; 0: a NodePool's limit, else its nodes
+};
+
 struct KubernetesConfig {
   bool enabled = false;  // a `kubernetes:` block was given
   std::string api_server;
@@ -213,6 +232,12 @@ struct KubernetesConfig {
   std::map<std::string, std::string> product_map;
   int64_t request_timeout_ms = 10000;
   int64_t default_memory_mib = 1024;
+  std::vector<KubernetesPoolConfig> pools;  // at most 256
+  // Labels that name a node's pool; empty: karpenter.sh/nodepool,
+  // cloud.google.com/gke-nodepool, eks.amazonaws.com/nodegroup,
+  // kubernetes.azure.com/agentpool.
+  std::vector<std::string> pool_labels;
+  bool karpenter_nodepools = true;  // read karpenter.sh/v1 NodePools
 };
 
 struct EtcdConfig {

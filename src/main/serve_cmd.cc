@@ -206,6 +206,18 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
                 : cfg.image;
   o.service_account = cfg.service_account;
   o.default_memory_mib = cfg.default_memory_mib;
+  for (const config::KubernetesPoolConfig& p : cfg.pools) {
+    o.pools.push_back({.name = p.name,
+                       .labels = {p.labels.begin(), p.labels.end()},
+                       .gpu_product = p.gpu_product,
+                       .gpus_per_node = static_cast<int>(p.gpus_per_node),
+                       .cpu_milli = p.cpu_milli,
+                       .memory_mib = p.memory_mib,
+                       .spot = p.spot,
+                       .max_nodes = static_cast<int>(p.max_nodes)});
+  }
+  o.pool_labels = cfg.pool_labels;
+  o.karpenter_nodepools = cfg.karpenter_nodepools;
   *launcher = std::make_unique<backends::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
       *std::move(nodes), *std::move(specs));
