@@ -339,6 +339,19 @@
       const info = el("span", "muted",
         `${n.gpus} × ${n.gpuModel}${n.simulated ? " (declared)" : ""} · CPU ${num((n.cpuMilli - (n.cpuFreeMilli ?? n.cpuMilli)) / 1000, 1)}/${num(n.cpuMilli / 1000)} · memory ${gib(n.memoryMiB - (n.memoryFreeMiB ?? n.memoryMiB))}/${gib(n.memoryMiB)}`);
       head.append(name, info);
+      // Capacity on demand: a pool node coming, going or being emptied.
+      if (n.capacityState && n.capacityState !== "up") {
+        node.classList.add("cap-" + n.capacityState);
+        node.dataset.capacity = n.capacityState;
+        const words = {
+          powered_down: "powered down (capacity)", powering_up: "coming: powering up",
+          powering_down: "going: given back", failed: "failed to come up",
+          consolidating: "going: replicas moving off",
+        };
+        name.appendChild(el("span", "chip cap", (n.pool ? n.pool + " · " : "") + (words[n.capacityState] || n.capacityState)));
+      } else if (n.pool) {
+        name.appendChild(el("span", "chip cap", n.pool));
+      }
       node.appendChild(head);
       const grid = el("div", "gpus");
       for (const g of byNode.get(n.name) || []) grid.appendChild(renderGpu(g, d));

@@ -153,6 +153,7 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "replicas", kAdmin, &ControlApi::ListReplicas},
       {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
       {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
+      {V::get, "pools", kAdmin, &ControlApi::ListPools},
       {V::get, "queues", kAdmin, &ControlApi::ListQueues},
       {V::get, "routes", kAdmin, &ControlApi::ListRoutes},
       {V::get, "routes/{}", kAdmin, &ControlApi::GetRoute},
@@ -413,6 +414,10 @@ void ControlApi::ListGpus(Call& c) {
 }
 void ControlApi::ListNodes(Call& c) {
   c.Send(http::status::ok, json{{"items", controller_->NodesJson()}});
+}
+
+void ControlApi::ListPools(Call& c) {
+  c.Send(http::status::ok, json{{"items", controller_->PoolsJson()}});
 }
 void ControlApi::ListQueues(Call& c) {
   c.Send(http::status::ok, json{{"items", controller_->QueuesJson()}});

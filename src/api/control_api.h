@@ -85,6 +85,7 @@ class ControlApi {
   void ListReplicas(Call& c);
   void ListGpus(Call& c);
   void ListNodes(Call& c);
+  void ListPools(Call& c);
   void ListQueues(Call& c);
   void ListRoutes(Call& c);
   void GetRoute(Call& c);

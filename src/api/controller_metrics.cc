@@ -37,6 +37,9 @@ enum Collected {
   kTenantQuota,
   kTenantLimit,
   kTenantAllocated,
+  kPoolNodes,
+  kPoolCost,
+  kIdleCost,
   kNumCollected
 };
 
@@ -121,6 +124,21 @@ std::vector<FamilyDesc> CollectedFamilies() {
                       "aborted).",
                       g,
                       {"route", "phase"}};
+  f[kPoolNodes] = {"gpusched_pool_nodes",
+                   "Nodes of a pool (capacity on demand) by state: "
+                   "powered_down, powering_up, up, powering_down, failed.",
+                   g,
+                   {"pool", "state"}};
+  f[kPoolCost] = {"gpusched_pool_cost_usd_total",
+                  "What a pool's nodes cost so far (USD): from the ask to "
+                  "the give-back, at the pool's price (docs/capacity.md).",
+                  MetricType::kCounter,
+                  {"pool"}};
+  f[kIdleCost] = {"gpusched_idle_cost_usd_total",
+                  "The part of the pool nodes' cost that no replica held "
+                  "(idle GPUs, nodes coming up or going), USD.",
+                  MetricType::kCounter,
+                  {}};
   f[kRolloutStep] = {"gpusched_rollout_step",
                      "The step (1-based) a route's rollout is at.",
                      g,
@@ -332,6 +350,12 @@ void ControllerMetrics::EngineScraped(const std::string& deployment,
   prefix_hits_->With({deployment})->Add(dh);
 }
 
+void ControllerMetrics::SetPrice(const std::string& model,
+                                 double usd_per_gpu_hour) {
+  // The driver's loop calls it, as it calls Accrue (which reads prices_).
+  prices_[model] = usd_per_gpu_hour;
+}
+
 void ControllerMetrics::Accrue(
     const std::string& deployment,
     const std::vector<std::pair<std::string, double>>& share_by_model,
@@ -432,6 +456,13 @@ void ControllerMetrics::Collect(std::vector<std::vector<Sample>>* out) {
     if (t.limit_gpus > 0) o[kTenantLimit].push_back({{t.name}, t.limit_gpus});
     o[kTenantAllocated].push_back({{t.name}, t.allocated_gpus});
   }
+  for (const Snapshot::Pool& p : snap.pools) {
+    for (const auto& [state, n] : p.nodes) {
+      o[kPoolNodes].push_back({{p.name, state}, 1.0 * n});
+    }
+    o[kPoolCost].push_back({{p.name}, p.usd});
+  }
+  if (!snap.pools.empty()) o[kIdleCost].push_back({{}, snap.idle_usd});
   for (const Snapshot::Route& r : snap.routes) {
     for (const auto& [version, weight] : r.weights) {
       o[kRouteWeight].push_back({{r.name, version}, 1.0 * weight});

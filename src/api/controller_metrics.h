@@ -66,6 +66,7 @@ class ControllerMetrics : public runtime::DriverMetrics {
   void Accrue(const std::string& deployment,
               const std::vector<std::pair<std::string, double>>& share_by_model,
               double seconds) override;
+  void SetPrice(const std::string& model, double usd_per_gpu_hour) override;
 
  private:
   void Collect(std::vector<std::vector<metrics::Sample>>* out);

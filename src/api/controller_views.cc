@@ -279,6 +279,15 @@ json Controller::NodesJson() {
       items.back()["reason"] = r->second.reason;
       items.back()["foreignGpus"] = r->second.foreign_gpus;
     }
+    // Capacity on demand: a pool node's state (coming, going, being
+    // emptied), which the dashboard marks.
+    if (auto pn = pool_nodes_.find(spec.name); pn != pool_nodes_.end()) {
+      items.back()["pool"] = pn->second.pool;
+      items.back()["capacityState"] =
+          planner_.Cordoned().count(spec.name)
+              ? "consolidating"
+              : backends::PoolNodeStateName(pn->second.state);
+    }
   }
   return items;
 }
@@ -406,6 +415,18 @@ runtime::DriverMetrics::Snapshot Controller::MetricsSnapshot() {
     }
     return snap;
   }
+  for (const auto& [name, info] : pools_) {
+    runtime::DriverMetrics::Snapshot::Pool sp;
+    sp.name = name;
+    std::map<std::string, int> by_state;
+    for (const auto& [node, pn] : pool_nodes_) {
+      if (pn.pool == name) ++by_state[backends::PoolNodeStateName(pn.state)];
+    }
+    sp.nodes.assign(by_state.begin(), by_state.end());
+    sp.usd = info.usd;
+    snap.pools.push_back(std::move(sp));
+  }
+  snap.idle_usd = idle_usd_;
   for (const auto& [name, d] : deployments_) {
     runtime::DriverMetrics::Snapshot::Deployment sd;
     sd.name = name;

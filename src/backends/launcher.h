@@ -41,6 +41,9 @@ struct ProcessPlacement {
   // and first memory slot on gpus[0]; empty and -1 otherwise.
   std::string mig_profile;
   int mig_start = -1;
+  // Capacity on demand (Kubernetes): no node yet (`node` empty); the
+  // process waits for a node of this pool (PoolReport::pool).
+  std::string pool;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
 };
@@ -144,6 +147,69 @@ struct ManagerReport {
   std::string message;  // the manager's error; empty when reachable
 };
 
+// --- Capacity on demand (DESIGN.md section 10, docs/capacity.md) ----------
+// A cluster manager that can add nodes (Slurm's power saving: CLOUD nodes
+// and ResumeProgram; Kubernetes: Cluster Autoscaler or Karpenter node pools)
+// reports its pools. gpusched decides when and which pool; the manager and
+// the user's own programs do the rest. gpusched never calls a cloud API.
+
+// A set of nodes the manager can add, all alike.
+struct PoolReport {
+  std::string pool;  // Slurm: the CLOUD nodes' feature or partition;
+                     // Kubernetes: the node pool's label value
+  // The GPU product as the manager names it ("h100" from Slurm's GRES type,
+  // "NVIDIA-H100-80GB-HBM3" from nvidia.com/gpu.product); the core maps it
+  // to the catalog (inventory/gpu_catalog.h).
+  std::string gpu_model;
+  int gpus_per_node = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  bool spot = false;  // Kubernetes: karpenter.sh/capacity-type or
+                      // cloud.google.com/gke-spot; Slurm: a "spot" feature
+  int max_nodes = 0;  // how many nodes the pool can have in all
+  // Slurm: every node name of the pool, up or not; Kubernetes: empty (the
+  // autoscaler names nodes when it adds them).
+  std::vector<std::string> nodes;
+  // Kubernetes: the node labels that select the pool (a Pod's nodeSelector).
+  std::vector<std::pair<std::string, std::string>> selector;
+};
+
+// A node of a pool, as far as capacity goes. Only kUp nodes are placement's
+// (they also come as NodeReports with their GPUs); the others are capacity
+// that can come, or is going.
+enum class PoolNodeState {
+  kPoweredDown,   // Slurm: idle~ (powered off); counts as capacity only
+  kPoweringUp,    // asked for; not registered yet (Slurm: #, CONFIGURING)
+  kUp,            // registered, usable
+  kPoweringDown,  // going away (Slurm: %; Kubernetes: a scale-down taint)
+  kFailed,        // did not come up (Slurm: DOWN~ after ResumeTimeout)
+};
+const char* PoolNodeStateName(PoolNodeState s);
+
+struct PoolNodeReport {
+  std::string node;
+  std::string pool;
+  PoolNodeState state = PoolNodeState::kPoweredDown;
+  std::string reason;  // the manager's words ("ResumeTimeout reached")
+};
+
+class CapacityManager {
+ public:
+  virtual ~CapacityManager() = default;
+  // The pools as the manager describes them now (after a Sync).
+  virtual std::vector<PoolReport> Pools() = 0;
+  // Pool nodes whose state changed since the last call (every one at first).
+  virtual std::vector<PoolNodeReport> PoolNodeReports() = 0;
+  // Asks for `count` more nodes of `pool`; `request` identifies the ask
+  // (repeating it with the same id is harmless). Returns the nodes asked
+  // for where the manager names them (Slurm), else none (Kubernetes: the
+  // unschedulable Pods are the ask).
+  virtual absl::StatusOr<std::vector<std::string>> AddNodes(
+      const std::string& pool, int count, const std::string& request) = 0;
+  // Gives a node back (Slurm: power_down_asap). Its replicas are gone first.
+  virtual absl::Status ReleaseNode(const std::string& node) = 0;
+};
+
 class Launcher {
  public:
   virtual ~Launcher() = default;
@@ -197,6 +263,25 @@ class Launcher {
                              const std::string& deployment,
                              const std::string& tag) {
     return absl::UnimplementedError("this launcher leaves nothing behind");
+  }
+
+  // The launcher's capacity on demand, when its manager can add nodes
+  // (Slurm with CLOUD nodes, Kubernetes with an autoscaler); null: a fixed
+  // set of nodes.
+  virtual CapacityManager* capacity() { return nullptr; }
+  // Kubernetes: a process started with an empty placement.node and a
+  // placement.pool is a Pod that waits, unbound and Unschedulable, for the
+  // autoscaler to add a node of the pool; Bind gives it its node and GPUs
+  // once the node is up. Unimplemented elsewhere.
+  virtual absl::Status Bind(ProcessId id, const ProcessPlacement& placement) {
+    return absl::UnimplementedError("this launcher places at start");
+  }
+  // Whether the manager's autoscaler may remove the process's node now
+  // (Kubernetes: cluster-autoscaler.kubernetes.io/safe-to-evict and
+  // karpenter.sh/do-not-disrupt on its Pod): false while it serves or
+  // starts, true once it drains.
+  virtual absl::Status SetEvictable(ProcessId id, bool evictable) {
+    return absl::OkStatus();
   }
 };
 

@@ -266,6 +266,32 @@ Rows NodeRows(const Json& items, absl::Time) {
   return rows;
 }
 
+// Capacity on demand: each pool with its nodes by state (docs/capacity.md).
+Rows PoolRows(const Json& items, absl::Time) {
+  Rows rows = {{"NAME", "GPU", "GPUS/NODE", "SPOT", "$/NODE-HOUR", "NODES",
+                "COMING", "GOING", "DELAY", "COST"}};
+  for (const Json& p : items) {
+    int up = 0, coming = 0, going = 0;
+    if (const Json* nodes = Find(p, {"nodes"}); nodes && nodes->is_object()) {
+      for (const auto& [name, n] : nodes->items()) {
+        const std::string state = Cell(n, {"state"});
+        up += state == "up";
+        coming += state == "powering_up";
+        going += state == "powering_down";
+      }
+    }
+    rows.push_back(
+        {Text(p, {"name"}), Cell(p, {"gpu"}), Text(p, {"gpusPerNode"}, "0"),
+         Text(p, {"spot"}, "false"),
+         absl::StrFormat("%.2f", Number(p, {"pricePerNodeHour"})),
+         absl::StrCat(up, "/", Text(p, {"maxNodes"}, "0")),
+         absl::StrCat(coming), absl::StrCat(going),
+         absl::StrFormat("%.0fs", Number(p, {"provisioningDelaySeconds"})),
+         absl::StrFormat("$%.2f", Number(p, {"costUsd"}))});
+  }
+  return rows;
+}
+
 Rows QueueRows(const Json& items, absl::Time) {
   Rows rows = {{"DEPLOYMENT", "QUEUED", "IN-FLIGHT", "READY-REPLICAS"}};
   for (const Json& q : items) {
@@ -390,6 +416,7 @@ constexpr KindInfo kKinds[] = {
     {"tenants", "tenant", true, nullptr, nullptr, TenantRows},
     {"gpus", "gpu", false, nullptr, "node", GpuRows},
     {"nodes", "node", false, nullptr, "name", NodeRows},
+    {"pools", "pool", false, nullptr, "name", PoolRows},
     {"queues", "queue", false, nullptr, "deployment", QueueRows},
     {"routes", "route", true, nullptr, nullptr, RouteRows},
     {"events", "event", false, "deployment", nullptr, EventRows},

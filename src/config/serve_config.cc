@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "config/capacity_config.h"
+#include "config/quantity.h"
 #include "config/spec_reader.h"
 
 namespace gpusched::config {
@@ -70,6 +72,7 @@ class Parser : public SpecReader {
                "store",
                "ha",
                "stop_replicas_on_exit",
+               "capacity",
                "slurm",
                "kubernetes",
                "deployments",
@@ -141,6 +144,10 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node n = root["swap_min_idle_s"]) {
       Number(n, "swap_min_idle_s", 0, false, &cfg.swap_min_idle_s);
+    }
+    if (const YAML::Node n = root["capacity"]) {
+      ParseCapacitySpec(*this, n, /*with_pools=*/true, base_dir_,
+                        &cfg.capacity);
     }
     if (const YAML::Node n = root["max_launches_per_pass"]) {
       Int(n, "max_launches_per_pass", 1, 100000, &cfg.max_launches_per_pass);
@@ -402,11 +409,12 @@ class Parser : public SpecReader {
   void ParseKubernetes(const YAML::Node& n, ServeConfig& cfg) {
     KubernetesConfig& k = cfg.kubernetes;
     k.enabled = true;
-    CheckKeys(n, "kubernetes",
-              {"api_server", "kubeconfig", "namespace", "instance",
-               "node_selector", "tolerations", "image", "images", "engine_path",
-               "scheduler_name", "service_account", "product_map",
-               "request_timeout_ms", "default_memory_mib"});
+    CheckKeys(
+        n, "kubernetes",
+        {"api_server", "kubeconfig", "namespace", "instance", "node_selector",
+         "tolerations", "image", "images", "engine_path", "scheduler_name",
+         "service_account", "product_map", "request_timeout_ms",
+         "default_memory_mib", "pools", "pool_labels", "karpenter_nodepools"});
     if (const YAML::Node v = n["api_server"]) {
       String(v, "kubernetes.api_server", &k.api_server);
     }
@@ -466,6 +474,79 @@ class Parser : public SpecReader {
     if (const YAML::Node v = n["default_memory_mib"]) {
       Int(v, "kubernetes.default_memory_mib", 1, 16777216,
           &k.default_memory_mib);
+    }
+    if (const YAML::Node v = n["pool_labels"];
+        v && StringList(v, "kubernetes.pool_labels", &k.pool_labels) &&
+        k.pool_labels.size() > 16) {
+      Fail(v, "kubernetes.pool_labels",
+           absl::StrCat("has ", k.pool_labels.size(), " keys; at most 16"));
+    }
+    if (const YAML::Node v = n["karpenter_nodepools"]) {
+      Bool(v, "kubernetes.karpenter_nodepools", &k.karpenter_nodepools);
+    }
+    if (const YAML::Node v = n["pools"]) ParseKubernetesPools(v, k);
+  }
+
+  void ParseKubernetesPools(const YAML::Node& list, KubernetesConfig& k) {
+    if (!list.IsSequence() || list.size() > 256) {
+      Fail(list, "kubernetes.pools", "must be a list of at most 256 pools");
+      return;
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node p = list[i];
+      const std::string at = absl::StrCat("kubernetes.pools[", i, "]");
+      if (!p.IsMap()) {
+        Fail(p, at, "must be a map");
+        continue;
+      }
+      CheckKeys(p, at,
+                {"name", "labels", "gpu_product", "gpus_per_node", "cpu",
+                 "memory", "spot", "max_nodes"});
+      KubernetesPoolConfig pool;
+      if (!p["name"] || !String(p["name"], at + ".name", &pool.name)) {
+        Fail(p, at + ".name", "is required");
+        continue;
+      }
+      const bool dns = !pool.name.empty() && pool.name.size() <= 63 &&
+                       std::all_of(pool.name.begin(), pool.name.end(),
+                                   [](char c) {
+                                     return (c >= 'a' && c <= 'z') ||
+                                            (c >= '0' && c <= '9') || c == '-';
+                                   }) &&
+                       pool.name.front() != '-' && pool.name.back() != '-';
+      if (!dns) {
+        Fail(p["name"], at + ".name",
+             "must be 1..63 lowercase letters, digits or '-'");
+      }
+      for (const KubernetesPoolConfig& other : k.pools) {
+        if (other.name == pool.name) {
+          Fail(p["name"], at + ".name",
+               absl::StrCat("'", pool.name, "' is declared twice"));
+        }
+      }
+      if (const YAML::Node v = p["labels"];
+          v && StringMap(v, at + ".labels", &pool.labels) &&
+          pool.labels.size() > 32) {
+        Fail(v, at + ".labels", "has more than 32 labels");
+      }
+      if (const YAML::Node v = p["gpu_product"]) {
+        String(v, at + ".gpu_product", &pool.gpu_product);
+      }
+      if (const YAML::Node v = p["gpus_per_node"]) {
+        Int(v, at + ".gpus_per_node", 0, 1024, &pool.gpus_per_node);
+      }
+      if (const YAML::Node v = p["cpu"]) {
+        Quantity(v, at + ".cpu", &ParseCpuMilli, "95500m", &pool.cpu_milli);
+      }
+      if (const YAML::Node v = p["memory"]) {
+        Quantity(v, at + ".memory", &ParseMemoryMib, "1000Gi",
+                 &pool.memory_mib);
+      }
+      if (const YAML::Node v = p["spot"]) Bool(v, at + ".spot", &pool.spot);
+      if (const YAML::Node v = p["max_nodes"]) {
+        Int(v, at + ".max_nodes", 0, 10000, &pool.max_nodes);
+      }
+      k.pools.push_back(std::move(pool));
     }
   }
 

@@ -52,6 +52,14 @@
 //                                 #   accepting this long first (a load
 //                                 #   balancer's or Kubernetes' time to see
 //                                 #   it), then drain
+//   capacity: {...}               # capacity on demand, when the cluster
+//                                 #   manager can add nodes (Slurm CLOUD
+//                                 #   nodes, Kubernetes autoscalers): the
+//                                 #   fields of config/capacity_config.h;
+//                                 #   pools: [{name, gpu, price_per_node_hour,
+//                                 #   provisioning_delay_s, min_nodes,
+//                                 #   max_nodes}] override the manager's by
+//                                 #   name (docs/capacity.md)
 //   swap_min_idle_s: 0            # an idle replica is swapped out for
 //                                 #   another model only after this long
 //                                 #   without a request (docs/autoscaling.md)
@@ -175,6 +183,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/capacity_config.h"
 #include "config/manifest.h"
 
 namespace gpusched::config {
@@ -197,6 +206,25 @@ struct SlurmConfig {
   std::map<std::string, std::string> gres_map;
 };
 
+// A node pool an autoscaler can grow (capacity on demand,
+// docs/kubernetes.md): `kubernetes.pools[]`. Needed for a pool scaled to
+// zero (no node shows it) and for a maximum, which the API does not hold
+// for Cluster Autoscaler's node groups; Karpenter NodePools and the nodes'
+// pool labels fill in the rest (backends/kubernetes/kube_pools.h).
+struct KubernetesPoolConfig {
+  std::string name;  // DNS-1123, 1..63
+  // Node labels that select it; {}: {karpenter.sh/nodepool: name}. GKE:
+  // {cloud.google.com/gke-nodepool: name}; EKS: {eks.amazonaws.com/nodegroup:
+  // name}.
+  std::map<std::string, std::string> labels;
+  std::string gpu_product;    // nvidia.com/gpu.product of its nodes
+  int64_t gpus_per_node = 0;  // 0..1024; 0: from its nodes
+  int64_t cpu_milli = 0;      // `cpu: 95500m`; 0: from its nodes
+  int64_t memory_mib = 0;     // `memory: 1000Gi`; 0: from its nodes
+  bool spot = false;
+  int64_t max_nodes = 0;  // 0..10000; 0: a NodePool's limit, else its nodes
+};
+
 struct KubernetesConfig {
   bool enabled = false;  // a `kubernetes:` block was given
   std::string api_server;
@@ -214,6 +242,12 @@ struct KubernetesConfig {
   std::map<std::string, std::string> product_map;
   int64_t request_timeout_ms = 10000;
   int64_t default_memory_mib = 1024;
+  std::vector<KubernetesPoolConfig> pools;  // at most 256
+  // Labels that name a node's pool; empty: karpenter.sh/nodepool,
+  // cloud.google.com/gke-nodepool, eks.amazonaws.com/nodegroup,
+  // kubernetes.azure.com/agentpool.
+  std::vector<std::string> pool_labels;
+  bool karpenter_nodepools = true;  // read karpenter.sh/v1 NodePools
 };
 
 struct EtcdConfig {
@@ -261,6 +295,7 @@ struct ServeConfig {
   double drain_grace_s = 30;
   double drain_delay_s = 0;
   double swap_min_idle_s = 0;
+  CapacitySpec capacity;  // capacity on demand (config/capacity_config.h)
   int64_t max_launches_per_pass = 2;
   int64_t launch_interval_ms = 0;
   std::map<std::string, double> gpu_prices;  // per GPU-hour; absent: 0

@@ -383,6 +383,17 @@ TEST(ServeConfigTest, KubernetesBlock) {
   product_map: {NVIDIA-H100-PCIe: H100-PCIe-80GB}
   request_timeout_ms: 2000
   default_memory_mib: 2048
+  pools:
+    - name: h100-spot
+      labels: {cloud.google.com/gke-nodepool: h100-spot}
+      gpu_product: NVIDIA-H100-80GB-HBM3
+      gpus_per_node: 8
+      cpu: 200
+      memory: 1800Gi
+      spot: true
+      max_nodes: 4
+  pool_labels: [team.example.com/pool]
+  karpenter_nodepools: false
 )",
                             "s.yaml", "/etc/gpusched");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
@@ -400,6 +411,17 @@ TEST(ServeConfigTest, KubernetesBlock) {
   EXPECT_EQ(k.service_account, "engines");
   EXPECT_EQ(k.request_timeout_ms, 2000);
   EXPECT_EQ(k.default_memory_mib, 2048);
+  ASSERT_EQ(k.pools.size(), 1u);
+  EXPECT_EQ(k.pools[0].name, "h100-spot");
+  EXPECT_EQ(k.pools[0].labels.at("cloud.google.com/gke-nodepool"), "h100-spot");
+  EXPECT_EQ(k.pools[0].gpu_product, "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(k.pools[0].gpus_per_node, 8);
+  EXPECT_EQ(k.pools[0].cpu_milli, 200000);
+  EXPECT_EQ(k.pools[0].memory_mib, 1800 * 1024);
+  EXPECT_TRUE(k.pools[0].spot);
+  EXPECT_EQ(k.pools[0].max_nodes, 4);
+  EXPECT_EQ(k.pool_labels, std::vector<std::string>{"team.example.com/pool"});
+  EXPECT_FALSE(k.karpenter_nodepools);
   auto defaults = ParseServeYaml("kubernetes: {}\n", "s.yaml");
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->kubernetes.namespace_name, "gpusched");
@@ -418,6 +440,17 @@ TEST(ServeConfigTest, KubernetesBlock) {
            Bad{"kubernetes: {request_timeout_ms: 1}",
                "kubernetes.request_timeout_ms"},
            Bad{"kubernetes: {tolerations: 3}", "kubernetes.tolerations"},
+           Bad{"kubernetes: {pools: {a: 1}}", "kubernetes.pools"},
+           Bad{"kubernetes: {pools: [{gpus_per_node: 1}]}",
+               "kubernetes.pools[0].name"},
+           Bad{"kubernetes: {pools: [{name: A}]}", "kubernetes.pools[0].name"},
+           Bad{"kubernetes: {pools: [{name: a}, {name: a}]}",
+               "kubernetes.pools[1].name: 'a' is declared twice"},
+           Bad{"kubernetes: {pools: [{name: a, max_nodes: -1}]}",
+               "kubernetes.pools[0].max_nodes"},
+           Bad{"kubernetes: {pools: [{name: a, memory: lots}]}",
+               "kubernetes.pools[0].memory"},
+           Bad{"kubernetes: {pools: [{name: a, size: 3}]}", "size"},
            Bad{"kubernetes: {nodes: 3}", "nodes"},
            Bad{"kubernetes: {}\ninventory: inv.yaml", "inventory"},
            Bad{"kubernetes: {}\nslurm: {}", "cannot be used with slurm"},

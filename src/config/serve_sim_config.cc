@@ -57,10 +57,11 @@ class Parser : public YamlReader {
       return;
     }
     if (!IsMap(root, "the config")) return;
-    CheckKeys(root, "the config",
-              {"seed", "fairness_window_s", "load_sample_s", "priority_classes",
-               "deployments", "tenants", "tenant_defaults", "workload",
-               "cluster", "cold_start", "autoscaling_interval_s", "routes"});
+    CheckKeys(
+        root, "the config",
+        {"seed", "fairness_window_s", "load_sample_s", "priority_classes",
+         "deployments", "tenants", "tenant_defaults", "workload", "cluster",
+         "cold_start", "autoscaling_interval_s", "routes", "capacity"});
     int64_t seed = static_cast<int64_t>(cfg.seed);
     OptInt(root, "seed", 0, kBigInt, &seed);
     cfg.seed = static_cast<uint64_t>(seed);
@@ -69,10 +70,37 @@ class Parser : public YamlReader {
     OptDouble(root, "autoscaling_interval_s", 1e-3, kBig,
               &cfg.autoscaling_interval_s);
     if (const YAML::Node c = root["cluster"]; c && IsMap(c, "cluster")) {
-      CheckKeys(c, "cluster", {"gpus", "gpus_per_node", "swap_min_idle_s"});
+      CheckKeys(c, "cluster",
+                {"gpus", "gpus_per_node", "swap_min_idle_s",
+                 "price_per_gpu_hour", "pools"});
       OptInt(c, "gpus", 0, 1 << 24, &cfg.cluster_gpus);
       OptInt(c, "gpus_per_node", 1, 64, &cfg.gpus_per_node);
       OptDouble(c, "swap_min_idle_s", 0, kBig, &cfg.swap_min_idle_s);
+      OptDouble(c, "price_per_gpu_hour", 0, kBig, &cfg.price_per_gpu_hour);
+      if (const YAML::Node ps = c["pools"]; ps && IsList(ps, "cluster.pools")) {
+        if (ps.size() > 64) Error(ps, "cluster.pools: at most 64 pools");
+        std::set<std::string> names;
+        for (size_t i = 0; i < ps.size() && i < 64; ++i) {
+          PoolSpec p;
+          if (!ParsePoolSpec(*this, ps[i],
+                             absl::StrCat("cluster.pools[", i, "]"),
+                             /*require_gpu=*/true, base_dir_, &p)) {
+            continue;
+          }
+          if (!names.insert(p.name).second) {
+            Error(ps[i], absl::StrCat("cluster.pools[", i, "].name: pool '",
+                                      p.name, "' is declared twice"));
+          }
+          cfg.pools.push_back(std::move(p));
+        }
+      }
+    }
+    if (const YAML::Node c = root["capacity"]; c && IsMap(c, "capacity")) {
+      ParseCapacitySpec(*this, c, /*with_pools=*/false, base_dir_,
+                        &cfg.capacity);
+      if (cfg.pools.empty()) {
+        Error(c, "capacity: needs cluster.pools (nodes it can add)");
+      }
     }
     if (const YAML::Node c = root["cold_start"]; c && IsMap(c, "cold_start")) {
       CheckKeys(c, "cold_start",
@@ -301,11 +329,11 @@ class Parser : public YamlReader {
                        SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(
-        d, "a deployment",
-        {"name", "kind", "model", "gpu", "tensor_parallel", "gpu_fraction",
-         "replicas", "max_ongoing_requests", "router", "queue", "engine",
-         "batching", "autoscaling", "count", "priority_class", "owner"});
+    CheckKeys(d, "a deployment",
+              {"name", "kind", "model", "gpu", "tensor_parallel",
+               "gpu_fraction", "replicas", "max_ongoing_requests", "router",
+               "queue", "engine", "batching", "autoscaling", "count",
+               "priority_class", "owner", "spot"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -327,6 +355,7 @@ class Parser : public YamlReader {
                          spec.priority_class, "'"));
     }
     OptString(d, "owner", &spec.owner);
+    OptBool(d, "spot", &spec.spot);
     OptString(d, "kind", &spec.kind);
     if (spec.kind != "llm" && spec.kind != "tensor") {
       Error(d["kind"],

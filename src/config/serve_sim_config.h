@@ -13,6 +13,36 @@
 //                                  #   replica's GPUs are on one node
 //     swap_min_idle_s: 0           # an idle replica is swapped out only
 //                                  #   after this long without a request
+//     price_per_gpu_hour: 0        # the static GPUs' price (cost report)
+//     pools:                       # nodes that can be added on demand
+//       - name: a100               #   (control/capacity.h, docs/capacity.md)
+//         gpu: A100-80GB           # its GPUs: a latency-model GPU name; a
+//                                  #   replica there runs at that GPU's
+//                                  #   latency (its deployment's model)
+//         gpus_per_node: 8
+//         price_per_node_hour: -1  # USD; -1: the price table's for (gpu,
+//                                  #   spot) (data/gpu_prices.csv)
+//         spot: false
+//         provisioning_delay_s: 120  # ask -> the node registers
+//         min_nodes: 0
+//         max_nodes: 1             # 1..4096
+//         preemptions_per_node_hour: 0  # spot: Poisson rate of node losses
+//         preemption_trace: ""     # spot: a file of times (s, one per
+//                                  #   line) when one of its nodes is lost
+//   capacity:                      # with pools: when to add and give back
+//     policy: gpusched             # gpusched (cost per token at the SLO,
+//                                  #   consolidation, spot fallback) |
+//                                  #   reactive (first pool that fits, idle
+//                                  #   nodes go after scale_down_delay)
+//     scale_up_delay_s: 30         # replicas wait this long before a node
+//     scale_down_delay_s: 600      # a node without replicas this long goes
+//     consolidate_below: 0.5       # a pool node this empty is emptied
+//     base_ondemand_fallback_replicas: 0  # per deployment, on on-demand
+//     dynamic_ondemand_fallback: false    # spot lost -> on-demand for
+//     spot_recovery_delay_s: 600          #   this long
+//     failed_pool_backoff_s: 600   # a pool whose node failed is skipped
+//     interval_s: 5                # how often the planner runs
+//     prices: ""                   # a price table replacing the shipped one
 //   cold_start:                    # replica start -> ready (sim/cold_start.h)
 //     profile: ""                  # model-load CSV (ServerlessLLM format)
 //     format: safetensors          # its checkpoint_format rows to sample
@@ -44,6 +74,7 @@
 //       priority_class: standard   # its replicas' class (swap, preemption)
 //       owner: ""                  # the tenant whose quota its GPUs count
 //                                  #   against (a configured tenant)
+//       spot: true                 # its replicas may run on spot nodes
 //       kind: llm                  # llm (continuous batching) | tensor
 //       model: llama-2-7b          # llm: latency profile (see
 //                                  #   `gpusched profiles list`)
@@ -159,6 +190,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "autoscale/autoscaler.h"
+#include "config/capacity_config.h"
 #include "config/model_route.h"
 #include "serving/admission.h"
 #include "serving/model_queue.h"
@@ -221,6 +253,7 @@ struct SimDeploymentSpec {
   std::string priority_class = "standard";
   // The tenant whose quota its GPUs count against ("": none).
   std::string owner;
+  bool spot = true;  // its replicas may run on spot pool nodes
   serving::RouterConfig router;
   SimQueueSpec queue;
   SimEngineSpec engine;
@@ -316,6 +349,9 @@ struct ServeSimConfig {
   int gpus_per_node = 8;
   // An idle replica is swapped out only after this long without a request.
   double swap_min_idle_s = 0;
+  double price_per_gpu_hour = 0;  // the static GPUs'
+  std::vector<PoolSpec> pools;
+  CapacitySpec capacity;
   ColdStartSpec cold_start;
   double autoscaling_interval_s = 1;
   double fairness_window_s = 10;

@@ -244,6 +244,15 @@ void ReplicaSet::DrainOne(Replica& r, const std::string& why, Micros now,
         json{{"replica", r.name}, {"in_flight", r.in_flight}});
 }
 
+bool ReplicaSet::Move(std::string_view replica, const std::string& why) {
+  Replica* r = Get(replica);
+  if (r == nullptr) return false;
+  if (r->state == ReplicaState::kDraining || r->moving) return true;
+  r->moving = true;
+  r->message = why;
+  return true;
+}
+
 void ReplicaSet::Drain(std::string_view replica, const std::string& why,
                        Micros now, LifecycleOutput* out) {
   if (Replica* r = Get(replica)) DrainOne(*r, why, now, out);
@@ -257,7 +266,8 @@ void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out,
     int ready_current = 0;
     for (Replica& r : replicas_) {
       used.insert(r.index);
-      if (r.state == ReplicaState::kDraining || r.version != version_) {
+      if (r.state == ReplicaState::kDraining || r.version != version_ ||
+          r.moving) {
         continue;
       }
       current.push_back(&r);
@@ -296,9 +306,16 @@ void ReplicaSet::Reconcile(Micros now, LifecycleOutput* out,
     // Older versions drain once the new ones are ready, or at once when
     // they serve nothing anyway.
     for (Replica& r : replicas_) {
-      if (r.state == ReplicaState::kDraining || r.version == version_) continue;
+      if (r.state == ReplicaState::kDraining ||
+          (r.version == version_ && !r.moving)) {
+        continue;
+      }
       if (r.state != ReplicaState::kReady || ready_current >= desired_) {
-        DrainOne(r, "replaced by the deployment's new version", now, out);
+        DrainOne(r,
+                 r.version != version_
+                     ? "replaced by the deployment's new version"
+                     : absl::StrCat("moved: ", r.message),
+                 now, out);
       }
     }
     if (!created.empty()) {

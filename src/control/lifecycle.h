@@ -70,6 +70,9 @@ struct Replica {
   bool launching = false;  // a launch action is out, not reported back yet
   bool probing = false;    // a probe action is out
   bool stop_sent = false;  // draining: the stop action is out
+  // Being moved to another node (Move): a replacement is created, and this
+  // one drains once the replacement is ready.
+  bool moving = false;
   RestartBackoff backoff;
   int restarts = 0;
   int health_failures = 0;
@@ -160,6 +163,12 @@ class ReplicaSet {
   // stopped; any other restarts after the backoff.
   void Exited(std::string_view replica, const std::string& how,
               const std::string& hint, Micros now, LifecycleOutput* out);
+  // Moves `replica` to another node without a failed request (capacity
+  // consolidation, control/capacity.h): a replacement is created pending
+  // (the driver keeps it off the old node), and `replica` drains once as
+  // many replicas of the current version as desired are ready. No-op when
+  // it drains or moves already; NotFound-like false when unknown.
+  bool Move(std::string_view replica, const std::string& why);
   // Drains `replica` (a scale down, a swap, a preemption): no-op when it
   // already drains.
   void Drain(std::string_view replica, const std::string& why, Micros now,

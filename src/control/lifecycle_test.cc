@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "control/lifecycle_testing.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gpusched::control {
@@ -366,6 +367,30 @@ TEST(ReplicaSetTest, RollingReplacement) {
             (std::vector<std::string>{"stop chat-0", "stop chat-1"}));
   EXPECT_EQ(set.ready(), 2);
   EXPECT_EQ(set.starting(), 0);
+}
+
+TEST(ReplicaSetTest, MoveStartsAReplacementBeforeItDrains) {
+  ReplicaSet set("chat", Options());
+  set.SetVersion("v1");
+  set.SetDesired(2);
+  MakeReady(set, 0);
+  EXPECT_TRUE(set.Move("chat-1", "node n2 is being emptied"));
+  EXPECT_FALSE(set.Move("chat-9", "unknown"));
+  LifecycleOutput out;
+  set.Reconcile(1 * kS, &out);
+  EXPECT_EQ(Actions(out), (std::vector<std::string>{"launch chat-2"}));
+  EXPECT_TRUE(out.events.empty());  // chat-1 serves until chat-2 is ready
+  set.Launched("chat-2", 1 * kS);
+  out.Clear();
+  set.Reconcile(1 * kS + 10 * kMs, &out);
+  set.ProbeResult("chat-2", true, 1 * kS + 10 * kMs, &out);
+  out.Clear();
+  set.Reconcile(1 * kS + 20 * kMs, &out);
+  EXPECT_EQ(Kinds(out), (std::vector<std::string>{"replica.draining chat-1"}));
+  EXPECT_THAT(out.events[0].message,
+              ::testing::HasSubstr("moved: node n2 is being emptied"));
+  EXPECT_EQ(Actions(out), (std::vector<std::string>{"stop chat-1"}));
+  EXPECT_EQ(set.ready(), 2);
 }
 
 TEST(ReplicaSetTest, RollingReplacementDrainsOldOnesThatServeNothing) {

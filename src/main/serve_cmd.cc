@@ -26,6 +26,7 @@
 #include "backends/kubernetes/kube_nodes.h"
 #include "backends/slurm/slurm_launcher.h"
 #include "backends/slurm/slurm_nodes.h"
+#include "backends/slurm/slurm_pools.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
 #include "config/serve_config.h"
@@ -105,6 +106,16 @@ absl::Status FromSlurm(const config::SlurmConfig& cfg,
   absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
       backends::SlurmNodeSpecs(nodes, gres_map);
   if (!specs.ok()) return specs.status();
+  // Slurm's power saving: CLOUD nodes (and nodes with a pool= feature) are
+  // pools the launcher powers up and down; pools that do not form are a
+  // configuration error to fix, not capacity to ignore.
+  if (absl::StatusOr<std::vector<backends::PoolReport>> pools =
+          backends::SlurmPools(nodes);
+      !pools.ok()) {
+    return absl::Status(pools.status().code(),
+                        absl::StrCat("slurm: node pools (docs/capacity.md): ",
+                                     pools.status().message()));
+  }
   cluster->nodes = *specs;
   cluster->source = "slurm";
   backends::SlurmLauncherOptions o;
@@ -195,6 +206,18 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
                 : cfg.image;
   o.service_account = cfg.service_account;
   o.default_memory_mib = cfg.default_memory_mib;
+  for (const config::KubernetesPoolConfig& p : cfg.pools) {
+    o.pools.push_back({.name = p.name,
+                       .labels = {p.labels.begin(), p.labels.end()},
+                       .gpu_product = p.gpu_product,
+                       .gpus_per_node = static_cast<int>(p.gpus_per_node),
+                       .cpu_milli = p.cpu_milli,
+                       .memory_mib = p.memory_mib,
+                       .spot = p.spot,
+                       .max_nodes = static_cast<int>(p.max_nodes)});
+  }
+  o.pool_labels = cfg.pool_labels;
+  o.karpenter_nodepools = cfg.karpenter_nodepools;
   *launcher = std::make_unique<backends::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
       *std::move(nodes), *std::move(specs));
@@ -318,6 +341,7 @@ int RunServe(const ServeFlags& flags) {
   options.health_period = cfg->health_check_period_ms * kMicrosPerMilli;
   options.drain_grace = static_cast<Micros>(cfg->drain_grace_s * 1e6);
   options.swap_min_idle = static_cast<Micros>(cfg->swap_min_idle_s * 1e6);
+  options.capacity = cfg->capacity;
   options.max_launches_per_pass = static_cast<int>(cfg->max_launches_per_pass);
   options.launch_interval = cfg->launch_interval_ms * kMicrosPerMilli;
   options.metrics = &controller_metrics;

@@ -149,6 +149,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   if (c->options_.wall_clock == nullptr) {
     c->options_.wall_clock = &runtime::WallClock::Get();
   }
+  c->planner_ = control::CapacityPlanner(
+      control::CapacityOptionsFrom(c->options_.capacity));
   c->cluster_ = std::move(cluster);
   c->store_ = store;
   c->gateway_ = gateway;
@@ -562,6 +564,9 @@ void Controller::Reconcile(Micros now) {
   for (int i : control::PassOrder(entries)) {
     ReconcileDeployment(*all[i], now);
   }
+  // Capacity on demand: nodes to ask for, move off or give back.
+  PlanCapacity(now);
+  AccrueCost(now);
   if (launch_budget_ < budget && options_.launch_interval > 0) {
     next_launch_at_ = now + options_.launch_interval;
   }
@@ -871,8 +876,13 @@ void Controller::AccrueGpuTime(Micros now) {
     std::map<std::string, double> by_model;  // GPU model -> GPUs held
     for (const auto& [rn, r] : d.procs) {
       if (!r.placed || r.allocation.node < 0) continue;
-      const std::string& model =
-          cluster_state_.spec(r.allocation.node).gpu_model;
+      const std::string& node = cluster_state_.spec(r.allocation.node).name;
+      auto pn = pool_nodes_.find(node);
+      // A pool node's GPUs cost the pool's price ("pool:<name>").
+      const std::string model =
+          pn != pool_nodes_.end()
+              ? absl::StrCat("pool:", pn->second.pool)
+              : cluster_state_.spec(r.allocation.node).gpu_model;
       for (const inventory::GpuShare& g : r.allocation.gpus) {
         by_model[model] += g.milli / 1000.0;
       }

@@ -60,7 +60,9 @@
 #include "absl/synchronization/mutex.h"
 #include "backends/launcher.h"
 #include "backends/local/nvml.h"
+#include "config/capacity_config.h"
 #include "config/manifest.h"
+#include "control/capacity.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
 #include "control/rollout.h"
@@ -105,6 +107,11 @@ struct ControllerOptions {
   // without a request in flight (0: at once).
   Micros swap_min_idle = 0;
   control::RestartBackoff::Options backoff;
+  // Capacity on demand (docs/capacity.md): used when the launcher has a
+  // CapacityManager (Slurm CLOUD nodes, Kubernetes autoscalers).
+  config::CapacitySpec capacity;
+  // The static nodes' price per GPU-hour for the cost metrics (0: free).
+  double static_usd_per_gpu_hour = 0;
   // Launches (placement and engine start) per loop pass: a backlog drains
   // over passes, and the control API and the gateway get the lock between
   // them.
@@ -209,6 +216,9 @@ class Controller {
   nlohmann::json ReplicasJson();
   nlohmann::json GpusJson();
   nlohmann::json NodesJson();
+  // Node pools (capacity on demand): each with its nodes by state, price
+  // and the cost accrued (GET /api/v1/pools, `gpusched get pools`).
+  nlohmann::json PoolsJson();
   nlohmann::json QueuesJson();
   // ModelRoutes with their weights and rollouts (controller_routes.cc).
   nlohmann::json RoutesJson(const std::string& only = "");
@@ -422,6 +432,22 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyNodeReport(const backends::NodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Capacity on demand (controller_capacity.cc) ---
+  // What the launcher's CapacityManager said (pools, their nodes' states),
+  // and the planner's pass: nodes asked for, moved off and given back.
+  void ApplyPoolReports(std::vector<backends::PoolReport> pools,
+                        const std::vector<backends::PoolNodeReport>& nodes,
+                        Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlanCapacity(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<control::NodePool> NodePools() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Costs accrued since the last call (pool nodes and priced static GPUs):
+  // each node's price split over the replicas by their GPUs, the rest idle.
+  void AccrueCost(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether placement must keep off `node` (being emptied, or a pool node
+  // that is not up).
+  bool Cordoned(const std::string& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At start: the processes a previous run left (a cluster manager's jobs)
   // that still serve a deployment at its current version, up to its
   // replica count, wait to be adopted by its next launches; the others are
@@ -615,6 +641,32 @@ class Controller {
   // desired count, spec.replicas only the initial one), its steps
   // (scratch), and when the loop must run next at the latest.
   control::Scaling scaling_ ABSL_GUARDED_BY(mu_);
+  // Capacity on demand (controller_capacity.cc).
+  struct PoolNodeInfo {
+    std::string pool;
+    backends::PoolNodeState state = backends::PoolNodeState::kPoweredDown;
+    Micros since = 0;
+    std::string reason;
+    std::string request;  // the ask that powered it up
+  };
+  struct PoolInfo {
+    backends::PoolReport report;
+    control::NodePool pool;        // with price and delay
+    std::vector<double> delays_s;  // measured ask -> up, the last 16
+    double usd = 0;                // accrued
+  };
+  control::CapacityPlanner planner_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PoolInfo> pools_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PoolNodeInfo> pool_nodes_ ABSL_GUARDED_BY(mu_);
+  // Replicas that fit on no node, since when (the planner's backlog).
+  std::map<std::string, Micros> waiting_since_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Micros> asked_at_ ABSL_GUARDED_BY(mu_);  // node
+  Micros next_capacity_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t capacity_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, double> cost_usd_ ABSL_GUARDED_BY(mu_);  // deploym.
+  std::map<std::string, double> tenant_cost_usd_ ABSL_GUARDED_BY(mu_);
+  double idle_usd_ ABSL_GUARDED_BY(mu_) = 0;
+  Micros cost_at_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<control::ScaleStep> steps_ ABSL_GUARDED_BY(mu_);
   Micros next_wake_ ABSL_GUARDED_BY(mu_) = 0;
   int launch_budget_ ABSL_GUARDED_BY(mu_) = 0;  // left in this pass

@@ -22,12 +22,23 @@ void Controller::HandleClusterReports(Micros now) {
   std::vector<backends::NodeReport> nodes;
   std::vector<backends::ManagerReport> manager;
   std::vector<backends::ReadinessReport> readiness;
+  std::vector<backends::PoolReport> pools;
+  std::vector<backends::PoolNodeReport> pool_nodes;
   {
     absl::MutexLock l(&launcher_mu_);
     assigned = launcher_->Assignments();
     nodes = launcher_->NodeReports();
     manager = launcher_->ManagerReports();
     readiness = launcher_->ReadinessReports();
+    if (backends::CapacityManager* cap = launcher_->capacity()) {
+      pools = cap->Pools();
+      pool_nodes = cap->PoolNodeReports();
+    }
+  }
+  // Pool nodes first: a node report of a node that is not up yet leaves
+  // its GPUs to no replica (Cordoned).
+  if (!pools.empty() || !pool_nodes.empty()) {
+    ApplyPoolReports(std::move(pools), pool_nodes, now);
   }
   for (const backends::ManagerReport& m : manager) {
     if (m.reachable) {
@@ -193,9 +204,9 @@ void Controller::ApplyNodeReport(const backends::NodeReport& n, Micros now) {
     was_foreign = known->second.foreign_gpus;
   }
   for (int g = 0; g < static_cast<int>(st.gpus.size()); ++g) {
-    const bool healthy =
-        n.usable && std::find(n.foreign_gpus.begin(), n.foreign_gpus.end(),
-                              g) == n.foreign_gpus.end();
+    const bool healthy = n.usable && !Cordoned(n.node) &&
+                         std::find(n.foreign_gpus.begin(), n.foreign_gpus.end(),
+                                   g) == n.foreign_gpus.end();
     if (st.gpus[g].healthy != healthy) {
       (void)cluster_state_.SetGpuHealth(node, g, healthy);
     }

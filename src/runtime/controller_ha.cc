@@ -370,6 +370,7 @@ void Controller::PublishStatus(Micros now) {
   }
   docs["cluster/gpus"] = GpusJson().dump();
   docs["cluster/nodes"] = NodesJson().dump();
+  docs["cluster/pools"] = PoolsJson().dump();
   for (const auto& [name, text] : docs) {
     auto it = published_.find(name);
     if (it != published_.end() && it->second == text) continue;

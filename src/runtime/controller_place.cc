@@ -229,6 +229,7 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
           }
           unplaced(placed.why, now + kMicrosPerSecond,
                    json{{"reasons", placed.reasons}});
+          waiting_since_.try_emplace(r.name, now);  // capacity's backlog
           // The others of the deployment waiting to be placed ask for the
           // same: they would not fit either. They wait for the same retry
           // without a placement each (freed GPUs retry them at once), so a
@@ -237,12 +238,14 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
             if (c.name != r.name &&
                 c.state == control::ReplicaState::kPending && !c.launching) {
               (void)d.life.Unplaced(c.name, placed.why, now + kMicrosPerSecond);
+              waiting_since_.try_emplace(c.name, now);
             }
           }
           return;
       }
       r.placed = true;
       r.allocation = dec.allocation;
+      waiting_since_.erase(r.name);
       json top = json::array();
       for (const placement::Candidate& c : dec.top) {
         top.push_back(

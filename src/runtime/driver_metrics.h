@@ -69,12 +69,20 @@ class DriverMetrics {
       // (spec.tenant) hold.
       double allocated_gpus = 0;
     };
+    // Capacity on demand: each pool's nodes by state and what they cost.
+    struct Pool {
+      std::string name;
+      std::vector<std::pair<std::string, int>> nodes;  // state -> count
+      double usd = 0;
+    };
     std::vector<Deployment> deployments;
     std::vector<Replica> replicas;
     std::vector<Gpu> gpus;
     std::vector<Route> routes;
     std::vector<Node> nodes;
     std::vector<Tenant> tenants;
+    std::vector<Pool> pools;
+    double idle_usd = 0;  // pool nodes' cost no replica held
   };
 
   virtual ~DriverMetrics() = default;
@@ -115,6 +123,9 @@ class DriverMetrics {
       const std::string& deployment,
       const std::vector<std::pair<std::string, double>>& share_by_model,
       double seconds) = 0;
+  // The price per GPU-hour of a GPU "model" key Accrue gets (capacity on
+  // demand: "pool:<name>" for the GPUs of a pool's nodes).
+  virtual void SetPrice(const std::string& model, double usd_per_gpu_hour) {}
 };
 
 }  // namespace gpusched::runtime

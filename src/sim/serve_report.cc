@@ -360,6 +360,43 @@ json ServeReportJson(const ServeSimRun& run, bool with_wall_time) {
         {"deployments", run.deployment_names},
         {"samples", load}}},
   };
+  if (run.has_cost) {
+    // What the nodes cost (sim/sim_fleet.h FleetCost): static GPUs at
+    // cluster.price_per_gpu_hour, pool nodes from ask to give-back.
+    const FleetCost& c = run.cost;
+    json pools = json::array();
+    for (const PoolUsage& u : c.pools) {
+      pools.push_back({{"pool", u.pool},
+                       {"gpu", u.gpu},
+                       {"spot", u.spot},
+                       {"usd_per_node_hour", R6(u.usd_per_node_hour)},
+                       {"node_hours", R6(u.node_seconds / 3600)},
+                       {"usd", R6(u.usd)},
+                       {"peak_nodes", u.peak_nodes},
+                       {"requested", u.requested},
+                       {"provisioned", u.provisioned},
+                       {"released", u.released},
+                       {"spot_preempted", u.preempted}});
+    }
+    json per_dep = json::object();
+    for (size_t d = 0; d < c.deployment_usd.size(); ++d) {
+      per_dep[run.deployment_names[d]] = R6(c.deployment_usd[d]);
+    }
+    std::map<std::string, int64_t> kinds;
+    for (const CapacityEvent& e : run.events) {
+      if (e.deployment.empty()) ++kinds[e.kind];
+    }
+    report["cost"] = {{"usd", R6(c.total_usd)},
+                      {"static_usd", R6(c.static_usd)},
+                      {"pools_usd", R6(c.pools_usd)},
+                      {"idle_usd", R6(c.idle_usd)},
+                      {"deployments_usd", per_dep},
+                      {"pools", pools},
+                      {"consolidations", c.consolidations},
+                      {"notice_in_flight", c.notice_in_flight},
+                      {"events", kinds},
+                      {"slo_attainment", overall_j["slo_attainment"]}};
+  }
   if (!run.routes.empty()) {
     json routes = json::object();
     for (const RouteRun& r : run.routes) {

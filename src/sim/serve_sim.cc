@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -11,12 +12,15 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autoscale/autoscaler.h"
 #include "autoscale/swap.h"
 #include "common/check.h"
 #include "common/status.h"
+#include "control/capacity.h"
+#include "control/prices.h"
 #include "control/scaling.h"
 #include "serving/batcher.h"
 #include "serving/dispatcher.h"
@@ -75,6 +79,8 @@ struct Replica {
 struct Dep {
   const config::SimDeploymentSpec* spec = nullptr;
   serving::LatencyModel latency;
+  // Its model's latency on each pool's GPU (capacity on demand).
+  std::map<std::string, serving::LatencyModel> latency_on;
   int block_tokens = 16;
   bool autoscaled = false;  // control::Scaling owns its count
   int cls = 0;              // priority class index (0 = most important)
@@ -117,6 +123,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     ASSIGN_OR_RETURN(ColdStartModel cold,
                      ColdStartModel::Create(cfg_.cold_start, cfg_.seed));
     cold_ = std::make_unique<ColdStartModel>(std::move(cold));
+    RETURN_IF_ERROR(BuildPools());
     RETURN_IF_ERROR(fleet_.Init());
     RETURN_IF_ERROR(Build(trace));
     ASSIGN_OR_RETURN(
@@ -127,6 +134,10 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     routes_.emplace(std::move(routes));
     RETURN_IF_ERROR(MakeRequests(trace));
     Loop();
+    if (!pools_.empty() || cfg_.price_per_gpu_hour > 0) {
+      run_.has_cost = true;
+      run_.cost = fleet_.Cost(run_.simulated_end);
+    }
     run_.routes = routes_->Results();
     run_.route_events = routes_->events();
     run_.wall_seconds = std::chrono::duration<double>(
@@ -272,6 +283,27 @@ class Simulation : public ReplicaSimListener, public FleetHost {
           d.gpu_fraction > 0
               ? std::max(1, static_cast<int>(d.gpu_fraction * 1000 + 0.5))
               : 0;
+      fd.spot_ok = d.spot;
+      if (d.kind == "llm") {
+        // Where it can run when capacity is added: the pools whose GPUs
+        // have a latency model of its model and meet its SLO, at their
+        // cost per token there.
+        const control::SloTarget slo = SloFor(d);
+        for (const FleetPool& fp : pools_) {
+          auto on = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                              d.model, fp.pool.gpu,
+                                              d.tensor_parallel);
+          if (!on.ok()) continue;
+          if (d.engine.kv_capacity_tokens > 0) {
+            on->kv_capacity_tokens = d.engine.kv_capacity_tokens;
+          }
+          const control::TokenCost cost = control::CostPerToken(
+              *on, fp.pool.price_per_node_hour / fp.pool.gpus_per_node, slo);
+          if (!cost.feasible) continue;
+          fd.usd_per_mtok[fp.pool.name] = cost.usd_per_mtok;
+          dep.latency_on[fp.pool.gpu] = *on;
+        }
+      }
       deps_.push_back(std::move(dep));
       // A replica of it can be built (the same config builds every one).
       RETURN_IF_ERROR(NewEngine(model).status());
@@ -303,21 +335,123 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     return absl::OkStatus();
   }
 
+  // cluster.pools with their prices (the table's unless the pool sets
+  // one) and spot losses; the planner's options from `capacity:`.
+  absl::Status BuildPools() {
+    if (cfg_.pools.empty()) return absl::OkStatus();
+    std::vector<control::GpuPrice> table = control::BuiltinGpuPrices();
+    if (!cfg_.capacity.prices.empty()) {
+      ASSIGN_OR_RETURN(table, control::LoadGpuPrices(cfg_.capacity.prices));
+    }
+    for (const config::PoolSpec& p : cfg_.pools) {
+      auto where = [&] {
+        return absl::StrCat(cfg_.source, ":", p.line, ": pool '", p.name,
+                            "': ");
+      };
+      FleetPool fp;
+      fp.pool.name = p.name;
+      fp.pool.gpu = p.gpu;
+      fp.pool.gpus_per_node = p.gpus_per_node;
+      fp.pool.spot = p.spot;
+      fp.pool.provisioning_delay = FromSeconds(p.provisioning_delay_s);
+      fp.pool.min_nodes = p.min_nodes;
+      fp.pool.max_nodes = p.max_nodes;
+      fp.pool.price_per_node_hour = p.price_per_node_hour;
+      if (p.price_per_node_hour < 0) {
+        auto price = control::FindGpuPrice(table, p.gpu, p.spot);
+        if (!price.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), price.status().message()));
+        }
+        // The table's node may differ in size: its price per GPU counts.
+        fp.pool.price_per_node_hour =
+            price->usd_per_gpu_hour() * p.gpus_per_node;
+      }
+      fp.preemptions_per_node_hour = p.preemptions_per_node_hour;
+      if (!p.preemption_trace.empty()) {
+        std::ifstream in(p.preemption_trace);
+        if (!in) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where(), "cannot read preemption_trace ", p.preemption_trace));
+        }
+        std::string line;
+        int n = 0;
+        while (std::getline(in, line)) {
+          ++n;
+          if (line.empty() || line[0] == '#') continue;
+          double t = 0;
+          if (!absl::SimpleAtod(line, &t) || t < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(p.preemption_trace, ":", n,
+                             ": a time in seconds >= 0, not '", line, "'"));
+          }
+          if (fp.preemption_times.size() >= 1000000) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                p.preemption_trace, ": more than 1000000 preemptions"));
+          }
+          fp.preemption_times.push_back(FromSeconds(t));
+        }
+        std::sort(fp.preemption_times.begin(), fp.preemption_times.end());
+      }
+      pools_.push_back(std::move(fp));
+    }
+    const config::CapacitySpec& k = cfg_.capacity;
+    const control::CapacityOptions o = control::CapacityOptionsFrom(k);
+    fleet_.SetCapacity(pools_, o, FromSeconds(k.interval_s),
+                       cfg_.price_per_gpu_hour);
+    run_.elastic = true;
+    return absl::OkStatus();
+  }
+
+  // The SLO a deployment's cost per token is judged at: the strictest TTFT
+  // and TPOT targets of the tenants, and the token counts of the synthetic
+  // tenants that send to it (else SloTarget's defaults).
+  control::SloTarget SloFor(const config::SimDeploymentSpec& d) const {
+    control::SloTarget slo;
+    auto tighten = [](double& target, double v) {
+      if (v > 0 && (target <= 0 || v < target)) target = v;
+    };
+    tighten(slo.ttft_s, cfg_.tenant_defaults.slo.ttft_s);
+    tighten(slo.tpot_s, cfg_.tenant_defaults.slo.tpot_s);
+    for (const config::SimTenantSpec& t : cfg_.tenants) {
+      tighten(slo.ttft_s, t.slo.ttft_s);
+      tighten(slo.tpot_s, t.slo.tpot_s);
+    }
+    for (const config::SyntheticTenant& t : cfg_.workload.synthetic_tenants) {
+      if (t.model == d.name) {
+        slo.input_tokens = std::max(t.input_tokens, t.input_max / 2);
+        slo.output_tokens = std::max(t.output_tokens, t.output_max / 2);
+        break;
+      }
+    }
+    // A replica runs at the concurrency its deployment keeps it at (the
+    // autoscaler's target, else its cap), whatever the GPU: a faster GPU
+    // gives more tokens per second only through faster steps there.
+    slo.max_batch = std::min<int>(
+        d.engine.max_num_seqs,
+        d.autoscaling ? static_cast<int>(std::ceil(
+                            d.autoscaling_config.target_ongoing_requests))
+                      : d.max_ongoing_requests);
+    return slo;
+  }
+
   void Log(Micros t, const char* kind, ModelId m, std::string message) {
     run_.events.push_back(
         {t, kind, run_.deployment_names[m], std::move(message)});
   }
 
   // A simulated engine of deployment `m`, not started.
-  absl::StatusOr<Replica> NewEngine(ModelId m) const {
+  absl::StatusOr<Replica> NewEngine(ModelId m,
+                                    const std::string& gpu = "") const {
     const Dep& dep = deps_[m];
     const config::SimDeploymentSpec& d = *dep.spec;
     Replica rep;
     rep.deployment = m;
     if (d.kind == "llm") {
       LlmReplicaConfig rc;
-      rc.latency = dep.latency;
-      rc.kv_capacity_tokens = dep.latency.kv_capacity_tokens;
+      auto on = dep.latency_on.find(gpu);
+      rc.latency = on == dep.latency_on.end() ? dep.latency : on->second;
+      rc.kv_capacity_tokens = rc.latency.kv_capacity_tokens;
       rc.max_num_seqs = d.engine.max_num_seqs;
       rc.max_num_batched_tokens = d.engine.max_num_batched_tokens;
       rc.block_tokens = dep.block_tokens;
@@ -344,10 +478,11 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   // FleetHost: a new engine for deployment `m`; warm ones (the initial
   // replicas) serve at once, the others after a cold start.
   FleetEngine StartEngine(int m, const std::string& replica, double gpus,
-                          bool weights_local, Micros now) override {
+                          bool weights_local, const std::string& gpu,
+                          Micros now) override {
     (void)replica;
     const config::SimDeploymentSpec& d = *deps_[m].spec;
-    auto made = NewEngine(static_cast<ModelId>(m));
+    auto made = NewEngine(static_cast<ModelId>(m), gpu);
     CHECK(made.ok()) << made.status();  // built once in Build()
     Replica rep = *std::move(made);
     rep.started = now;
@@ -407,6 +542,10 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   }
   void Log(Micros t, const char* kind, int m, std::string message) override {
     const std::string_view k(kind);
+    if (m < 0) {  // the cluster's: capacity on demand
+      run_.events.push_back({t, kind, "", std::move(message)});
+      return;
+    }
     if (k == "replica.evicted") ++run_.capacity[m].evictions;
     if (k == "replica.preempted") ++run_.capacity[m].preemptions;
     run_.events.push_back(
@@ -803,6 +942,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   std::optional<SimRoutes> routes_;
   std::vector<int64_t> arrivals_, completions_;
   std::vector<Dep> deps_;  // by ModelId
+  std::vector<FleetPool> pools_;
   control::Scaling scaling_;
   std::vector<control::ScaleStep> steps_;  // scratch
   std::unique_ptr<ColdStartModel> cold_;

@@ -30,6 +30,7 @@
 #include "config/serve_sim_config.h"
 #include "serving/admission.h"
 #include "serving/request.h"
+#include "sim/sim_fleet.h"
 #include "sim/sim_routes.h"
 
 namespace gpusched::sim {
@@ -123,6 +124,10 @@ struct ServeSimRun {
   // Per route: the split and its rollout's events (sim/sim_routes.h).
   std::vector<RouteRun> routes;
   std::vector<RouteEvent> route_events;
+  // Capacity on demand (cluster.pools) or a static price: what the nodes
+  // cost (sim/sim_fleet.h).
+  bool has_cost = false;
+  FleetCost cost;
   // When the last replica change happened or the last request finished.
   Micros capacity_end = 0;
   // Backlog intervals per tenant: [start, end) while it had queued requests.

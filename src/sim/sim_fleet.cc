@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
+#include "common/status.h"
 #include "control/room.h"
 #include "placement/pod_request.h"
 #include "placement/registry.h"
@@ -13,10 +15,25 @@
 namespace gpusched::sim {
 
 SimFleet::SimFleet(FleetOptions options, FleetHost* host)
-    : options_(std::move(options)), host_(host) {}
+    : options_(std::move(options)),
+      host_(host),
+      planner_(options_.capacity),
+      rng_(options_.seed) {}
+
+void SimFleet::SetCapacity(std::vector<FleetPool> pools,
+                           control::CapacityOptions options, Micros interval,
+                           double static_usd_per_gpu_hour) {
+  options_.pools = std::move(pools);
+  options_.capacity = options;
+  options_.capacity_interval = interval;
+  options_.static_usd_per_gpu_hour = static_usd_per_gpu_hour;
+  planner_ = control::CapacityPlanner(options);
+}
 
 absl::Status SimFleet::Init() {
-  if (options_.cluster_gpus <= 0) return absl::OkStatus();
+  if (options_.cluster_gpus <= 0 && options_.pools.empty()) {
+    return absl::OkStatus();
+  }
   const int per_node = std::max(1, options_.gpus_per_node);
   for (int n = 0, left = options_.cluster_gpus; left > 0; ++n) {
     inventory::NodeSpec s;
@@ -30,6 +47,32 @@ absl::Status SimFleet::Init() {
     auto id = cluster_.AddNode(s);
     if (!id.ok()) return id.status();
   }
+  // Every pool's nodes exist from the start, powered down (their GPUs take
+  // nothing) until the planner asks for them.
+  for (size_t i = 0; i < options_.pools.size(); ++i) {
+    const control::NodePool& p = options_.pools[i].pool;
+    RETURN_IF_ERROR(
+        control::ValidatePool(p, absl::StrCat("cluster.pools[", i, "]")));
+    usage_.push_back({p.name, p.gpu, p.spot, p.price_per_node_hour});
+    trace_pos_.push_back(0);
+    for (int k = 0; k < p.max_nodes; ++k) {
+      inventory::NodeSpec s;
+      s.name = absl::StrCat(p.name, "-", k);
+      s.gpu_count = p.gpus_per_node;
+      s.gpu_model = p.spot ? absl::StrCat(p.gpu, ":spot") : p.gpu;
+      s.gpu_memory_mib = 81920;
+      s.cpu_milli = 1000000;
+      s.memory_mib = 1 << 24;
+      ASSIGN_OR_RETURN(const int id, cluster_.AddNode(s));
+      PoolNode n;
+      n.pool = static_cast<int>(i);
+      n.node = id;
+      pool_node_of_[id] = static_cast<int>(pool_nodes_.size());
+      pool_nodes_.push_back(n);
+      SetNodeUp(pool_nodes_.back(), false);
+    }
+  }
+  if (!options_.pools.empty()) next_capacity_ = 0;
   auto policy =
       placement::NewPolicy(options_.policy, placement::PolicyOptions{});
   if (!policy.ok()) return policy.status();
@@ -40,6 +83,7 @@ absl::Status SimFleet::Init() {
 
 int SimFleet::AddDeployment(FleetDeployment d) {
   const int m = static_cast<int>(deps_.size());
+  dep_usd_.push_back(0);
   deps_.push_back({d, control::ReplicaSet(d.name, options_.lifecycle), {}});
   deps_.back().life.SetVersion("v1");
   return m;
@@ -63,6 +107,10 @@ int SimFleet::active(int m) const {
 
 void SimFleet::Reconcile(Micros now) {
   dirty_ = false;
+  if (!pool_nodes_.empty()) {
+    PoolEvents(now);
+    if (now >= next_capacity_) PlanCapacity(now);
+  }
   // A swap chance (NextRetry) is due: pending replicas try again.
   if (now >= swap_chance_) freed_ = true;
   // Bounded: each round either carries something out or ends the pass.
@@ -176,6 +224,8 @@ bool SimFleet::Carry(int m, control::LifecycleOutput& out, Micros now) {
         break;
       case control::LifecycleAction::Kind::kForget:
         if (p.placed) {
+          dep_usd_[m] +=
+              p.milli / 1000.0 * ToSeconds(now - p.placed_at) * p.usd_per_gpu_s;
           if (scheduler_) cluster_.Forget(a.replica);
           milli_in_use_ -= p.milli;
           freed_ = true;
@@ -194,8 +244,12 @@ void SimFleet::Launch(int m, const std::string& replica, Micros now,
   Proc& p = d.procs[replica];
   if (!p.placed && !Place(m, replica, p, now, out)) return;
   const double gpus = p.milli / 1000.0;
+  std::string gpu;  // a pool node's GPUs; "" on a static node
+  if (auto pn = pool_node_of_.find(p.node); pn != pool_node_of_.end()) {
+    gpu = options_.pools[pool_nodes_[pn->second].pool].pool.gpu;
+  }
   const FleetEngine e =
-      host_->StartEngine(m, replica, gpus, p.weights_local, now);
+      host_->StartEngine(m, replica, gpus, p.weights_local, gpu, now);
   p.running = true;
   p.engine = e.id;
   p.ready_at = e.ready_at;
@@ -223,6 +277,7 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
   if (!scheduler_) {  // unbounded
     p.placed = true;
     p.milli = milli;
+    p.placed_at = now;
     milli_in_use_ += milli;
     return true;
   }
@@ -245,6 +300,7 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     }
   }
   ask.weights = d.spec.weights;
+  ask.request.gpu_models = AllowedModels(d);
   // Its deployment's other replicas, spread over nodes as live.
   for (const auto& [name, other] : d.procs) {
     if (name != replica && other.placed) ask.siblings.push_back(name);
@@ -257,6 +313,9 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
       p.milli = placed.decision.allocation.GpuMilli();
       p.node = placed.decision.allocation.node;
       p.weights_local = placed.weights_local;
+      p.placed_at = now;
+      p.usd_per_gpu_s = NodePrice(p.node);
+      p.waiting_since = -1;
       milli_in_use_ += p.milli;
       p.awaiting.clear();
       return true;
@@ -347,6 +406,7 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
     return false;
   }
   const std::string& why = placed.why;
+  if (p.waiting_since < 0) p.waiting_since = now;
   if (d.life.Unplaced(replica, why, now + kRetryUnplaced)) {
     Log(now, "replica.unschedulable", m,
         absl::StrFormat("%s: %s; %.2f of %d GPUs in use", replica, why,
@@ -363,7 +423,13 @@ void SimFleet::Drain(int m, const std::string& replica, const std::string& why,
 }
 
 Micros SimFleet::NextDeadline() const {
-  return dirty_ || freed_ ? 0 : deadline_;
+  if (dirty_ || freed_) return 0;
+  Micros t = deadline_;
+  for (const PoolNode& n : pool_nodes_) {
+    if (n.phase == PoolNode::Phase::kProvisioning) t = std::min(t, n.up_at);
+    if (n.phase == PoolNode::Phase::kNotice) t = std::min(t, n.lost_at);
+  }
+  return t;
 }
 
 void SimFleet::UpdateDeadlines() {
@@ -384,7 +450,22 @@ void SimFleet::UpdateDeadlines() {
 }
 
 Micros SimFleet::NextRetry(Micros now, bool busy) const {
-  const Micros next = busy && pending_ ? std::max(retry_, now) : kNever;
+  Micros next = busy && pending_ ? std::max(retry_, now) : kNever;
+  if (!pool_nodes_.empty()) {
+    // Spot losses while the run goes on; the planner's passes too, and
+    // after the run until every node it can give back is given back
+    // (the nodes are paid for until then).
+    if (busy) {
+      for (const PoolNode& n : pool_nodes_) {
+        if (n.phase == PoolNode::Phase::kUp) {
+          next = std::min(next, std::max(n.lost_at, now));
+        }
+      }
+    }
+    if (busy || NodesToGiveBack()) {
+      next = std::min(next, std::max(next_capacity_, now));
+    }
+  }
   swap_chance_ = kNever;
   if (!pending_ || options_.swap_min_idle <= 0) return next;
   // An idle ready replica becomes old enough to swap out.
@@ -396,6 +477,319 @@ Micros SimFleet::NextRetry(Micros now, bool busy) const {
     }
   }
   return std::min(next, swap_chance_);
+}
+
+// --- Capacity on demand -------------------------------------------------
+
+void SimFleet::SetNodeUp(PoolNode& n, bool up) {
+  for (int g = 0; g < cluster_.spec(n.node).gpu_count; ++g) {
+    CHECK(cluster_.SetGpuHealth(n.node, g, up).ok());
+  }
+}
+
+void SimFleet::Bill(PoolNode& n, Micros now) {
+  usage_[n.pool].node_seconds += ToSeconds(now - n.billed_since);
+  n.billed_since = now;
+}
+
+double SimFleet::NodePrice(int node) const {
+  auto pn = pool_node_of_.find(node);
+  if (pn == pool_node_of_.end()) {
+    return options_.static_usd_per_gpu_hour / 3600.0;
+  }
+  const control::NodePool& p =
+      options_.pools[pool_nodes_[pn->second].pool].pool;
+  return p.price_per_node_hour / p.gpus_per_node / 3600.0;
+}
+
+int SimFleet::DeploymentOf(const std::string& replica) const {
+  for (size_t m = 0; m < deps_.size(); ++m) {
+    if (deps_[m].procs.count(replica)) return static_cast<int>(m);
+  }
+  return -1;
+}
+
+std::vector<std::string> SimFleet::AllowedModels(const Dep& d) const {
+  if (pool_nodes_.empty()) return {};
+  // Static nodes, and the pools whose GPUs serve it at its SLO; spot ones
+  // only when it may run there now (control::CapacityPlanner's rules:
+  // its on-demand base first, none while it falls back after a loss).
+  std::vector<std::string> models = {"sim"};
+  bool spot_ok = d.spec.spot_ok;
+  if (spot_ok && options_.capacity.base_ondemand_fallback_replicas > 0) {
+    int ondemand = 0;
+    for (const auto& [name, p] : d.procs) {
+      if (!p.placed) continue;
+      auto pn = pool_node_of_.find(p.node);
+      ondemand += pn == pool_node_of_.end() ||
+                  !options_.pools[pool_nodes_[pn->second].pool].pool.spot;
+    }
+    spot_ok = ondemand >= options_.capacity.base_ondemand_fallback_replicas;
+  }
+  if (spot_ok) {
+    for (const std::string& f : planner_.FallbackDeployments(last_now_)) {
+      if (f == d.spec.name) spot_ok = false;
+    }
+  }
+  for (const FleetPool& fp : options_.pools) {
+    if (!d.spec.usd_per_mtok.count(fp.pool.name)) continue;
+    if (fp.pool.spot && !spot_ok) continue;
+    models.push_back(fp.pool.spot ? absl::StrCat(fp.pool.gpu, ":spot")
+                                  : fp.pool.gpu);
+  }
+  return models;
+}
+
+bool SimFleet::NodesToGiveBack() const {
+  std::vector<int> live(options_.pools.size(), 0);
+  for (const PoolNode& n : pool_nodes_) {
+    if (n.phase == PoolNode::Phase::kProvisioning ||
+        n.phase == PoolNode::Phase::kNotice) {
+      return true;
+    }
+    live[n.pool] += n.phase == PoolNode::Phase::kUp;
+  }
+  // An empty node above its pool's min_nodes goes after scale_down_delay.
+  for (const PoolNode& n : pool_nodes_) {
+    if (n.phase == PoolNode::Phase::kUp &&
+        cluster_.PodsOnNode(n.node).empty() &&
+        live[n.pool] > options_.pools[n.pool].pool.min_nodes) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Micros SimFleet::NextLoss(int pool, Micros now) {
+  const FleetPool& fp = options_.pools[pool];
+  if (!fp.pool.spot || fp.preemptions_per_node_hour <= 0) return kNever;
+  std::exponential_distribution<double> gap(fp.preemptions_per_node_hour /
+                                            3600.0);
+  return now + std::max<Micros>(1, FromSeconds(gap(rng_)));
+}
+
+void SimFleet::PoolEvents(Micros now) {
+  last_now_ = now;
+  // Trace losses: the node of the pool up the longest gets the notice.
+  for (size_t i = 0; i < options_.pools.size(); ++i) {
+    const std::vector<Micros>& times = options_.pools[i].preemption_times;
+    while (trace_pos_[i] < times.size() && times[trace_pos_[i]] <= now) {
+      ++trace_pos_[i];
+      PoolNode* oldest = nullptr;
+      for (PoolNode& n : pool_nodes_) {
+        if (n.pool == static_cast<int>(i) && n.phase == PoolNode::Phase::kUp &&
+            (oldest == nullptr || n.since < oldest->since)) {
+          oldest = &n;
+        }
+      }
+      if (oldest != nullptr) oldest->lost_at = now;
+    }
+  }
+  for (PoolNode& n : pool_nodes_) {
+    const control::NodePool& pool = options_.pools[n.pool].pool;
+    const std::string& name = cluster_.spec(n.node).name;
+    if (n.phase == PoolNode::Phase::kProvisioning && now >= n.up_at) {
+      n.phase = PoolNode::Phase::kUp;
+      n.since = now;
+      n.lost_at = NextLoss(n.pool, now);
+      SetNodeUp(n, true);
+      ++usage_[n.pool].provisioned;
+      freed_ = true;  // pending replicas try again
+      Log(now, "node.provisioned", -1,
+          absl::StrFormat("node %s of pool %s is up (%d x %s) after %.0f s",
+                          name, pool.name, pool.gpus_per_node, pool.gpu,
+                          ToSeconds(pool.provisioning_delay)));
+    } else if (n.phase == PoolNode::Phase::kUp && now >= n.lost_at) {
+      // The notice: its replicas drain (replaced at once elsewhere); the
+      // node goes at the notice's end.
+      n.phase = PoolNode::Phase::kNotice;
+      n.since = now;
+      n.lost_at = now + kSpotNotice;
+      SetNodeUp(n, false);
+      ++usage_[n.pool].preempted;
+      std::vector<std::string> deployments;
+      for (const std::string& pod : cluster_.PodsOnNode(n.node)) {
+        const int m = DeploymentOf(pod);
+        if (m < 0) continue;
+        if (std::find(deployments.begin(), deployments.end(),
+                      deps_[m].spec.name) == deployments.end()) {
+          deployments.push_back(deps_[m].spec.name);
+        }
+        Drain(m, pod, absl::StrCat("its spot node ", name, " is taken back"),
+              now);
+      }
+      control::CapacityPlan plan;
+      planner_.SpotLost(pool.name, name, deployments, now, &plan);
+      for (const control::CapacityEvent& e : plan.events) {
+        Log(now, e.kind.c_str(), -1, e.message);
+      }
+    } else if (n.phase == PoolNode::Phase::kNotice && now >= n.lost_at) {
+      for (const std::string& pod : cluster_.PodsOnNode(n.node)) {
+        const int m = DeploymentOf(pod);
+        if (m < 0) continue;
+        const Proc& p = deps_[m].procs.at(pod);
+        if (p.running) notice_in_flight_ += host_->InFlight(p.engine);
+      }
+      Bill(n, now);
+      n.phase = PoolNode::Phase::kDown;
+      n.since = now;
+      n.lost_at = kNever;
+    }
+  }
+}
+
+void SimFleet::PlanCapacity(Micros now) {
+  next_capacity_ = now + std::max<Micros>(1, options_.capacity_interval);
+  control::CapacityInput in;
+  for (const FleetPool& fp : options_.pools) in.pools.push_back(fp.pool);
+  const std::set<std::string>& cordoned = planner_.Cordoned();
+  for (const PoolNode& n : pool_nodes_) {
+    if (n.phase == PoolNode::Phase::kDown ||
+        n.phase == PoolNode::Phase::kNotice) {
+      continue;
+    }
+    control::PoolNodeView v;
+    v.node = cluster_.spec(n.node).name;
+    v.pool = options_.pools[n.pool].pool.name;
+    v.phase = n.phase == PoolNode::Phase::kUp
+                  ? control::PoolNodeView::Phase::kUp
+                  : control::PoolNodeView::Phase::kProvisioning;
+    v.since = n.since;
+    v.gpus = cluster_.spec(n.node).gpu_count;
+    for (const std::string& pod : cluster_.PodsOnNode(n.node)) {
+      const int m = DeploymentOf(pod);
+      if (m < 0) continue;
+      v.gpus_held += deps_[m].procs.at(pod).milli / 1000.0;
+      v.replicas.push_back(pod);
+    }
+    in.nodes.push_back(std::move(v));
+  }
+  for (int node = 0; node < cluster_.num_nodes(); ++node) {
+    const std::string& name = cluster_.spec(node).name;
+    if (cordoned.count(name)) continue;
+    const int idle = cluster_.state(node).idle_gpus;
+    if (idle > 0) in.room.push_back({name, idle});
+  }
+  for (const Dep& d : deps_) {
+    for (const auto& [name, p] : d.procs) {
+      const control::Replica* r = d.life.Find(name);
+      if (r == nullptr) continue;
+      if (p.placed) {
+        in.replica_gpus[name] = static_cast<int>((p.milli + 999) / 1000);
+        if (r->state == control::ReplicaState::kReady && !r->moving &&
+            r->version == d.life.version()) {
+          in.movable.insert(name);
+        }
+        auto pn = pool_node_of_.find(p.node);
+        if (pn == pool_node_of_.end() ||
+            !options_.pools[pool_nodes_[pn->second].pool].pool.spot) {
+          ++in.ondemand_replicas[d.spec.name];
+        }
+      } else if (p.waiting_since >= 0 &&
+                 r->state == control::ReplicaState::kPending) {
+        control::WaitingReplica w;
+        w.replica = name;
+        w.deployment = d.spec.name;
+        w.gpus = d.spec.gpu_milli > 0 ? 1 : d.spec.tensor_parallel;
+        w.since = p.waiting_since;
+        w.spot_ok = d.spec.spot_ok;
+        w.usd_per_mtok = d.spec.usd_per_mtok;
+        in.waiting.push_back(std::move(w));
+      }
+    }
+  }
+  const control::CapacityPlan plan = planner_.Plan(in, now);
+  for (const control::CapacityEvent& e : plan.events) {
+    Log(now, e.kind.c_str(), -1, e.message);
+  }
+  for (const control::CapacityAction& a : plan.actions) {
+    switch (a.kind) {
+      case control::CapacityAction::Kind::kAdd: {
+        int left = a.count;
+        for (PoolNode& n : pool_nodes_) {
+          if (left == 0) break;
+          const control::NodePool& pool = options_.pools[n.pool].pool;
+          if (pool.name != a.pool || n.phase != PoolNode::Phase::kDown) {
+            continue;
+          }
+          n.phase = PoolNode::Phase::kProvisioning;
+          n.since = now;
+          n.up_at = now + pool.provisioning_delay;
+          n.billed_since = now;
+          ++usage_[n.pool].requested;
+          --left;
+        }
+        break;
+      }
+      case control::CapacityAction::Kind::kRelease:
+        for (PoolNode& n : pool_nodes_) {
+          if (cluster_.spec(n.node).name != a.node ||
+              n.phase != PoolNode::Phase::kUp) {
+            continue;
+          }
+          Bill(n, now);
+          SetNodeUp(n, false);
+          n.phase = PoolNode::Phase::kDown;
+          n.since = now;
+          n.lost_at = kNever;
+          ++usage_[n.pool].released;
+        }
+        break;
+      case control::CapacityAction::Kind::kMove: {
+        ++consolidations_;
+        const int node = cluster_.FindNode(a.node);
+        if (auto pn = pool_node_of_.find(node); pn != pool_node_of_.end()) {
+          SetNodeUp(pool_nodes_[pn->second], false);  // cordoned
+        }
+        for (const std::string& r : a.replicas) {
+          const int m = DeploymentOf(r);
+          if (m >= 0) deps_[m].life.Move(r, a.why);
+        }
+        dirty_ = true;
+        break;
+      }
+    }
+  }
+  // Peaks: nodes asked for or up at once.
+  std::vector<int> live(options_.pools.size(), 0);
+  for (const PoolNode& n : pool_nodes_) {
+    live[n.pool] += n.phase != PoolNode::Phase::kDown;
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    usage_[i].peak_nodes = std::max(usage_[i].peak_nodes, live[i]);
+  }
+}
+
+FleetCost SimFleet::Cost(Micros end) const {
+  FleetCost c;
+  c.static_usd = options_.cluster_gpus * options_.static_usd_per_gpu_hour *
+                 ToSeconds(end) / 3600.0;
+  c.pools = usage_;
+  for (const PoolNode& n : pool_nodes_) {
+    if (n.phase != PoolNode::Phase::kDown && end > n.billed_since) {
+      c.pools[n.pool].node_seconds += ToSeconds(end - n.billed_since);
+    }
+  }
+  for (PoolUsage& u : c.pools) {
+    u.usd = u.node_seconds / 3600.0 * u.usd_per_node_hour;
+    c.pools_usd += u.usd;
+  }
+  c.total_usd = c.static_usd + c.pools_usd;
+  c.deployment_usd = dep_usd_;
+  double held = 0;
+  for (size_t m = 0; m < deps_.size(); ++m) {
+    for (const auto& [name, p] : deps_[m].procs) {
+      if (p.placed && end > p.placed_at) {
+        c.deployment_usd[m] +=
+            p.milli / 1000.0 * ToSeconds(end - p.placed_at) * p.usd_per_gpu_s;
+      }
+    }
+    held += c.deployment_usd[m];
+  }
+  c.idle_usd = std::max(0.0, c.total_usd - held);
+  c.consolidations = consolidations_;
+  c.notice_in_flight = notice_in_flight_;
+  return c;
 }
 
 }  // namespace gpusched::sim

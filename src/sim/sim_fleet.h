@@ -19,11 +19,14 @@
 
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "control/capacity.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
 #include "control/room.h"
@@ -37,14 +40,57 @@ namespace gpusched::sim {
 // How long an unplaced replica waits before it is tried again (as live).
 inline constexpr Micros kRetryUnplaced = kMicrosPerSecond;
 
+// A pool of nodes the fleet can add (control/capacity.h), with the spot
+// losses the run draws for it.
+struct FleetPool {
+  control::NodePool pool;
+  double preemptions_per_node_hour = 0;  // Poisson, per spot node up
+  std::vector<Micros> preemption_times;  // a trace: a node lost at each
+};
+
+// A spot node's notice before it is taken back (AWS gives two minutes):
+// its replicas drain and are replaced at once; the node goes at the end.
+inline constexpr Micros kSpotNotice = 120 * kMicrosPerSecond;
+
 struct FleetOptions {
-  int cluster_gpus = 0;   // 0: unbounded (placement always succeeds)
+  int cluster_gpus = 0;   // 0 (and no pools): unbounded
   int gpus_per_node = 8;  // the cluster's GPUs in nodes of this many
   Micros swap_min_idle = 0;
   std::string policy = "fillfrag";
   control::LifecycleOptions lifecycle;
   // The owners' queues: quotas for preemption, GPU limits.
   std::vector<control::RoomQueue> queues;
+  // Capacity on demand: pools of nodes added and given back by
+  // control::CapacityPlanner every `capacity_interval`.
+  std::vector<FleetPool> pools;
+  control::CapacityOptions capacity;
+  Micros capacity_interval = 5 * kMicrosPerSecond;
+  double static_usd_per_gpu_hour = 0;  // the static nodes' price
+  uint64_t seed = 1;                   // spot losses
+};
+
+// What the pools did and cost over a run.
+struct PoolUsage {
+  std::string pool;
+  std::string gpu;
+  bool spot = false;
+  double usd_per_node_hour = 0;
+  double node_seconds = 0;  // asked for (provisioning) to given back
+  double usd = 0;
+  int peak_nodes = 0;  // provisioning or up at once
+  int64_t requested = 0, provisioned = 0, released = 0, preempted = 0;
+};
+struct FleetCost {
+  double static_usd = 0;
+  double pools_usd = 0;
+  double total_usd = 0;
+  std::vector<double> deployment_usd;  // GPUs held x their node's price
+  double idle_usd = 0;                 // the rest: nodes up, GPUs unheld
+  std::vector<PoolUsage> pools;
+  int64_t consolidations = 0;    // nodes emptied by moving replicas
+  int64_t notice_in_flight = 0;  // requests on a spot replica at the end of
+                                 // its node's notice (they finish in the
+                                 // run; a real node would lose them)
 };
 
 struct FleetDeployment {
@@ -59,6 +105,11 @@ struct FleetDeployment {
   // The weights its replicas load (the model's checkpoint): nodes where
   // they were loaded before are tried first (control/place.h).
   std::string weights;
+  // Capacity on demand: USD per million output tokens at its SLO on each
+  // pool's GPU (a pool absent: it cannot serve there), and whether its
+  // replicas may run on spot nodes.
+  std::map<std::string, double> usd_per_mtok;
+  bool spot_ok = true;
 };
 
 struct FleetEngine {
@@ -71,10 +122,11 @@ class FleetHost {
  public:
   virtual ~FleetHost() = default;
   // Starts a simulated engine for `replica` of `deployment`, holding `gpus`
-  // on a node where its weights are local (loaded there before) or not.
+  // on a node where its weights are local (loaded there before) or not, of
+  // a pool with GPUs `gpu` ("": a static node, the deployment's own GPU).
   virtual FleetEngine StartEngine(int deployment, const std::string& replica,
                                   double gpus, bool weights_local,
-                                  Micros now) = 0;
+                                  const std::string& gpu, Micros now) = 0;
   virtual void StopEngine(serving::ReplicaId id, Micros now) = 0;
   // The engine takes requests from the dispatcher, or no longer does.
   virtual void SetServing(serving::ReplicaId id, bool serving, Micros now) = 0;
@@ -84,6 +136,7 @@ class FleetHost {
   // An idle replica of `deployment` was swapped out: its count drops; the
   // host returns the new desired count.
   virtual int SwappedOut(int deployment) = 0;
+  // `deployment` -1: the cluster's (capacity events).
   virtual void Log(Micros t, const char* kind, int deployment,
                    std::string message) = 0;
 };
@@ -92,6 +145,10 @@ class SimFleet {
  public:
   SimFleet(FleetOptions options, FleetHost* host);
 
+  // Capacity on demand: the pools and the planner's options, before Init.
+  void SetCapacity(std::vector<FleetPool> pools,
+                   control::CapacityOptions options, Micros interval,
+                   double static_usd_per_gpu_hour);
   // Builds the cluster; call once, before the deployments.
   absl::Status Init();
   int AddDeployment(FleetDeployment d);
@@ -120,6 +177,8 @@ class SimFleet {
   // retries.
   Micros NextDeadline() const;
   Micros NextRetry(Micros now, bool busy) const;
+  // What the pools did and cost from time 0 to `end`.
+  FleetCost Cost(Micros end) const;
 
  private:
   struct Proc {
@@ -132,6 +191,24 @@ class SimFleet {
     Micros ready_at = 0;
     bool serving = false;
     std::vector<std::string> awaiting;  // victims draining for it
+    Micros waiting_since = -1;          // fits on no node since (capacity)
+    Micros placed_at = 0;
+    double usd_per_gpu_s = 0;  // its node's price
+  };
+  struct PoolNode {
+    int pool = 0;
+    int node = 0;  // in cluster_
+    enum class Phase {
+      kDown,
+      kProvisioning,
+      kUp,
+      kNotice
+    } phase = Phase::kDown;
+    Micros since = 0;         // entered the phase
+    Micros up_at = kNever;    // provisioning: registers then
+    Micros lost_at = kNever;  // up spot node: its notice starts then;
+                              // notice: it goes then
+    Micros billed_since = 0;
   };
   struct Dep {
     FleetDeployment spec;
@@ -159,6 +236,18 @@ class SimFleet {
              control::LifecycleOutput* out);
   void Drain(int m, const std::string& replica, const std::string& why,
              Micros now);
+  // Capacity on demand: node arrivals and spot losses due at `now`, then
+  // the planner's pass when due.
+  void PoolEvents(Micros now);
+  void PlanCapacity(Micros now);
+  void SetNodeUp(PoolNode& n, bool up);
+  void Bill(PoolNode& n, Micros now);
+  Micros NextLoss(int pool, Micros now);
+  // Pool nodes coming or going, or empty above their pool's min_nodes.
+  bool NodesToGiveBack() const;
+  std::vector<std::string> AllowedModels(const Dep& d) const;
+  double NodePrice(int node) const;  // USD per GPU-second
+  int DeploymentOf(const std::string& replica) const;
   void Log(Micros t, const char* kind, int m, std::string message) {
     host_->Log(t, kind, m, std::move(message));
   }
@@ -181,6 +270,18 @@ class SimFleet {
   mutable Micros swap_chance_ = kNever;
   bool dirty_ = true;
   bool freed_ = false;
+  // Capacity on demand.
+  control::CapacityPlanner planner_;
+  std::vector<PoolNode> pool_nodes_;
+  std::vector<PoolUsage> usage_;
+  std::vector<size_t> trace_pos_;    // per pool: next preemption_times entry
+  std::map<int, int> pool_node_of_;  // cluster node -> pool_nodes_ index
+  std::vector<double> dep_usd_;
+  Micros next_capacity_ = kNever;
+  int64_t consolidations_ = 0;
+  int64_t notice_in_flight_ = 0;
+  Micros last_now_ = 0;
+  std::mt19937_64 rng_;
 };
 
 }  // namespace gpusched::sim

@@ -3,7 +3,8 @@
 //
 //   kube_test_apiserver --nodes NODES.json --port-file FILE
 //       [--cert C --key K] [--token T] [--record-dir DIR] [--log-dir DIR]
-//       [--bookmark-ms 1000] [--history 1000]
+//       [--bookmark-ms 1000] [--history 1000] [--autoscaler POOLS.json]
+//       [--nodepools NODEPOOLLIST.json]
 //
 // Listens on 127.0.0.1, any free port, written to --port-file (atomically)
 // once listening; HTTPS only with --cert/--key. With --token every request
@@ -21,6 +22,15 @@
 //   POST /api/v1/namespaces/{ns}/pods
 //   GET|PUT|PATCH|DELETE /api/v1/namespaces/{ns}/pods/{name}
 //   POST /api/v1/namespaces/{ns}/pods/{name}/binding
+//   PATCH /api/v1/namespaces/{ns}/pods/{name}/status (merge or strategic
+//       merge; status only)
+//   GET|POST /api/v1/namespaces/{ns}/podtemplates, GET|DELETE .../{name}
+//   GET|POST
+//   /apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests,
+//       GET|DELETE .../{name} (the autoscaler writes their status)
+//   GET /apis/karpenter.sh/v1/nodepools (the --nodepools file; 404 without)
+// With --autoscaler POOLS.json a minimal cluster autoscaler adds and removes
+// nodes (apiserver.h, Autoscaler).
 // Test controls (no auth, never faulted, counted or recorded):
 //   POST /testing/nodes/{name}/ready?status=True|False|Unknown
 //   POST /testing/nodes/{name}/taints        (body: a JSON array of taints)
@@ -32,9 +42,12 @@
 //        readiness probes of the Pod fail, or run again)
 //   POST /testing/pods/{ns}/{name}/evict     (node-pressure eviction: the
 //        process is killed, the Pod Failed with reason Evicted)
+//   GET  /testing/autoscaler                 (pools, nodes coming, decisions)
 // With --record-dir every non-empty POST/PUT/PATCH/DELETE body of the API is
-// written as DIR/<6-digit seq>-<pods|binding|nodes|other>-<METHOD>.json,
-// byte for byte.
+// written as DIR/<6-digit seq>-<resource>-<METHOD>.json, byte for byte
+// (resource: pods, binding, pods-status, podtemplates, provisioningrequests,
+// nodes, other); a PATCH body (not an object) as .patch, followed by the
+// object it made, as <seq>-<resource>-PATCHED.json.
 #include "tests/kube/apiserver.h"
 
 #include <signal.h>
@@ -56,6 +69,7 @@ namespace http = net::http;
 
 struct Flags {
   std::string nodes, port_file, cert, key, token, record_dir, log_dir;
+  std::string autoscaler, nodepools;
   int64_t bookmark_ms = 1000;
   int64_t history = 1000;
 };
@@ -63,7 +77,8 @@ struct Flags {
 constexpr char kUsage[] =
     "usage: kube_test_apiserver --nodes NODES.json --port-file FILE "
     "[--cert C --key K] [--token T] [--record-dir DIR] [--log-dir DIR] "
-    "[--bookmark-ms 1000] [--history 1000]\n";
+    "[--bookmark-ms 1000] [--history 1000] [--autoscaler POOLS.json] "
+    "[--nodepools NODEPOOLLIST.json]\n";
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
@@ -90,6 +105,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
                      : a == "token"      ? &f.token
                      : a == "record-dir" ? &f.record_dir
                      : a == "log-dir"    ? &f.log_dir
+                     : a == "autoscaler" ? &f.autoscaler
+                     : a == "nodepools"  ? &f.nodepools
                                          : nullptr;
     if (s != nullptr) {
       *s = value;
@@ -182,8 +199,13 @@ Reply Invalid422(const std::string& kind, const std::string& field,
 // The HTTP front: routing, auth, injected faults, records and stats.
 class Front {
  public:
-  Front(const Flags& flags, Store* store, Kubelet* kubelet)
-      : flags_(flags), store_(store), kubelet_(kubelet) {}
+  Front(const Flags& flags, Store* store, Kubelet* kubelet,
+        Autoscaler* autoscaler, json nodepools)
+      : flags_(flags),
+        store_(store),
+        kubelet_(kubelet),
+        autoscaler_(autoscaler),
+        nodepools_(std::move(nodepools)) {}
 
   void set_port(uint16_t port) { port_ = port; }
 
@@ -233,6 +255,19 @@ class Front {
     } else if (api && seg.size() == 7 && seg[2] == "namespaces" &&
                seg[4] == "pods" && seg[6] == "binding") {
       resource = "pods/binding";
+    } else if (api && seg.size() == 7 && seg[2] == "namespaces" &&
+               seg[4] == "pods" && seg[6] == "status") {
+      resource = "pods/status";
+    } else if (api && seg.size() >= 5 && seg.size() <= 6 &&
+               seg[2] == "namespaces" && seg[4] == "podtemplates") {
+      resource = "podtemplates";
+    } else if (seg.size() >= 6 && seg.size() <= 7 && seg[0] == "apis" &&
+               seg[1] == "autoscaling.x-k8s.io" && seg[2] == "v1" &&
+               seg[3] == "namespaces" && seg[5] == "provisioningrequests") {
+      resource = "provisioningrequests";
+    } else if (seg.size() == 4 && seg[0] == "apis" &&
+               seg[1] == "karpenter.sh" && seg[3] == "nodepools") {
+      resource = "nodepools";
     }
     const bool collection =
         (resource == "nodes" && seg.size() == 3) ||
@@ -246,7 +281,8 @@ class Front {
       if (!flags_.record_dir.empty() && !body.empty() &&
           (method == "POST" || method == "PUT" || method == "PATCH" ||
            method == "DELETE")) {
-        Record(resource == "pods/binding" ? "binding" : resource, method, body);
+        Record(RecordName(resource), method, body,
+               method == "PATCH" ? ".patch" : ".json");
       }
     }
     if (!flags_.token.empty() &&
@@ -291,12 +327,29 @@ class Front {
       return;
     }
     Api(method, seg, query, parsed, std::string(req[http::field::content_type]),
-        out);
+        out, resource);
+  }
+
+  static std::string RecordName(const std::string& resource) {
+    if (resource == "pods/binding") return "binding";
+    if (resource == "pods/status") return "pods-status";
+    return resource;
+  }
+
+  // Sends `r`; the object a PATCH made is recorded after its patch.
+  void Answer(net::Responder& out, const Reply& r, const std::string& method,
+              const std::string& resource) {
+    if (method == "PATCH" && r.code == 200 && !flags_.record_dir.empty()) {
+      absl::MutexLock l(&mu_);
+      Record(RecordName(resource), "PATCHED", r.body.dump(), ".json");
+    }
+    SendReply(out, r);
   }
 
   void Api(const std::string& method, const std::vector<std::string>& seg,
            const Query& q, const json& body, const std::string& type,
-           const std::shared_ptr<net::Responder>& out) {
+           const std::shared_ptr<net::Responder>& out,
+           const std::string& resource) {
     const size_t n = seg.size();
     auto only = [&](std::initializer_list<const char*> methods) {
       for (const char* m : methods) {
@@ -370,7 +423,8 @@ class Front {
         if (method == "PUT")
           SendReply(*out, store_->ReplacePod(ns, name, body));
         if (method == "PATCH") {
-          SendReply(*out, store_->PatchPod(ns, name, type, body));
+          Answer(*out, store_->PatchPod(ns, name, type, body), method,
+                 resource);
         }
         if (method == "DELETE") {
           std::optional<int64_t> grace;
@@ -393,6 +447,42 @@ class Front {
         if (only({"POST"})) SendReply(*out, store_->BindPod(ns, name, body));
         return;
       }
+      if (n == 7 && seg[6] == "status") {
+        if (only({"PATCH"})) {
+          Answer(*out, store_->PatchPodStatus(ns, name, type, body), method,
+                 resource);
+        }
+        return;
+      }
+    }
+    // PodTemplates and ProvisioningRequests: create, get, list, delete.
+    const bool templates = api && seg[2] == "namespaces" && n >= 5 && n <= 6 &&
+                           seg[4] == "podtemplates";
+    const bool provreqs = n >= 6 && n <= 7 && seg[0] == "apis" &&
+                          seg[1] == "autoscaling.x-k8s.io" && seg[2] == "v1" &&
+                          seg[3] == "namespaces" &&
+                          seg[5] == "provisioningrequests";
+    if (templates || provreqs) {
+      const Kind kind =
+          templates ? Kind::kPodTemplate : Kind::kProvisioningRequest;
+      const std::string& ns = templates ? seg[3] : seg[4];
+      const bool collection = n == (templates ? 5u : 6u);
+      if (collection) {
+        if (!only({"GET", "POST"})) return;
+        SendReply(*out, method == "GET" ? store_->ListObjects(kind, ns)
+                                        : store_->CreateObject(kind, ns, body));
+        return;
+      }
+      const std::string& name = seg[n - 1];
+      if (!only({"GET", "DELETE"})) return;
+      SendReply(*out, method == "GET" ? store_->GetObject(kind, ns, name)
+                                      : store_->DeleteObject(kind, ns, name));
+      return;
+    }
+    if (n == 4 && seg[0] == "apis" && seg[1] == "karpenter.sh" &&
+        seg[2] == "v1" && seg[3] == "nodepools" && nodepools_.is_object()) {
+      if (only({"GET"})) SendReply(*out, Json(200, nodepools_));
+      return;
     }
     SendReply(*out, StatusReply(404, "NotFound",
                                 "the server could not find the requested "
@@ -509,9 +599,10 @@ class Front {
   }
 
   void Record(const std::string& resource, const std::string& method,
-              const std::string& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const std::string name =
-        absl::StrFormat("%06d-%s-%s.json", ++record_seq_, resource, method);
+              const std::string& body, const std::string& extension)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string name = absl::StrFormat("%06d-%s-%s%s", ++record_seq_,
+                                             resource, method, extension);
     const std::string tmp = absl::StrCat(flags_.record_dir, "/.", name, ".tmp");
     {
       std::ofstream f(tmp, std::ios::binary);
@@ -581,6 +672,12 @@ class Front {
     if (method == "GET" && n == 2 && seg[1] == "pods") {
       return Json(200, kubelet_->Describe());
     }
+    if (method == "GET" && n == 2 && seg[1] == "autoscaler") {
+      if (autoscaler_ == nullptr) {
+        return StatusReply(404, "NotFound", "no --autoscaler was given");
+      }
+      return Json(200, autoscaler_->Describe());
+    }
     if (method == "POST" && n == 5 && seg[1] == "pods" && seg[4] == "probes") {
       const std::string v = Get(q, "fail");
       if (v != "true" && v != "false") {
@@ -608,6 +705,8 @@ class Front {
   const Flags flags_;
   Store* const store_;
   Kubelet* const kubelet_;
+  Autoscaler* const autoscaler_;  // null without --autoscaler
+  const json nodepools_;          // a NodePoolList; null without --nodepools
   uint16_t port_ = 0;
   absl::Mutex mu_;
   std::map<std::string, int64_t> requests_ ABSL_GUARDED_BY(mu_);
@@ -662,16 +761,46 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The autoscaler's pools and Karpenter's NodePools, when given.
+  auto read_json = [](const std::string& path, json* out) {
+    if (path.empty()) return true;
+    std::ifstream f(path);
+    std::stringstream t;
+    t << f.rdbuf();
+    *out = json::parse(t.str(), nullptr, /*allow_exceptions=*/false);
+    return f && !out->is_discarded();
+  };
+  json autoscaler_config, nodepools;
+  if (!read_json(flags->autoscaler, &autoscaler_config) ||
+      !read_json(flags->nodepools, &nodepools)) {
+    std::fprintf(stderr, "kube_test_apiserver: cannot read JSON from %s\n",
+                 (flags->autoscaler + " " + flags->nodepools).c_str());
+    return 2;
+  }
+  std::vector<AutoscalerPool> pools;
+  if (!flags->autoscaler.empty()) {
+    absl::StatusOr<std::vector<AutoscalerPool>> parsed =
+        ParseAutoscalerPools(autoscaler_config);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "kube_test_apiserver: %s\n",
+                   std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    pools = *std::move(parsed);
+  }
   std::unique_ptr<Kubelet> kubelet;
+  std::unique_ptr<Autoscaler> autoscaler;
   Store::Options so;
   so.history = static_cast<size_t>(flags->history);
   so.bookmark_every = std::chrono::milliseconds(flags->bookmark_ms);
   so.seed = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL ^
             static_cast<uint64_t>(
                 std::chrono::system_clock::now().time_since_epoch().count());
-  // `kubelet` is set before any thread starts and never changes after.
-  Store store(so, [&kubelet] {
+  // `kubelet` and `autoscaler` are set before any thread starts and never
+  // change after.
+  Store store(so, [&kubelet, &autoscaler] {
     if (kubelet) kubelet->Wake();
+    if (autoscaler) autoscaler->Wake();
   });
   if (absl::Status st = store.LoadNodes(nodes); !st.ok()) {
     std::fprintf(stderr, "kube_test_apiserver: %s\n",
@@ -679,8 +808,12 @@ int Main(int argc, char** argv) {
     return 2;
   }
   kubelet = std::make_unique<Kubelet>(&store, Kubelet::Options{flags->log_dir});
+  if (!pools.empty()) {
+    autoscaler = std::make_unique<Autoscaler>(&store, std::move(pools));
+  }
   kubelet->Start();
-  Front front(*flags, &store, kubelet.get());
+  if (autoscaler) autoscaler->Start();
+  Front front(*flags, &store, kubelet.get(), autoscaler.get(), nodepools);
   net::HttpServerOptions ho;
   ho.address = "127.0.0.1";
   ho.port = 0;
@@ -695,6 +828,7 @@ int Main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "kube_test_apiserver: %s\n",
                  std::string(server.status().message()).c_str());
+    if (autoscaler) autoscaler->Stop();
     kubelet->Stop();
     return 1;
   }
@@ -705,6 +839,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kube_test_apiserver: %s\n",
                  std::string(st.message()).c_str());
     (*server)->Shutdown(std::chrono::milliseconds(0));
+    if (autoscaler) autoscaler->Stop();
     kubelet->Stop();
     return 1;
   }
@@ -738,6 +873,7 @@ int Main(int argc, char** argv) {
     tick_stop = true;
   }
   ticker.join();
+  if (autoscaler) autoscaler->Stop();
   kubelet->Stop();
   return 0;
 }

@@ -4,8 +4,11 @@
 // the subset the launcher uses: Nodes (list, get, watch), Pods (list with
 // label and field selectors, paged with limit/continue, watch with
 // resourceVersion, bookmarks and 410 Expired, create, get, replace, patch of
-// labels and annotations, binding, graceful delete), errors as Status
-// objects. Test-only control endpoints live under /testing/ (apiserver.cc).
+// labels and annotations, binding, graceful delete, the status subresource's
+// patch), PodTemplates and ProvisioningRequests (autoscaling.x-k8s.io/v1:
+// create, get, list, delete), Karpenter NodePools (read from a file), errors
+// as Status objects; and a minimal cluster autoscaler (Autoscaler, below).
+// Test-only control endpoints live under /testing/ (apiserver.cc).
 //
 // Pieces, all in one process:
 //   Store (apiserver_store.cc, Pod writes in apiserver_pods.cc): the
@@ -36,6 +39,10 @@
 //     at once: taints node.kubernetes.io/not-ready or unreachable (NoSchedule
 //     and NoExecute) and marks the node's Pods not ready; no eviction after
 //     tolerationSeconds. spec.unschedulable adds the unschedulable taint.
+//
+//   - PodTemplates and ProvisioningRequests are not watched, and their
+//     schemas are checked by the test afterwards (validate.mjs), not here;
+//     here only the fields the CRD requires are.
 //
 // Not a real cluster: images are ignored (the first container's command
 // runs on this machine), there is no scheduler, no controllers beyond what
@@ -73,10 +80,26 @@ using json = nlohmann::json;
 using SteadyTime = std::chrono::steady_clock::time_point;
 using Query = std::map<std::string, std::string>;
 
-enum class Kind { kPod = 0, kNode = 1 };
-inline const char* KindName(Kind k) { return k == Kind::kPod ? "Pod" : "Node"; }
+// Pods and Nodes are listed and watched; PodTemplates and
+// ProvisioningRequests (autoscaling.x-k8s.io/v1, served for capacity on
+// demand) are created, read and deleted, and only the autoscaler
+// (apiserver_autoscaler.cc) writes a ProvisioningRequest's status.
+enum class Kind {
+  kPod = 0,
+  kNode = 1,
+  kPodTemplate = 2,
+  kProvisioningRequest = 3
+};
+inline constexpr int kKinds = 4;
+inline const char* KindName(Kind k) {
+  static constexpr const char* kNames[] = {"Pod", "Node", "PodTemplate",
+                                           "ProvisioningRequest"};
+  return kNames[static_cast<int>(k)];
+}
 inline const char* ResourceName(Kind k) {
-  return k == Kind::kPod ? "pods" : "nodes";
+  static constexpr const char* kNames[] = {"pods", "nodes", "podtemplates",
+                                           "provisioningrequests"};
+  return kNames[static_cast<int>(k)];
 }
 
 // An answer to an API call: HTTP status, JSON body, extra headers.
@@ -218,6 +241,18 @@ class Store {
                  const std::string& type, const json& patch);
   Reply BindPod(const std::string& ns, const std::string& name,
                 const json& body);
+  // PATCH pods/{name}/status: only status changes (a scheduler's
+  // PodScheduled condition); a strategic merge patch merges conditions by
+  // type, as the real server does.
+  Reply PatchPodStatus(const std::string& ns, const std::string& name,
+                       const std::string& type, const json& patch);
+  // PodTemplates and ProvisioningRequests (apiserver_autoscaler.cc):
+  // create (422 naming the field for what the CRD or core/v1 requires),
+  // get, delete at once.
+  Reply CreateObject(Kind kind, const std::string& ns, const json& body);
+  Reply GetObject(Kind kind, const std::string& ns, const std::string& name);
+  Reply DeleteObject(Kind kind, const std::string& ns, const std::string& name);
+  Reply ListObjects(Kind kind, const std::string& ns);
   // `grace`: from the query; `options`: the DeleteOptions body or null.
   Reply DeletePod(const std::string& ns, const std::string& name,
                   std::optional<int64_t> grace, const json& options);
@@ -239,6 +274,21 @@ class Store {
   int64_t watch_events_sent() const;
   int64_t watch_bookmarks_sent() const;
   int open_watches() const;
+
+  // ---- for the autoscaler ----
+  // Every object of `kind`, copied.
+  std::vector<json> Snapshot(Kind kind) const;
+  // Adds a Node (ADDED); AlreadyExists, or ResourceExhausted past 254
+  // nodes (each has a 127.0.N.0/24 block of Pod IPs).
+  absl::Status AddNode(json node);
+  // Removes Node `name` (DELETED); false when it is not there.
+  bool DeleteNode(const std::string& name);
+  // Applies `fn` to Node `name` (then keeps the lifecycle taints true).
+  Reply UpdateNode(const std::string& name,
+                   const std::function<void(json&)>& fn);
+  // Applies `fn` to the object `kind` ns/name; false when it is gone.
+  bool UpdateObject(Kind kind, const std::string& ns, const std::string& name,
+                    const std::function<void(json&)>& fn);
 
   // ---- for the Kubelet ----
   std::vector<PodBrief> PodBriefs() const;
@@ -304,7 +354,8 @@ class Store {
   // Continue tokens minted before this are refused (410).
   int64_t token_floor_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Event> history_ ABSL_GUARDED_BY(mu_);
-  Objects objects_[2] ABSL_GUARDED_BY(mu_);  // by Kind; key "ns/name", "name"
+  Objects objects_[kKinds] ABSL_GUARDED_BY(mu_);  // by Kind; key "ns/name",
+                                                  // "name" for Nodes
   std::map<std::string, std::string> pod_key_by_uid_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> node_order_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
@@ -436,6 +487,83 @@ class Kubelet {
   // Pods whose start failed for good (StartError, admission): never retried.
   std::set<std::string> given_up_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<int>> ips_ ABSL_GUARDED_BY(mu_);  // by node
+};
+
+// ---- Autoscaler (apiserver_autoscaler.cc) ----
+
+// A minimal cluster autoscaler with Cluster Autoscaler's contract, for the
+// capacity-on-demand drills: node pools of a fixed shape; a Pod that is
+// unbound and whose PodScheduled condition is False/Unschedulable, that
+// fits a pool (its nodeSelector, its GPU request, tolerations of the
+// pool's NoSchedule taints) and no node that is up or coming, makes it add
+// a node after the pool's delay; a ProvisioningRequest of class
+// best-effort-atomic-scale-up.autoscaling.x-k8s.io gets all its nodes or
+// none (Accepted, then Provisioned or Failed); Pods that consume one are
+// left to it. A node it added that has had no Pod (and fits no pending Pod)
+// for scale_down_after is tainted ToBeDeletedByClusterAutoscaler, then
+// deleted after delete_after, unless a Pod came (the taint is then taken
+// off). It removes only empty nodes: no eviction, so safe-to-evict and
+// do-not-disrupt change nothing here. Owns its thread (joined in Stop).
+struct AutoscalerPool {
+  std::string name;
+  json labels = json::object();  // the nodes' labels
+  json taints = json::array();   // the nodes' taints
+  std::string gpu_product;       // nvidia.com/gpu.product
+  int gpus_per_node = 0;
+  std::string cpu = "32", memory = "256Gi";
+  int max_nodes = 0;
+  std::chrono::milliseconds provision_delay{1000};
+  std::chrono::milliseconds scale_down_after{3000};
+  std::chrono::milliseconds delete_after{1000};
+};
+// {"pools": [{"name", "labels", "taints", "gpuProduct", "gpusPerNode",
+// "cpu", "memory", "maxNodes", "provisionDelayMs", "scaleDownAfterMs",
+// "deleteAfterMs"}]}; InvalidArgument naming the field.
+absl::StatusOr<std::vector<AutoscalerPool>> ParseAutoscalerPools(
+    const json& config);
+
+class Autoscaler {
+ public:
+  Autoscaler(Store* store, std::vector<AutoscalerPool> pools);
+  ~Autoscaler();  // Stop()
+  void Start();
+  void Stop();  // idempotent
+  void Wake();
+  // Pools, nodes coming, nodes it added, its decisions: GET
+  // /testing/autoscaler.
+  json Describe() const;
+
+ private:
+  struct Planned {
+    std::string node, pool, provisioning_request;
+    SteadyTime ready_at;
+    int64_t free_gpus = 0;
+  };
+  void Loop();
+  SteadyTime Pass(SteadyTime now);
+  json NodeObject(const AutoscalerPool& pool, const std::string& name,
+                  int index) const;
+  void Note(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Store* const store_;
+  const std::vector<AutoscalerPool> pools_;
+  std::thread loop_;
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Planned> planned_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> planned_for_
+      ABSL_GUARDED_BY(mu_);  // Pod uid -> node
+  std::map<std::string, std::string> added_
+      ABSL_GUARDED_BY(mu_);  // node -> pool
+  std::map<std::string, SteadyTime> empty_since_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, SteadyTime> tainted_at_ ABSL_GUARDED_BY(mu_);
+  // ProvisioningRequests (ns/name) taken in hand, with their nodes.
+  std::map<std::string, std::vector<std::string>> requests_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> notes_ ABSL_GUARDED_BY(mu_);  // the last decisions
+  int next_node_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace gpusched::kubetest

@@ -260,7 +260,7 @@ Store::Objects Store::StateAt(Kind kind, int64_t rv) const {
     const json& meta = (*it->object)["metadata"];
     const std::string name = meta.value("name", "");
     const std::string key =
-        kind == Kind::kPod ? PodKey(meta.value("namespace", ""), name) : name;
+        kind == Kind::kNode ? name : PodKey(meta.value("namespace", ""), name);
     if (absl::string_view(it->type) == "ADDED") {
       state.erase(key);
     } else {
@@ -271,7 +271,9 @@ Store::Objects Store::StateAt(Kind kind, int64_t rv) const {
 }
 
 size_t Store::object_count() const {
-  return objects_[0].size() + objects_[1].size();
+  size_t n = 0;
+  for (const Objects& o : objects_) n += o.size();
+  return n;
 }
 
 Reply Store::List(Kind kind, const Filter& filter, const Query& query) {

@@ -5,7 +5,8 @@
 #   kube_cluster_up APISERVER_BINARY NODE...   NODE: name:ip:managed(0|1):gpus
 #     [:mig], mig: MIG devices of the mixed strategy, "1g.10gb=7,3g.40gb=1"
 #     sets kpid, kurl, token; writes $tmp/kubeconfig, $tmp/ca.crt; records
-#     every request body under $tmp/record and Pod output under $tmp/podlogs
+#     every request body under $tmp/record and Pod output under $tmp/podlogs;
+#     the array kube_extra, when set, adds flags (--autoscaler, --nodepools)
 #   kube METHOD PATH [curl args]     the API as the test's admin
 #   testing METHOD PATH [curl args]  the stand-in's /testing endpoints
 #   kube_cluster_down
@@ -58,7 +59,8 @@ PY
   rm -f "$tmp/api.port"
   "$apiserver" --nodes "$tmp/nodes.json" --port-file "$tmp/api.port" \
     --cert "$tmp/server.crt" --key "$tmp/server.key" --token "$token" \
-    --record-dir "$tmp/record" --log-dir "$tmp/podlogs" >"$tmp/api.log" 2>&1 &
+    --record-dir "$tmp/record" --log-dir "$tmp/podlogs" \
+    ${kube_extra[@]+"${kube_extra[@]}"} >"$tmp/api.log" 2>&1 &
   kpid=$!
   for _ in $(seq 1 200); do
     [ -s "$tmp/api.port" ] && break

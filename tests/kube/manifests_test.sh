@@ -173,8 +173,11 @@ check(cr?.apiVersion === 'rbac.authorization.k8s.io/v1', 'ClusterRole apiVersion
 // The grants gpusched needs, exactly.
 const grants = new Set();
 for (const r of cr?.rules ?? []) for (const g of r.apiGroups ?? []) for (const res of r.resources ?? []) for (const v of r.verbs ?? []) grants.add(`${g}|${res}|${v}`);
-const want = ['|pods|get', '|pods|list', '|pods|watch', '|pods|create', '|pods|update', '|pods|delete', '|pods/binding|create',
-  '|nodes|get', '|nodes|list', '|nodes|watch'];
+const want = ['|pods|get', '|pods|list', '|pods|watch', '|pods|create', '|pods|update', '|pods|patch', '|pods|delete',
+  '|pods/binding|create', '|pods/status|patch', '|nodes|get', '|nodes|list', '|nodes|watch',
+  '|podtemplates|get', '|podtemplates|create', '|podtemplates|delete',
+  'autoscaling.x-k8s.io|provisioningrequests|get', 'autoscaling.x-k8s.io|provisioningrequests|create',
+  'autoscaling.x-k8s.io|provisioningrequests|delete', 'karpenter.sh|nodepools|list'];
 check(grants.size === want.length && want.every((g) => grants.has(g)),
   `ClusterRole grants ${[...grants].sort().join(' ')}; want ${want.sort().join(' ')}`);
 const crb = objs.ClusterRoleBinding;

@@ -13,7 +13,8 @@
 //   Kubernetes object: each entry of its `resources:` must exist beside it.
 //
 // The schema of an object is the file whose x-kubernetes-group-version-kind
-// names its apiVersion and kind. An object with no schema fails, unless
+// names its apiVersion and kind, or a served version of a
+// CustomResourceDefinition in schemas/crds/ (made strict, below). An object with no schema fails, unless
 // --allow-missing-schema: then its metadata is still checked against
 // ObjectMeta (from the official schemas) and the line says "skip".
 // One line per object:
@@ -107,6 +108,52 @@ for (const f of fs.readdirSync(schemaDir).filter((n) => n.endsWith('.json')).sor
     metadataSchema = s.properties.metadata;
   }
 }
+// CustomResourceDefinitions (schemas/crds/*.yaml, as their projects ship
+// them): each served version's openAPIV3Schema, made strict as the API server
+// makes a structural schema with strict field validation (an unknown field
+// is an error: additionalProperties false wherever properties are listed
+// and unknown fields are not preserved), its metadata checked against
+// ObjectMeta, its apiVersion and kind fixed.
+const crdSchemas = new Map();  // apiVersion + ' ' + kind -> schema
+function strictStructural(s) {
+  if (Array.isArray(s)) return s.map(strictStructural);
+  if (s === null || typeof s !== 'object') return s;
+  const out = {};
+  for (const [k, v] of Object.entries(s)) {
+    out[k] = (k === 'properties' || k === 'patternProperties')
+      ? Object.fromEntries(Object.entries(v).map(([pk, pv]) => [pk, strictStructural(pv)]))
+      : (k === 'enum' || k === 'required' || k === 'x-kubernetes-validations' ||
+         k === 'x-kubernetes-list-map-keys') ? v : strictStructural(v);
+  }
+  if (out.properties && out.additionalProperties === undefined &&
+      !out['x-kubernetes-preserve-unknown-fields']) {
+    out.additionalProperties = false;
+  }
+  return out;
+}
+const crdDir = path.join(schemaDir, 'crds');
+if (fs.existsSync(crdDir)) {
+  for (const f of fs.readdirSync(crdDir).filter((n) => /\.ya?ml$/.test(n)).sort()) {
+    for (const doc of YAML.parseAllDocuments(fs.readFileSync(path.join(crdDir, f), 'utf8'))) {
+      const crd = doc.toJS();
+      if (crd?.kind !== 'CustomResourceDefinition') continue;
+      for (const v of crd.spec?.versions ?? []) {
+        const s = v.schema?.openAPIV3Schema;
+        if (!v.served || !s) continue;
+        const apiVersion = `${crd.spec.group}/${v.name}`;
+        const schema = strictStructural(s);
+        schema.properties = {
+          ...schema.properties,
+          apiVersion: { type: 'string', enum: [apiVersion] },
+          kind: { type: 'string', enum: [crd.spec.names.kind] },
+        };
+        if (metadataSchema) schema.properties.metadata = metadataSchema;
+        schema.required = [...new Set([...(schema.required ?? []), 'apiVersion', 'kind'])];
+        crdSchemas.set(`${apiVersion} ${crd.spec.names.kind}`, { file: `crds/${f}`, schema });
+      }
+    }
+  }
+}
 const compiled = new Map();  // file -> validate function
 function validatorFor(file) {
   if (!compiled.has(file)) {
@@ -198,6 +245,14 @@ function checkObject(file, obj, where) {
     report('FAIL', file, kind, name, 'no apiVersion or kind');
     return;
   }
+  const crd = crdSchemas.get(`${obj.apiVersion} ${kind}`);
+  if (crd) {
+    if (!compiled.has(crd.file + kind)) compiled.set(crd.file + kind, ajv.compile(crd.schema));
+    const validate = compiled.get(crd.file + kind);
+    if (validate(obj)) report('ok  ', file, kind, name);
+    else report('FAIL', file, kind, name, describeErrors(validate.errors));
+    return;
+  }
   const file_ = schemaFiles.get(`${obj.apiVersion} ${kind}`);
   if (!file_) {
     const what = `no schema for ${obj.apiVersion} ${kind}`;
@@ -287,7 +342,8 @@ function collect(p, out) {
 
 function summaryAndExit() {
   console.log(`${counts.ok} ok, ${counts.fail} failed, ${counts.skip} without a schema ` +
-    `(${counts.objects} objects; schemas: ${schemaFiles.size} kinds in ${schemaDir})`);
+    `(${counts.objects} objects; schemas: ${schemaFiles.size} kinds and ${crdSchemas.size} ` +
+    `custom resource versions in ${schemaDir})`);
   process.exit(counts.fail ? 1 : 0);
 }
 

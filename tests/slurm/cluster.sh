@@ -14,6 +14,19 @@
 #   slurm_ctld_stop|start DIR      stops or starts slurmctld alone
 #   slurm_add_host DIR SUFFIX ADDR another host on the cluster's bridge (a
 #                                  namespace <tag>-SUFFIX), removed with it
+# CLOUD nodes (Slurm's power saving), when SLURM_CLOUD_NODES is set before
+# up: specs "name:gpu_type:gpus:cpus:memory_mib:features" separated by spaces
+# (features comma-separated, e.g. "pool=h100,spot"). They are State=CLOUD in
+# a partition "cloud" of their own whose SuspendTime (SLURM_SUSPEND_TIME,
+# default 300 s) enables power saving for them alone (SuspendTime=INFINITE
+# elsewhere, and SuspendExcNodes names the static nodes). The cluster's
+# ResumeProgram (etc/resume.sh, written here) enters the root namespaces
+# through munged's pid (the programs run inside slurmctld's namespaces),
+# makes the node's namespace and starts `slurmd -b -N NODE` there; a node
+# named in $dir/resume-fail instead makes the program exit 1 without
+# starting it. SuspendProgram (etc/suspend.sh) stops slurmd and removes the
+# namespace. Each program appends "<epoch.ns> <program> <nodes>" to
+# $dir/log/power.log. ResumeTimeout is SLURM_RESUME_TIMEOUT (default 30 s).
 # After up: SLURM_CONF is exported (every Slurm command uses the test's own
 # config), SLURM_BRIDGE_ADDR is the root namespace's address on the bridge,
 # and `slurm_node_addr NAME` prints a node's address.
@@ -130,8 +143,15 @@ slurm_cluster_up() {
     done
     nodes+="NodeName=$name NodeAddr=$addr NodeHostname=$name CPUs=$cpus RealMemory=$mem Gres=$gres State=UNKNOWN"$'\n'
   done
-  local all
+  local all cloud="" power="" cloud_list=""
   all=$(awk '{print $1}' "$dir/nodes" | paste -sd, -)
+  if [ -n "${SLURM_CLOUD_NODES:-}" ]; then
+    _slurm_cloud_config "$dir" "$net" "$all" || return 1
+    cloud=$(cat "$dir/etc/cloud.conf")$'\n'
+    power=$(cat "$dir/etc/power.conf")
+    gresconf+=$(cat "$dir/etc/cloud-gres.conf")$'\n'
+    cloud_list=$(awk '{print $1}' "$dir/cloud_nodes" | paste -sd, -)
+  fi
 
   cat >"$SLURM_CONF" <<CONF
 ClusterName=gstest
@@ -170,8 +190,10 @@ JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
 SlurmdParameters=config_overrides
-$nodes
-PartitionName=gpu Nodes=$all Default=YES MaxTime=INFINITE State=UP
+$power
+$nodes$cloud
+PartitionName=gpu Nodes=$all${cloud_list:+,$cloud_list} Default=YES MaxTime=INFINITE State=UP
+${cloud_list:+PartitionName=cloud Nodes=$cloud_list MaxTime=INFINITE State=UP SuspendTime=${SLURM_SUSPEND_TIME:-300}}
 CONF
   printf '%s' "$gresconf" >"$dir/etc/gres.conf"
   cat >"$dir/etc/cgroup.conf" <<CONF
@@ -204,6 +226,52 @@ CONF
   echo "cluster: $idle of $want nodes idle after 60 s:" >&2
   sinfo -N >&2 || true
   return 1
+}
+
+# The CLOUD nodes of SLURM_CLOUD_NODES: writes etc/cloud.conf (NodeName
+# lines), etc/cloud-gres.conf, etc/power.conf (the power saving settings),
+# the programs (etc/{resume,suspend,resumefail}.sh, each running
+# tests/slurm/power.sh), and $dir/cloud_nodes ("name address suffix" a line).
+_slurm_cloud_config() {  # dir net static-node-list
+  local dir=$1 net=$2 static=$3 j=0 spec name type gpus cpus mem features g gres prog here
+  : >"$dir/cloud_nodes"
+  : >"$dir/etc/cloud.conf"
+  : >"$dir/etc/cloud-gres.conf"
+  : >"$dir/resume-fail"
+  for spec in $SLURM_CLOUD_NODES; do
+    j=$((j + 1))
+    IFS=: read -r name type gpus cpus mem features <<<"$spec"
+    echo "$name $net.$((100 + j)) k$j" >>"$dir/cloud_nodes"
+    mkdir -p "$dir/dev/$name" "$dir/spool/$name"
+    gres=""
+    if [ "$gpus" -gt 0 ]; then
+      for g in $(seq 0 $((gpus - 1))); do mknod "$dir/dev/$name/nvidia$g" c 195 "$g"; done
+      gres=" Gres=gpu:$type:$gpus"
+      echo "NodeName=$name Name=gpu Type=$type File=$dir/dev/$name/nvidia[0-$((gpus - 1))]" >>"$dir/etc/cloud-gres.conf"
+    fi
+    echo "NodeName=$name NodeAddr=$net.$((100 + j)) NodeHostname=$name CPUs=$cpus RealMemory=$mem$gres${features:+ Feature=$features} State=CLOUD" >>"$dir/etc/cloud.conf"
+  done
+  # Slurm runs the programs by absolute path, without PATH; they must not be
+  # group- or world-writable.
+  here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+  for prog in resume suspend resumefail; do
+    printf '#!/bin/bash\nexec /bin/bash %q %s %q "$@"\n' "$here/power.sh" "$prog" "$dir" >"$dir/etc/$prog.sh"
+    chmod 755 "$dir/etc/$prog.sh"
+  done
+  cat >"$dir/etc/power.conf" <<EOF
+SuspendTime=INFINITE
+SuspendExcNodes=$static
+SuspendTimeout=10
+ResumeTimeout=${SLURM_RESUME_TIMEOUT:-30}
+ResumeProgram=$dir/etc/resume.sh
+SuspendProgram=$dir/etc/suspend.sh
+ResumeFailProgram=$dir/etc/resumefail.sh
+SlurmctldParameters=idle_on_node_suspend,power_save_interval=1,power_save_min_interval=0
+PrivateData=cloud
+TreeWidth=65533
+CommunicationParameters=NoAddrCache
+DebugFlags=Power
+EOF
 }
 
 # slurmctld alone, stopped and started again (its state survives): Slurm's

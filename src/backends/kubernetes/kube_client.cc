@@ -402,10 +402,10 @@ net::HttpClient::Headers KubeClient::AuthHeaders() const {
   return {{"Authorization", absl::StrCat("Bearer ", token)}};
 }
 
-absl::StatusOr<KubeResponse> KubeClient::Request(absl::string_view method,
-                                                 absl::string_view target,
-                                                 absl::string_view body) {
-  return http_->Request(method, target, AuthHeaders(), body);
+absl::StatusOr<KubeResponse> KubeClient::Request(
+    absl::string_view method, absl::string_view target, absl::string_view body,
+    absl::string_view content_type) {
+  return http_->Request(method, target, AuthHeaders(), body, content_type);
 }
 
 absl::Status KubeClient::Stream(

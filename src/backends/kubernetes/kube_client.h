@@ -115,12 +115,14 @@ class KubeClient {
   KubeClient& operator=(const KubeClient&) = delete;
 
   // `target` is the path and query ("/api/v1/nodes?limit=500"); `body` is
-  // sent as application/json when not empty. A transport failure is
-  // Unavailable (DeadlineExceeded for a timeout); an HTTP error status is a
-  // response (see KubeStatusError).
-  absl::StatusOr<KubeResponse> Request(absl::string_view method,
-                                       absl::string_view target,
-                                       absl::string_view body = {});
+  // sent as `content_type` when not empty (a PATCH names its patch type:
+  // application/merge-patch+json, application/strategic-merge-patch+json).
+  // A transport failure is Unavailable (DeadlineExceeded for a timeout); an
+  // HTTP error status is a response (see KubeStatusError).
+  absl::StatusOr<KubeResponse> Request(
+      absl::string_view method, absl::string_view target,
+      absl::string_view body = {},
+      absl::string_view content_type = "application/json");
 
   // GET `target` (a watch) and calls `on_line` with each line of the body
   // as it arrives, until the server ends it, `on_line` returns false, no

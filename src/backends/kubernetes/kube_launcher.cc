@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "inventory/mig.h"
 
 namespace gpusched::backends {
@@ -199,10 +200,15 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
                  {kKubeInstance, LabelValue(options_.instance)},
                  {kDeploymentLabel, LabelValue(p.deployment)},
                  {kReplicaLabel, LabelValue(spec.name)}};
+  // A replica that starts or serves keeps its node: neither Cluster
+  // Autoscaler nor Karpenter removes the node under it (SetEvictable lifts
+  // this once it drains).
   json annotations = {{kDeploymentLabel, p.deployment},
                       {kReplicaLabel, spec.name},
                       {kTagAnnotation, spec.tag},
-                      {kGpusAnnotation, absl::StrJoin(p.gpus, ",")}};
+                      {kGpusAnnotation, absl::StrJoin(p.gpus, ",")},
+                      {kKubeSafeToEvict, "false"},
+                      {kKubeDoNotDisrupt, "true"}};
   if (mig) {
     annotations[kMigAnnotation] = absl::StrCat(p.mig_profile, "@", p.mig_start);
   } else if (p.fraction) {
@@ -227,10 +233,51 @@ json KubeLauncher::PodObject(const ProcessSpec& spec,
   return pod;
 }
 
+std::string KubeLauncher::NewPodName(const std::string& replica,
+                                     ProcessId id) const {
+  // The run's tag keeps a name from meeting a Pod a previous run left
+  // (still terminating, or adopted under another replica name).
+  return absl::StrCat(DnsLabel(options_.instance, 20), "-",
+                      DnsLabel(replica, 32), "-", run_, id);
+}
+
+absl::Status KubeLauncher::CreatePod(const json& object,
+                                     const std::string& pod_name,
+                                     const std::string& node) {
+  const std::string ns = options_.namespace_name;
+  ++api_requests_;
+  absl::StatusOr<KubeResponse> r = api_->Request(
+      "POST", absl::StrCat("/api/v1/namespaces/", ns, "/pods"), object.dump());
+  if (!r.ok()) return r.status();
+  RETURN_IF_ERROR(KubeStatusError(*r, "create Pod " + pod_name));
+  if (node.empty()) return absl::OkStatus();
+  const json binding = {
+      {"apiVersion", "v1"},
+      {"kind", "Binding"},
+      {"metadata", {{"name", pod_name}, {"namespace", ns}}},
+      {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+  ++api_requests_;
+  r = api_->Request(
+      "POST",
+      absl::StrCat("/api/v1/namespaces/", ns, "/pods/", pod_name, "/binding"),
+      binding.dump());
+  absl::Status bound =
+      r.ok() ? KubeStatusError(
+                   *r, absl::StrCat("bind Pod ", pod_name, " to node ", node))
+             : r.status();
+  if (!bound.ok()) {
+    // Not left behind unbound.
+    Pod gone;
+    gone.key = absl::StrCat(ns, "/", pod_name);
+    (void)Delete(gone, 0);
+  }
+  return bound;
+}
+
 absl::StatusOr<ProcessId> KubeLauncher::Start(const ProcessSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
   const ProcessPlacement& p = spec.placement;
-  if (p.node.empty()) {
+  if (p.node.empty() && p.pool.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         spec.name,
         ": on Kubernetes a replica runs on a node placement chose; "
@@ -244,37 +291,11 @@ absl::StatusOr<ProcessId> KubeLauncher::Start(const ProcessSpec& spec) {
           "\" (set kubernetes.images.", spec.engine, " or kubernetes.image)"));
     }
   }
+  if (p.node.empty()) return StartOnPool(spec);
   const ProcessId id = next_id_++;
-  // The run's tag keeps a name from meeting a Pod a previous run left
-  // (still terminating, or adopted under another replica name).
-  const std::string pod_name =
-      absl::StrCat(DnsLabel(options_.instance, 20), "-",
-                   DnsLabel(spec.name, 32), "-", run_, id);
-  const std::string ns = options_.namespace_name;
-  ++api_requests_;
-  absl::StatusOr<KubeResponse> r =
-      api_->Request("POST", absl::StrCat("/api/v1/namespaces/", ns, "/pods"),
-                    PodObject(spec, pod_name).dump());
-  if (!r.ok()) return r.status();
-  if (absl::Status st = KubeStatusError(*r, "create Pod " + pod_name);
-      !st.ok()) {
-    return st;
-  }
-  const json binding = {
-      {"apiVersion", "v1"},
-      {"kind", "Binding"},
-      {"metadata", {{"name", pod_name}, {"namespace", ns}}},
-      {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", p.node}}}};
-  ++api_requests_;
-  r = api_->Request(
-      "POST",
-      absl::StrCat("/api/v1/namespaces/", ns, "/pods/", pod_name, "/binding"),
-      binding.dump());
-  absl::Status bound =
-      r.ok() ? KubeStatusError(
-                   *r, absl::StrCat("bind Pod ", pod_name, " to node ", p.node))
-             : r.status();
-  Pod pod{.key = absl::StrCat(ns, "/", pod_name),
+  const std::string pod_name = NewPodName(spec.name, id);
+  RETURN_IF_ERROR(CreatePod(PodObject(spec, pod_name), pod_name, p.node));
+  Pod pod{.key = absl::StrCat(options_.namespace_name, "/", pod_name),
           .name = spec.name,
           .deployment = p.deployment,
           .node = p.node,
@@ -282,11 +303,6 @@ absl::StatusOr<ProcessId> KubeLauncher::Start(const ProcessSpec& spec) {
           .mig_starts = {}};
   std::sort(pod.gpus.begin(), pod.gpus.end());
   if (!p.mig_profile.empty()) pod.mig_starts = {p.mig_start};
-  if (!bound.ok()) {
-    // Not left behind unbound.
-    (void)Delete(pod, 0);
-    return bound;
-  }
   by_key_[pod.key] = id;
   pods_.emplace(id, std::move(pod));
   return id;
@@ -334,7 +350,7 @@ absl::Status KubeLauncher::Kill(ProcessId id) {
 }
 
 Micros KubeLauncher::Tick(Micros now) {
-  Micros next = kNever;
+  Micros next = CheckProvisioningRequests(now);
   for (auto& [id, pod] : pods_) {
     if (!pod.delete_sent || pod.force_sent) continue;
     if (now >= pod.grace_deadline) {
@@ -488,11 +504,22 @@ void KubeLauncher::HandleNode(const json& object) {
   absl::StatusOr<backends::KubeNode> parsed =
       backends::ParseKubeNode(object, options_.tolerations);
   if (!parsed.ok()) return;
+  all_nodes_[parsed->name] = *parsed;
   auto it = nodes_.find(parsed->name);
-  if (it == nodes_.end()) return;  // not one placement knows
+  if (it == nodes_.end()) {
+    // Not one placement knew at start: a node an autoscaler added to a
+    // pool is followed from now on (its GPUs are its allocatable ones).
+    if (KubePoolOfNode(*parsed, pools_).empty()) return;
+    NodeInfo fresh;
+    fresh.single_profile = backends::KubeSingleStrategyProfile(*parsed);
+    fresh.gpus = fresh.single_profile.empty() ? parsed->gpus : 0;
+    it = nodes_.emplace(parsed->name, std::move(fresh)).first;
+  }
   NodeInfo& info = it->second;
   info.known = true;
-  info.usable = parsed->usable;
+  // A node the autoscaler is removing is left first, even where its taint
+  // is tolerated.
+  info.usable = parsed->usable && KubeScaleDownTaint(*parsed).empty();
   info.state = parsed->ready ? "Ready" : "NotReady";
   if (parsed->unschedulable)
     absl::StrAppend(&info.state, ",SchedulingDisabled");
@@ -563,8 +590,29 @@ void KubeLauncher::Sync() {
     (void)pod_watch_->WaitSynced(options_.sync_timeout);
   }
   KubeWatcher::Changes nodes = node_watch_->Take();
+  if (!first_nodepools_try_ && options_.karpenter_nodepools) {
+    first_nodepools_try_ = true;  // then every provisioning_check (Tick)
+    ReadNodePools();
+  }
+  if (!pools_known_ || !nodes.upserted.empty() || !nodes.deleted.empty()) {
+    // Pools first from what was known, so that a node of a pool is
+    // followed; then again with the nodes' own labels.
+    for (const json& n : nodes.upserted) {
+      absl::StatusOr<backends::KubeNode> parsed =
+          backends::ParseKubeNode(n, options_.tolerations);
+      if (parsed.ok()) all_nodes_[parsed->name] = *std::move(parsed);
+    }
+    for (const std::string& key : nodes.deleted) all_nodes_.erase(key);
+    RefreshPools();
+  }
   for (const json& n : nodes.upserted) HandleNode(n);
   for (const std::string& key : nodes.deleted) {
+    if (auto pn = pool_nodes_.find(key); pn != pool_nodes_.end()) {
+      ReportPoolNode(key, pn->second.pool, PoolNodeState::kPoweredDown,
+                     "the Node object was deleted (the autoscaler removed "
+                     "it)");
+      pool_nodes_.erase(pn);
+    }
     auto it = nodes_.find(key);
     if (it == nodes_.end()) continue;
     it->second.known = true;
@@ -638,6 +686,8 @@ std::vector<Leftover> KubeLauncher::Leftovers() {
             .node = p.node,
             .gpus = ParseGpus(Annotation(object, kGpusAnnotation)),
             .mig_starts = {}};
+    // A Pod that still waits for a node of its pool.
+    if (p.node.empty()) pod.pool = Annotation(object, "gpusched.io/pool");
     // "<profile>@<start>" on a MIG slice's Pod.
     const std::string mig = Annotation(object, kMigAnnotation);
     int start = -1;

@@ -25,8 +25,26 @@
 //     reported unusable; GPUs that other Pods request (`nvidia.com/gpu`) are
 //     reported as foreign.
 //
+// Capacity on demand (docs/kubernetes.md, "Capacity on demand"), by the
+// autoscalers' contract, never a cloud API: it is the CapacityManager of
+// capacity(). Pools come from the options (kubernetes.pools), Karpenter
+// NodePools and node labels (kube_pools.h). A replica placed on a pool
+// (placement.pool, no node) is a Pod created unbound with real
+// `nvidia.com/gpu` requests and limits and a nodeSelector for its pool and
+// GPU product, whose PodScheduled condition is then set False/Unschedulable
+// through `pods/status`: Cluster Autoscaler and Karpenter add a node for it.
+// Bind() binds it once the node is up. A gang (AddNodes of several nodes)
+// is a ProvisioningRequest (autoscaling.x-k8s.io/v1, class
+// best-effort-atomic-scale-up.autoscaling.x-k8s.io) with its PodTemplate,
+// consumed by the pool's Pods through the consume annotation. A node with a
+// scale-down taint is reported kPoweringDown and not usable, so replicas
+// move off first. SetEvictable() writes the safe-to-evict and
+// do-not-disrupt annotations. ReleaseNode() checks that no Pod of gpusched's
+// is left there: the autoscaler removes an empty node itself.
+//
 // API requests: two to start a replica (create, bind), one to stop it, one
-// to clean up a Pod that ended; nothing per reconcile pass.
+// to clean up a Pod that ended; nothing per reconcile pass. On a pool: create
+// and status to start, bind when the node is up.
 //
 // Like every launcher it owns no thread: the watchers' threads do the
 // watching, and Sync() (the controller's loop, outside its lock) takes what
@@ -43,6 +61,7 @@
 #include "absl/status/statusor.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/kube_nodes.h"
+#include "backends/kubernetes/kube_pools.h"
 #include "backends/kubernetes/kube_watch.h"
 #include "backends/launcher.h"
 #include "common/clock.h"
@@ -70,9 +89,28 @@ struct KubeLauncherOptions {
   int64_t default_memory_mib = 1024;  // request for a replica declaring none
   // How long Leftovers() waits for the first list of Pods.
   Micros sync_timeout = 30 * kMicrosPerSecond;
+  // Capacity on demand: configured pools (kube_pools.h), the labels that
+  // name a node's pool (empty: kKubePoolLabelKeys), and whether Karpenter
+  // NodePools are read (one list at the first Sync; a 404 means none).
+  std::vector<KubePoolSpec> pools;
+  std::vector<std::string> pool_labels;
+  bool karpenter_nodepools = true;
+  // How often a pending ProvisioningRequest's status is read.
+  Micros provisioning_check = 2 * kMicrosPerSecond;
 };
 
-class KubeLauncher : public Launcher {
+// Pod annotations of the autoscalers' contract.
+inline constexpr char kKubeSafeToEvict[] =
+    "cluster-autoscaler.kubernetes.io/safe-to-evict";
+inline constexpr char kKubeDoNotDisrupt[] = "karpenter.sh/do-not-disrupt";
+inline constexpr char kKubeConsumeProvisioningRequest[] =
+    "autoscaling.x-k8s.io/consume-provisioning-request";
+inline constexpr char kKubeProvisioningClassAnnotation[] =
+    "autoscaling.x-k8s.io/provisioning-class-name";
+inline constexpr char kKubeAtomicScaleUp[] =
+    "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+
+class KubeLauncher : public Launcher, public CapacityManager {
  public:
   // `api` sends the requests; `pods` watches every Pod (gpusched's, and
   // others' GPU requests), `nodes` every Node; each has its own client (a
@@ -112,6 +150,34 @@ class KubeLauncher : public Launcher {
                      const std::string& deployment,
                      const std::string& tag) override;
 
+  CapacityManager* capacity() override { return this; }
+  // A Pod created unbound for a pool gets its node: bound through
+  // pods/binding when placement's GPUs are those it was created pinned to,
+  // else created again pinned and bound (a Pod's spec cannot change).
+  absl::Status Bind(ProcessId id, const ProcessPlacement& placement) override;
+  absl::Status SetEvictable(ProcessId id, bool evictable) override;
+
+  // CapacityManager.
+  std::vector<PoolReport> Pools() override;
+  std::vector<PoolNodeReport> PoolNodeReports() override;
+  absl::StatusOr<std::vector<std::string>> AddNodes(
+      const std::string& pool, int count, const std::string& request) override;
+  absl::Status ReleaseNode(const std::string& node) override;
+
+  // The Pod for a replica of a pool (public for tests): PodObject plus GPU
+  // requests and limits, the nodeSelector, and the consume annotation when
+  // `request` is set.
+  nlohmann::json PoolPodObject(const ProcessSpec& spec,
+                               const std::string& pod_name,
+                               const PoolReport& pool,
+                               const std::string& request) const;
+  // The PodTemplate and ProvisioningRequest that ask for `count` nodes of
+  // `pool` at once, named `name` (public for tests).
+  nlohmann::json PodTemplateObject(const PoolReport& pool,
+                                   const std::string& name) const;
+  nlohmann::json ProvisioningRequestObject(const std::string& name,
+                                           int count) const;
+
   // The Pod for `spec` (public for tests), named `pod_name`.
   nlohmann::json PodObject(const ProcessSpec& spec,
                            const std::string& pod_name) const;
@@ -143,7 +209,32 @@ class KubeLauncher : public Launcher {
     Micros grace_deadline = kNever;
     bool retry_delete = false;  // the last delete failed: send it again
     Micros retry_grace = 0;
+    // Capacity on demand: the pool it waits on while unbound (node empty),
+    // the spec it was created from (to create it again pinned), and the
+    // ProvisioningRequest it consumes.
+    std::string pool = {};
+    ProcessSpec spec = {};
+    std::string provisioning_request = {};
   };
+
+  absl::StatusOr<ProcessId> StartOnPool(const ProcessSpec& spec);
+  // Creates Pod `pod_name` and, when `node` is set, binds it there.
+  absl::Status CreatePod(const nlohmann::json& object,
+                         const std::string& pod_name, const std::string& node);
+  absl::StatusOr<KubeResponse> Patch(const std::string& path,
+                                     const nlohmann::json& patch,
+                                     const std::string& what);
+  std::string NewPodName(const std::string& replica, ProcessId id) const;
+  void RefreshPools();
+  void ReportPoolNode(const std::string& node, const std::string& pool,
+                      PoolNodeState state, const std::string& reason);
+  // Reads the status of pending ProvisioningRequests (at most every
+  // options_.provisioning_check); returns when to look again.
+  Micros CheckProvisioningRequests(Micros now);
+  // Deletes ProvisioningRequest `name` and its PodTemplate.
+  void DeleteProvisioningRequest(const std::string& name);
+  // Karpenter's NodePools, once: a 404 means there is no Karpenter.
+  void ReadNodePools();
 
   absl::Status Delete(Pod& pod, Micros grace);
   void HandlePod(const nlohmann::json& object);
@@ -206,6 +297,30 @@ class KubeLauncher : public Launcher {
   bool reachable_ = true;
   std::vector<ManagerReport> manager_reports_;
   int64_t api_requests_ = 0;
+
+  // Capacity on demand.
+  absl::flat_hash_map<std::string, KubeNode> all_nodes_;  // every Node seen
+  std::vector<PoolReport> nodepools_;                     // Karpenter's
+  bool nodepools_read_ = false;
+  bool first_nodepools_try_ = false;
+  std::vector<PoolReport> pools_;  // as of the last Sync
+  bool pools_known_ = false;       // pools_ was computed once
+  struct PoolNode {
+    std::string pool;
+    PoolNodeState state = PoolNodeState::kPoweredDown;
+    std::string reason;
+  };
+  absl::flat_hash_map<std::string, PoolNode> pool_nodes_;
+  std::vector<PoolNodeReport> changed_pool_nodes_;
+  // ProvisioningRequests of this run, by name.
+  struct Provisioning {
+    std::string pool;
+    int count = 0;
+    int consumers = 0;  // Pods that carry its consume annotation
+    bool done = false;  // Provisioned or Failed
+  };
+  std::map<std::string, Provisioning> provisioning_;
+  Micros next_provisioning_check_ = 0;
 };
 
 }  // namespace gpusched::backends

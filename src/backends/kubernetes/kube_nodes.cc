@@ -208,6 +208,7 @@ absl::StatusOr<KubeNode> ParseKubeNode(
       ASSIGN_OR_RETURN(std::string key, Str(t, "key", what));
       ASSIGN_OR_RETURN(std::string value, Str(t, "value", what));
       ASSIGN_OR_RETURN(std::string effect, Str(t, "effect", what));
+      n.taint_keys.push_back(key);
       if (effect != "NoSchedule" && effect != "NoExecute") continue;
       if (std::find(tolerated.begin(), tolerated.end(), key) !=
           tolerated.end()) {

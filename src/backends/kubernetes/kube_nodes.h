@@ -70,6 +70,9 @@ struct KubeNode {
   int gpu_count_label = 0;
   std::string mig_strategy;
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by key
+  // spec.taints' keys, every effect (a cluster autoscaler's scale-down
+  // taint is one; kube_pools.h).
+  std::vector<std::string> taint_keys;
 };
 
 // One Node object; `tolerated` lists taint keys that do not make a node

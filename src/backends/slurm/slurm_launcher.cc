@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "backends/command.h"
+#include "backends/slurm/slurm_pools.h"
 
 namespace gpusched::backends {
 namespace {
@@ -104,6 +105,21 @@ SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options,
                              std::vector<inventory::NodeSpec> specs,
                              const Clock* clock)
     : options_(std::move(options)), client_(std::move(client)), clock_(clock) {
+  absl::StatusOr<std::vector<PoolReport>> pools = backends::SlurmPools(nodes);
+  if (pools.ok()) {
+    pools_ = *std::move(pools);
+  } else {
+    pool_error_ = std::string(pools.status().message());
+  }
+  for (const PoolReport& p : pools_) {
+    for (const std::string& n : p.nodes) pool_of_[n] = p.pool;
+  }
+  for (const backends::SlurmNode& n : nodes) {
+    if (!pool_of_.contains(n.name)) continue;
+    backends::SlurmPoolNodeState st =
+        backends::SlurmPoolState(n.state, n.reason);
+    SetPoolNode(n.name, st.state, std::move(st.reason));
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     backends::SlurmNode& n = nodes[i];
     NodeGres g;
@@ -357,6 +373,11 @@ void SlurmLauncher::Refresh(bool force) {
   for (const backends::SlurmNode& n : *nodes) {
     auto gres = gres_.find(n.name);
     if (gres == gres_.end()) continue;  // joined after the start
+    if (pool_of_.contains(n.name)) {
+      backends::SlurmPoolNodeState st =
+          backends::SlurmPoolState(n.state, n.reason);
+      SetPoolNode(n.name, st.state, std::move(st.reason));
+    }
     gres->second.shards_per_gpu = n.gpus > 0 ? n.shards / n.gpus : 0;
     NodeReport r;
     r.node = n.name;
@@ -532,6 +553,125 @@ absl::Status SlurmLauncher::Adopt(const Leftover& leftover,
                     absl::StrCat("Comment=", Comment(deployment, name, tag))},
                    "");
   return r.ok() ? absl::OkStatus() : r.status();
+}
+
+void SlurmLauncher::SetPoolNode(const std::string& node, PoolNodeState state,
+                                std::string reason) {
+  auto it = pool_nodes_.find(node);
+  if (it != pool_nodes_.end() && it->second.state == state &&
+      it->second.reason == reason) {
+    return;
+  }
+  PoolNodeReport r{.node = node,
+                   .pool = pool_of_[node],
+                   .state = state,
+                   .reason = std::move(reason)};
+  changed_pool_nodes_.push_back(r);
+  pool_nodes_[node] = std::move(r);
+}
+
+std::vector<PoolNodeReport> SlurmLauncher::PoolNodeReports() {
+  return std::exchange(changed_pool_nodes_, {});
+}
+
+absl::StatusOr<std::vector<std::string>> SlurmLauncher::AddNodes(
+    const std::string& pool, int count, const std::string& request) {
+  auto p = std::find_if(pools_.begin(), pools_.end(),
+                        [&](const PoolReport& r) { return r.pool == pool; });
+  if (p == pools_.end()) {
+    std::vector<std::string> names;
+    for (const PoolReport& r : pools_) names.push_back(r.pool);
+    return absl::NotFoundError(
+        absl::StrCat("no Slurm pool '", pool.substr(0, 80), "' (pools: ",
+                     names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+  }
+  if (count < 1 || count > p->max_nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool ", pool, ": count ", count, " is not within 1..",
+                     p->max_nodes, " (the pool's nodes)"));
+  }
+  if (request.empty() || request.size() > 128 ||
+      !std::all_of(request.begin(), request.end(), [](char c) {
+        return absl::ascii_isgraph(static_cast<unsigned char>(c));
+      })) {
+    return absl::InvalidArgumentError(
+        "capacity request id: 1-128 printable characters without spaces");
+  }
+  if (auto done = requests_.find(request); done != requests_.end()) {
+    return done->second;
+  }
+  std::vector<std::string> picked;
+  for (const std::string& n : p->nodes) {
+    if (static_cast<int>(picked.size()) >= count) break;
+    auto st = pool_nodes_.find(n);
+    if (st != pool_nodes_.end() &&
+        st->second.state == PoolNodeState::kPoweredDown) {
+      picked.push_back(n);
+    }
+  }
+  if (picked.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pool ", pool, " has no powered-down node to power up (",
+                     p->max_nodes, " nodes, all up, coming, going or failed)"));
+  }
+  const std::string list = absl::StrJoin(picked, ",");
+  absl::StatusOr<std::string> r = client_->Run(
+      {"scontrol", "update", absl::StrCat("NodeName=", list), "State=POWER_UP"},
+      "");
+  if (!r.ok()) {
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat("scontrol update NodeName=", list,
+                     " State=POWER_UP: ", r.status().message()));
+  }
+  for (const std::string& n : picked) {
+    SetPoolNode(n, PoolNodeState::kPoweringUp,
+                absl::StrCat("power up asked (", request, ")"));
+  }
+  requests_[request] = picked;
+  request_order_.push_back(request);
+  while (request_order_.size() > static_cast<size_t>(kMaxCapacityRequests)) {
+    requests_.erase(request_order_.front());
+    request_order_.pop_front();
+  }
+  return picked;
+}
+
+absl::Status SlurmLauncher::ReleaseNode(const std::string& node) {
+  auto pool = pool_of_.find(node);
+  if (pool == pool_of_.end()) {
+    if (gres_.contains(node)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", node,
+          " is not a pool node (neither State=CLOUD nor a pool= feature): "
+          "gpusched does not power it down"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("no Slurm node '", node.substr(0, 80), "'"));
+  }
+  const PoolNodeState state = pool_nodes_[node].state;
+  if (state == PoolNodeState::kPoweredDown ||
+      state == PoolNodeState::kPoweringDown) {
+    return absl::OkStatus();
+  }
+  if (state == PoolNodeState::kPoweringUp) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node,
+        " is powering up: Slurm would power it up again after a power down; "
+        "give it back once it has registered"));
+  }
+  absl::StatusOr<std::string> r =
+      client_->Run({"scontrol", "update", absl::StrCat("NodeName=", node),
+                    "State=POWER_DOWN_ASAP"},
+                   "");
+  if (!r.ok()) {
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat("scontrol update NodeName=", node,
+                     " State=POWER_DOWN_ASAP: ", r.status().message()));
+  }
+  SetPoolNode(node, PoolNodeState::kPoweringDown, "power down asked");
+  return absl::OkStatus();
 }
 
 }  // namespace gpusched::backends

@@ -17,6 +17,16 @@
 // "<prefix>:<deployment>/<replica>:<tag>", so `squeue` says what serves what
 // and a restarted gpusched finds its own and what it needs to adopt them.
 //
+// Capacity on demand (docs/capacity.md): with pool nodes (State=CLOUD or a
+// `pool=` feature, backends/slurm/slurm_pools.h) among the nodes it was
+// given, it is the CapacityManager of Slurm's power saving: AddNodes powers
+// up powered-down nodes of a pool (`scontrol update NodeName=... State=
+// POWER_UP`), ReleaseNode powers one down once its jobs are gone
+// (State=POWER_DOWN_ASAP), and Sync reads their states with the nodes. A
+// node that does not register by Slurm's ResumeTimeout is reported kFailed
+// with Slurm's reason. Slurm's ResumeProgram and SuspendProgram, the
+// cluster's own, do the rest; gpusched never starts a machine itself.
+//
 // Like every launcher it never sleeps and owns no thread; Sync() queries
 // Slurm (jobs and nodes) at most once per poll interval, on the
 // controller's loop outside its lock, each command bounded by its timeout;
@@ -25,6 +35,7 @@
 #ifndef GPUSCHED_BACKENDS_SLURM_SLURM_LAUNCHER_H_
 #define GPUSCHED_BACKENDS_SLURM_SLURM_LAUNCHER_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,7 +81,7 @@ struct SlurmLauncherOptions {
   int64_t default_memory_mib = 1024;
 };
 
-class SlurmLauncher : public Launcher {
+class SlurmLauncher : public Launcher, public CapacityManager {
  public:
   // `nodes` is the inventory read at start (names, GRES types) and `specs`
   // what placement knows of them (backends::SlurmNodeSpecs, the same
@@ -103,6 +114,27 @@ class SlurmLauncher : public Launcher {
   absl::Status Adopt(const Leftover& leftover, const std::string& name,
                      const std::string& deployment,
                      const std::string& tag) override;
+
+  // The pools' capacity, when the nodes include pool nodes that form valid
+  // pools (pool_error() says why not otherwise).
+  CapacityManager* capacity() override {
+    return pools_.empty() ? nullptr : this;
+  }
+  std::vector<PoolReport> Pools() override { return pools_; }
+  std::vector<PoolNodeReport> PoolNodeReports() override;
+  // Powers up `count` (1..the pool's size) powered-down nodes of `pool`, as
+  // many as it has when fewer (ResourceExhausted when none). The same
+  // `request` (1..128 printable characters) again returns the nodes it
+  // asked for and runs nothing; the last kMaxCapacityRequests are kept.
+  absl::StatusOr<std::vector<std::string>> AddNodes(
+      const std::string& pool, int count, const std::string& request) override;
+  // Powers `node` down once its jobs end (POWER_DOWN_ASAP); nothing to do
+  // when it is powered down or going. FailedPrecondition while it powers up
+  // (Slurm would power it up again after the power down) and for a node
+  // that is not a pool node; NotFound for a node Slurm does not have.
+  absl::Status ReleaseNode(const std::string& node) override;
+  static constexpr int kMaxCapacityRequests = 1024;
+  const std::string& pool_error() const { return pool_error_; }
 
   // The batch script for `spec` (public for tests).
   static std::string Script(const ProcessSpec& spec);
@@ -153,6 +185,18 @@ class SlurmLauncher : public Launcher {
   Micros last_refresh_ = 0;
   std::string last_error_;
   std::vector<ManagerReport> manager_reports_;
+
+  // Records a pool node's state; a change is reported by PoolNodeReports.
+  void SetPoolNode(const std::string& node, PoolNodeState state,
+                   std::string reason);
+  std::vector<PoolReport> pools_;
+  std::string pool_error_;
+  absl::flat_hash_map<std::string, std::string> pool_of_;  // node -> pool
+  absl::flat_hash_map<std::string, PoolNodeReport> pool_nodes_;
+  std::vector<PoolNodeReport> changed_pool_nodes_;
+  // AddNodes' requests and the nodes each asked for, oldest first.
+  absl::flat_hash_map<std::string, std::vector<std::string>> requests_;
+  std::deque<std::string> request_order_;
 };
 
 }  // namespace gpusched::backends

@@ -2,7 +2,10 @@
 
 #include <deque>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "backends/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -34,7 +37,10 @@ class FakeSlurm : public SlurmClient {
     }
     if (argv[0] == "scontrol" && argv[2] == "node") return nodes;
     if (argv[0] == "scancel") return std::string();
-    if (argv[0] == "scontrol" && argv[1] == "update") return std::string();
+    if (argv[0] == "scontrol" && argv[1] == "update") {
+      if (fail_updates) return absl::UnavailableError("slurmctld unreachable");
+      return std::string();
+    }
     return absl::UnimplementedError(argv[0]);
   }
   std::vector<std::string> calls;
@@ -43,6 +49,7 @@ class FakeSlurm : public SlurmClient {
   std::string nodes;
   int next_id = 100;
   bool up = true;
+  bool fail_updates = false;
 };
 
 constexpr char kNodeLines[] =
@@ -391,6 +398,252 @@ TEST(RunCommandTest, FeedsStdinCollectsOutputAndTimesOut) {
   EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
   auto missing = RunCommand({"/nonexistent/x"}, "", kMicrosPerSecond);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Slurm's power saving: a static node and three CLOUD nodes in two pools
+// (their State= words as Slurm 22.05 prints them, tests/slurm/cluster.sh).
+std::string CloudNodes(const std::string& c1, const std::string& c2,
+                       const std::string& c3,
+                       const std::string& c3_reason = "") {
+  auto line = [](const std::string& name, const std::string& pool,
+                 const std::string& type, const std::string& state,
+                 const std::string& reason) {
+    return absl::StrCat("NodeName=", name,
+                        " CPUTot=8 CPUAlloc=0 RealMemory=16000 AllocMem=0 "
+                        "AvailableFeatures=pool=",
+                        pool, " State=", state, " Gres=gpu:", type,
+                        ":2 GresUsed=gpu:", type,
+                        ":0(IDX:N/A) Partitions=gpu,cloud",
+                        reason.empty() ? "" : " Reason=", reason, "\n");
+  };
+  return absl::StrCat(
+      "NodeName=n1 CPUTot=8 CPUAlloc=0 RealMemory=16000 AllocMem=0 "
+      "State=IDLE Gres=gpu:h100:2 GresUsed=gpu:h100:0(IDX:N/A) "
+      "Partitions=gpu\n",
+      line("c1", "h100", "h100", c1, ""), line("c2", "h100", "h100", c2, ""),
+      line("c3", "broken", "l4", c3, c3_reason));
+}
+
+class SlurmCapacityTest : public ::testing::Test {
+ protected:
+  SlurmCapacityTest() {
+    auto fake = std::make_unique<FakeSlurm>();
+    slurm_ = fake.get();
+    const std::string at_start =
+        CloudNodes("IDLE+CLOUD+POWERED_DOWN", "IDLE+CLOUD+POWERED_DOWN",
+                   "IDLE+CLOUD+POWERED_DOWN");
+    slurm_->nodes = at_start;
+    std::vector<SlurmNode> nodes = Nodes(at_start.c_str());
+    launcher_ = std::make_unique<SlurmLauncher>(
+        SlurmLauncherOptions{}, std::move(fake), nodes, Specs(nodes), &clock_);
+  }
+  void Advance(const std::string& nodes) {
+    slurm_->nodes = nodes;
+    clock_.Advance(2 * kMicrosPerSecond);
+    launcher_->Sync();
+  }
+  // "node pool state reason" per report.
+  std::vector<std::string> Reports() {
+    std::vector<std::string> out;
+    for (const PoolNodeReport& r : launcher_->PoolNodeReports()) {
+      out.push_back(absl::StrCat(r.node, " ", r.pool, " ",
+                                 PoolNodeStateName(r.state),
+                                 r.reason.empty() ? "" : " ", r.reason));
+    }
+    return out;
+  }
+  std::vector<std::string> Updates() {
+    std::vector<std::string> out;
+    for (const std::string& c : slurm_->calls) {
+      if (absl::StartsWith(c, "scontrol update")) out.push_back(c);
+    }
+    return out;
+  }
+
+  ManualClock clock_{1'000'000};
+  FakeSlurm* slurm_;
+  std::unique_ptr<SlurmLauncher> launcher_;
+};
+
+TEST_F(SlurmCapacityTest, PoolsAndEveryPoolNodeAtFirst) {
+  ASSERT_EQ(launcher_->capacity(), launcher_.get());
+  std::vector<PoolReport> pools = launcher_->Pools();
+  ASSERT_EQ(pools.size(), 2u);
+  EXPECT_EQ(pools[0].pool, "broken");
+  EXPECT_EQ(pools[0].gpu_model, "l4");
+  EXPECT_EQ(pools[1].pool, "h100");
+  EXPECT_THAT(pools[1].nodes, ElementsAre("c1", "c2"));
+  EXPECT_THAT(Reports(),
+              ElementsAre("c1 h100 powered_down", "c2 h100 powered_down",
+                          "c3 broken powered_down"));
+  // Nothing changed, nothing reported.
+  Advance(slurm_->nodes);
+  EXPECT_THAT(Reports(), IsEmpty());
+}
+
+TEST_F(SlurmCapacityTest, PoweredDownNodesAreNeverPlaceable) {
+  Advance(slurm_->nodes);
+  for (const NodeReport& r : launcher_->NodeReports()) {
+    SCOPED_TRACE(r.node);
+    EXPECT_EQ(r.usable, r.node == "n1") << r.state;
+  }
+}
+
+TEST_F(SlurmCapacityTest, AddNodesPowersUpAndFollowsTheNodeUntilUp) {
+  (void)Reports();
+  auto added = launcher_->AddNodes("h100", 1, "req-1");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_THAT(*added, ElementsAre("c1"));
+  EXPECT_THAT(Updates(),
+              ElementsAre("scontrol update NodeName=c1 State=POWER_UP"));
+  EXPECT_THAT(Reports(),
+              ElementsAre("c1 h100 powering_up power up asked (req-1)"));
+  // The same request again: the same node, no second command.
+  added = launcher_->AddNodes("h100", 1, "req-1");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_THAT(*added, ElementsAre("c1"));
+  EXPECT_EQ(Updates().size(), 1u);
+  // Slurm: powering up, then registered.
+  Advance(CloudNodes("IDLE+CLOUD+NOT_RESPONDING+POWERING_UP",
+                     "IDLE+CLOUD+POWERED_DOWN", "IDLE+CLOUD+POWERED_DOWN"));
+  EXPECT_THAT(Reports(), ElementsAre("c1 h100 powering_up"));
+  bool usable = true;
+  for (const NodeReport& r : launcher_->NodeReports()) {
+    if (r.node == "c1") usable = r.usable;
+  }
+  EXPECT_FALSE(usable);
+  Advance(CloudNodes("IDLE+CLOUD", "IDLE+CLOUD+POWERED_DOWN",
+                     "IDLE+CLOUD+POWERED_DOWN"));
+  EXPECT_THAT(Reports(), ElementsAre("c1 h100 up"));
+  for (const NodeReport& r : launcher_->NodeReports()) {
+    if (r.node == "c1") usable = r.usable;
+  }
+  EXPECT_TRUE(usable);
+  // Another request takes the next powered-down node; more than are left
+  // gets what is left; none left is an error that says so.
+  added = launcher_->AddNodes("h100", 2, "req-2");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_THAT(*added, ElementsAre("c2"));
+  added = launcher_->AddNodes("h100", 1, "req-3");
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(added.status().message(),
+              HasSubstr("pool h100 has no powered-down node"));
+}
+
+TEST_F(SlurmCapacityTest, ANodeThatNeverRegistersFailsWithSlurmsReason) {
+  (void)Reports();
+  ASSERT_TRUE(launcher_->AddNodes("broken", 1, "b-1").ok());
+  (void)Reports();
+  Advance(CloudNodes("IDLE+CLOUD+POWERED_DOWN", "IDLE+CLOUD+POWERED_DOWN",
+                     "DOWN+CLOUD+POWERED_DOWN+NOT_RESPONDING",
+                     "ResumeTimeout reached [root@2026-12-06T04:59:52]"));
+  EXPECT_THAT(Reports(), ElementsAre("c3 broken failed ResumeTimeout reached "
+                                     "[root@2026-12-06T04:59:52]"));
+  // A failed node is not powered up again by a new request.
+  auto again = launcher_->AddNodes("broken", 1, "b-2");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kResourceExhausted);
+  // Giving it back powers it down (Slurm then lists it idle~ again).
+  ASSERT_TRUE(launcher_->ReleaseNode("c3").ok());
+  EXPECT_EQ(Updates().back(),
+            "scontrol update NodeName=c3 State=POWER_DOWN_ASAP");
+}
+
+TEST_F(SlurmCapacityTest, ReleaseNode) {
+  (void)Reports();
+  ASSERT_TRUE(launcher_->AddNodes("h100", 1, "r").ok());
+  // Still powering up: Slurm would bring it back after a power down.
+  absl::Status s = launcher_->ReleaseNode("c1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("c1 is powering up"));
+  Advance(CloudNodes("MIXED+CLOUD", "IDLE+CLOUD+POWERED_DOWN",
+                     "IDLE+CLOUD+POWERED_DOWN"));
+  (void)Reports();
+  ASSERT_TRUE(launcher_->ReleaseNode("c1").ok());
+  EXPECT_EQ(Updates().back(),
+            "scontrol update NodeName=c1 State=POWER_DOWN_ASAP");
+  EXPECT_THAT(Reports(), ElementsAre("c1 h100 powering_down power down asked"));
+  // Going already, or gone: nothing more to run.
+  const size_t n = slurm_->calls.size();
+  EXPECT_TRUE(launcher_->ReleaseNode("c1").ok());
+  EXPECT_TRUE(launcher_->ReleaseNode("c2").ok());
+  EXPECT_EQ(slurm_->calls.size(), n);
+  Advance(CloudNodes("MIXED+CLOUD+DRAIN+POWER_DOWN", "IDLE+CLOUD+POWERED_DOWN",
+                     "IDLE+CLOUD+POWERED_DOWN"));
+  EXPECT_THAT(Reports(), ElementsAre("c1 h100 powering_down"));
+  Advance(CloudNodes("IDLE+CLOUD+POWERED_DOWN", "IDLE+CLOUD+POWERED_DOWN",
+                     "IDLE+CLOUD+POWERED_DOWN"));
+  EXPECT_THAT(Reports(), ElementsAre("c1 h100 powered_down"));
+  // Not a pool node, not a node.
+  s = launcher_->ReleaseNode("n1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("n1 is not a pool node"));
+  EXPECT_EQ(launcher_->ReleaseNode("zz").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SlurmCapacityTest, BadRequestsAreRefusedWithTheField) {
+  struct Case {
+    std::string pool;
+    int count;
+    std::string request;
+    absl::StatusCode code;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"nope", 1, "r", absl::StatusCode::kNotFound,
+       "no Slurm pool 'nope' (pools: broken, h100)"},
+      {"h100", 0, "r", absl::StatusCode::kInvalidArgument,
+       "count 0 is not within 1..2"},
+      {"h100", 3, "r", absl::StatusCode::kInvalidArgument,
+       "count 3 is not within 1..2"},
+      {"h100", 1, "", absl::StatusCode::kInvalidArgument,
+       "capacity request id"},
+      {"h100", 1, "a b", absl::StatusCode::kInvalidArgument,
+       "capacity request id"},
+      {"h100", 1, std::string(129, 'x'), absl::StatusCode::kInvalidArgument,
+       "capacity request id"},
+  };
+  for (const Case& c : cases) {
+    auto r = launcher_->AddNodes(c.pool, c.count, c.request);
+    ASSERT_FALSE(r.ok()) << c.want;
+    EXPECT_EQ(r.status().code(), c.code);
+    EXPECT_THAT(r.status().message(), HasSubstr(c.want));
+  }
+  EXPECT_THAT(Updates(), IsEmpty());
+}
+
+TEST_F(SlurmCapacityTest, AFailedCommandAsksForNothing) {
+  slurm_->fail_updates = true;
+  auto r = launcher_->AddNodes("h100", 1, "r");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("scontrol update NodeName=c1 State=POWER_UP: "));
+  slurm_->fail_updates = false;
+  // The request was not recorded: asking again runs it.
+  r = launcher_->AddNodes("h100", 1, "r");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(*r, ElementsAre("c1"));
+}
+
+TEST(SlurmCapacityNoPoolsTest, AClusterWithoutPoolNodesHasNoCapacity) {
+  std::vector<SlurmNode> nodes = Nodes();
+  ManualClock clock{0};
+  SlurmLauncher l(SlurmLauncherOptions{}, std::make_unique<FakeSlurm>(), nodes,
+                  Specs(nodes), &clock);
+  EXPECT_EQ(l.capacity(), nullptr);
+  EXPECT_EQ(l.pool_error(), "");
+}
+
+TEST(SlurmCapacityNoPoolsTest, PoolsThatDoNotFormSayWhy) {
+  std::string text = CloudNodes("IDLE+CLOUD+POWERED_DOWN",
+                                "IDLE+CLOUD+POWERED_DOWN", "IDLE+CLOUD");
+  text = absl::StrReplaceAll(text, {{"pool=broken", "pool=h100"}});
+  std::vector<SlurmNode> nodes = Nodes(text.c_str());
+  ManualClock clock{0};
+  SlurmLauncher l(SlurmLauncherOptions{}, std::make_unique<FakeSlurm>(), nodes,
+                  Specs(nodes), &clock);
+  EXPECT_EQ(l.capacity(), nullptr);
+  EXPECT_THAT(l.pool_error(), HasSubstr("Slurm pool 'h100': node 'c3'"));
 }
 
 }  // namespace

@@ -299,6 +299,18 @@ absl::StatusOr<std::vector<SlurmNode>> ParseSlurmNodes(absl::string_view text) {
          absl::StrSplit(SlurmField(r, "Partitions"), ',', absl::SkipEmpty())) {
       n.partitions.emplace_back(p);
     }
+    const absl::string_view features = SlurmField(r, "AvailableFeatures");
+    if (features != "(null)") {
+      for (absl::string_view f :
+           absl::StrSplit(features, ',', absl::SkipEmpty())) {
+        if (n.features.size() >= static_cast<size_t>(kMaxSlurmFeatures)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": more than ", kMaxSlurmFeatures,
+                           " features (the bound)"));
+        }
+        n.features.emplace_back(f);
+      }
+    }
     n.reason = std::string(SlurmField(r, "Reason"));
     out.push_back(std::move(n));
   }
@@ -436,7 +448,10 @@ absl::StatusOr<std::vector<inventory::NodeSpec>> SlurmNodeSpecs(
       spec.gpu_memory_mib = model->memory_mib;
       // Whole GPUs are whole: gpusched lays out no MIG slices on them.
       spec.mig_slots = 0;
-      if (absl::Status st = inventory::AddStaticMigGpus(spec, *model, mig);
+      // (A model without MIG, an L4, has no layout to add.)
+      if (absl::Status st =
+              mig.empty() ? absl::OkStatus()
+                          : inventory::AddStaticMigGpus(spec, *model, mig);
           !st.ok()) {
         problems.push_back(
             absl::StrCat(what, ": its MIG devices: ", st.message()));

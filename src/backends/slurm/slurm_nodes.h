@@ -35,6 +35,7 @@ inline constexpr size_t kMaxSlurmLine = 64 * 1024;  // one record
 inline constexpr int kMaxSlurmGresEntries = 64;     // per Gres= field
 inline constexpr int kMaxSlurmGresIndex = 1023;     // a GPU index
 inline constexpr int64_t kMaxSlurmGresCount = 1 << 20;
+inline constexpr int kMaxSlurmFeatures = 64;  // per node
 
 // The fields of one record, in the order printed.
 using SlurmRecord = std::vector<std::pair<std::string, std::string>>;
@@ -100,6 +101,8 @@ struct SlurmNode {
   // devices or as shards (every user's, gpusched's too).
   std::vector<int> gpus_used;
   std::vector<std::string> partitions;
+  // AvailableFeatures, in order ("pool=h100", "spot"); empty for "(null)".
+  std::vector<std::string> features;
   std::string reason;
 };
 // InvalidArgument naming the node and field for anything malformed (a node

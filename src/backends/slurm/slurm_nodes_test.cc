@@ -356,5 +356,21 @@ TEST(SlurmMigTest, AMigOnlyNodeTakesItsModelFromTheTypeOrTheMap) {
   EXPECT_THAT(two.status().message(), HasSubstr("one GPU model per node"));
 }
 
+// A GPU model without MIG (an L4) is a node of whole GPUs, not an error
+// about MIG devices it does not have.
+TEST(SlurmNodeSpecsTest, GpusWithoutMigSupport) {
+  absl::StatusOr<std::vector<SlurmNode>> nodes = ParseSlurmNodes(
+      "NodeName=c3 CPUTot=8 CPUAlloc=0 RealMemory=16000 AllocMem=0 "
+      "State=IDLE Gres=gpu:l4:2 GresUsed=gpu:l4:0(IDX:N/A)\n");
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  absl::StatusOr<std::vector<inventory::NodeSpec>> specs =
+      SlurmNodeSpecs(*nodes, {});
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 1u);
+  EXPECT_EQ((*specs)[0].gpu_model, "L4-24GB");
+  EXPECT_EQ((*specs)[0].gpu_count, 2);
+  EXPECT_THAT((*specs)[0].mig_instances, IsEmpty());
+}
+
 }  // namespace
 }  // namespace gpusched::backends

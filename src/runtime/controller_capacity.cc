@@ -1,0 +1,447 @@
+// Capacity on demand, the live side (docs/capacity.md): the launcher's
+// CapacityManager (Slurm's power saving, Kubernetes' autoscalers) reports
+// pools and their nodes; control::CapacityPlanner decides when to ask for
+// nodes, which pool, what to move off nearly empty nodes and what to give
+// back; this file carries that out and keeps the cost accounts.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "control/prices.h"
+#include "inventory/gpu_catalog.h"
+#include "runtime/controller.h"
+#include "runtime/controller_internal.h"
+#include "serving/latency_model.h"
+
+namespace gpusched::runtime {
+
+using backends::PoolNodeState;
+using nlohmann::json;
+
+namespace {
+
+// How many measured provisioning delays a pool keeps (their median is the
+// pool's delay).
+constexpr size_t kDelaySamples = 16;
+// Without a measurement or a configured delay.
+constexpr Micros kDefaultProvisioningDelay = 120 * kMicrosPerSecond;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+void Controller::ApplyPoolReports(
+    std::vector<backends::PoolReport> pools,
+    const std::vector<backends::PoolNodeReport>& nodes, Micros now) {
+  for (backends::PoolReport& p : pools) {
+    const bool fresh = !pools_.count(p.pool);
+    PoolInfo& info = pools_[p.pool];
+    info.report = std::move(p);
+    if (fresh) {
+      Event("pool.discovered", "",
+            absl::StrFormat("pool %s: up to %d nodes of %d x %s%s",
+                            info.report.pool, info.report.max_nodes,
+                            info.report.gpus_per_node, info.report.gpu_model,
+                            info.report.spot ? ", spot" : ""),
+            json{{"pool", info.report.pool},
+                 {"gpu", info.report.gpu_model},
+                 {"maxNodes", info.report.max_nodes},
+                 {"spot", info.report.spot}});
+    }
+  }
+  for (const backends::PoolNodeReport& n : nodes) {
+    PoolNodeInfo& pn = pool_nodes_[n.node];
+    const PoolNodeState was = pn.state;
+    const bool known = !pn.pool.empty();
+    pn.pool = n.pool;
+    pn.reason = n.reason;
+    if (known && was == n.state) continue;
+    pn.since = now;
+    pn.state = n.state;
+    const std::string name = n.node;
+    switch (n.state) {
+      case PoolNodeState::kUp: {
+        double took = -1;
+        if (auto a = asked_at_.find(name); a != asked_at_.end()) {
+          took = ToSeconds(now - a->second);
+          std::vector<double>& d = pools_[n.pool].delays_s;
+          d.push_back(took);
+          if (d.size() > kDelaySamples) d.erase(d.begin());
+          asked_at_.erase(a);
+        }
+        if (known) {
+          Event(
+              "node.provisioned", "",
+              took >= 0
+                  ? absl::StrFormat("node %s of pool %s is up, %.1f s after it "
+                                    "was asked for",
+                                    name, n.pool, took)
+                  : absl::StrCat("node ", name, " of pool ", n.pool, " is up"),
+              json{{"node", name}, {"pool", n.pool}, {"seconds", took}});
+        }
+        // Its GPUs take replicas now (the last node report, if any).
+        if (auto r = node_reports_.find(name); r != node_reports_.end()) {
+          ApplyNodeReport(r->second, now);
+        }
+        dirty_ = true;
+        break;
+      }
+      case PoolNodeState::kFailed: {
+        asked_at_.erase(name);
+        control::CapacityPlan plan;
+        planner_.NodeFailed(
+            n.pool, name,
+            n.reason.empty() ? "the manager says failed" : n.reason, now,
+            &plan);
+        for (const control::CapacityEvent& e : plan.events) {
+          Event(e.kind, "", e.message, e.details);
+        }
+        break;
+      }
+      case PoolNodeState::kPoweredDown:
+        if (known && was != PoolNodeState::kPoweredDown) {
+          Event("node.powered_down", "",
+                absl::StrCat("node ", name, " of pool ", n.pool,
+                             " is powered down"),
+                json{{"node", name}, {"pool", n.pool}});
+        }
+        break;
+      case PoolNodeState::kPoweringUp:
+      case PoolNodeState::kPoweringDown:
+        break;
+    }
+  }
+}
+
+std::vector<control::NodePool> Controller::NodePools() const {
+  std::vector<control::NodePool> out;
+  for (const auto& [name, info] : pools_) {
+    const backends::PoolReport& r = info.report;
+    control::NodePool p;
+    p.name = name;
+    const inventory::GpuModelSpec* model =
+        inventory::GpuCatalog::Builtin().Find(r.gpu_model);
+    p.gpu = model != nullptr ? model->name : r.gpu_model;
+    p.gpus_per_node = std::clamp(r.gpus_per_node, 1, 16);
+    p.spot = r.spot;
+    p.max_nodes = std::clamp(r.max_nodes, 1, control::NodePool::kMaxNodes);
+    const double measured = Median(info.delays_s);
+    p.provisioning_delay =
+        measured >= 0 ? FromSeconds(measured) : kDefaultProvisioningDelay;
+    auto price =
+        control::FindGpuPrice(control::BuiltinGpuPrices(), p.gpu, p.spot);
+    p.price_per_node_hour =
+        price.ok() ? price->usd_per_gpu_hour() * p.gpus_per_node : 0;
+    // The serve config's overrides, by pool name.
+    for (const config::PoolSpec& o : options_.capacity.pools) {
+      if (o.name != name) continue;
+      if (!o.gpu.empty()) p.gpu = o.gpu;
+      if (o.price_per_node_hour >= 0) {
+        p.price_per_node_hour = o.price_per_node_hour;
+      }
+      if (measured < 0) {
+        p.provisioning_delay = FromSeconds(o.provisioning_delay_s);
+      }
+      p.min_nodes = std::min(o.min_nodes, p.max_nodes);
+      p.max_nodes = std::min(o.max_nodes, p.max_nodes);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+bool Controller::Cordoned(const std::string& node) const {
+  if (planner_.Cordoned().count(node)) return true;
+  auto pn = pool_nodes_.find(node);
+  return pn != pool_nodes_.end() && pn->second.state != PoolNodeState::kUp;
+}
+
+void Controller::PlanCapacity(Micros now) {
+  backends::CapacityManager* cap = launcher_->capacity();
+  if (cap == nullptr || pools_.empty() || now < next_capacity_) return;
+  next_capacity_ =
+      now + std::max<Micros>(kMicrosPerMilli * 10,
+                             FromSeconds(options_.capacity.interval_s));
+  control::CapacityInput in;
+  in.pools = NodePools();
+  std::map<std::string, const control::NodePool*> pool_of;
+  for (const control::NodePool& p : in.pools) pool_of[p.name] = &p;
+  // Which deployment each placed replica belongs to.
+  std::map<std::string, const Deployment*> owner;
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& [rn, r] : d.procs) owner[rn] = &d;
+  }
+  for (const auto& [node, pn] : pool_nodes_) {
+    control::PoolNodeView v;
+    v.node = node;
+    v.pool = pn.pool;
+    v.since = pn.since;
+    switch (pn.state) {
+      case PoolNodeState::kPoweringUp:
+        v.phase = control::PoolNodeView::Phase::kProvisioning;
+        break;
+      case PoolNodeState::kUp:
+        v.phase = control::PoolNodeView::Phase::kUp;
+        break;
+      case PoolNodeState::kPoweringDown:
+        v.phase = control::PoolNodeView::Phase::kReleasing;
+        break;
+      default:
+        continue;
+    }
+    auto p = pool_of.find(pn.pool);
+    v.gpus = p == pool_of.end() ? 0 : p->second->gpus_per_node;
+    if (const int idx = cluster_state_.FindNode(node); idx >= 0) {
+      v.gpus = cluster_state_.spec(idx).gpu_count;
+      for (const std::string& pod : cluster_state_.PodsOnNode(idx)) {
+        v.replicas.push_back(pod);
+        if (const inventory::PodRecord* rec = cluster_state_.FindPod(pod)) {
+          v.gpus_held += rec->allocation.GpuMilli() / 1000.0;
+        }
+      }
+    }
+    in.nodes.push_back(std::move(v));
+  }
+  for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
+    const std::string& name = cluster_state_.spec(n).name;
+    if (Cordoned(name)) continue;
+    const int idle = cluster_state_.state(n).idle_gpus;
+    if (idle > 0) in.room.push_back({name, idle});
+  }
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& [rn, r] : d.procs) {
+      if (!r.placed || r.allocation.node < 0) continue;
+      in.replica_gpus[rn] =
+          static_cast<int>((r.allocation.GpuMilli() + 999) / 1000);
+      const control::Replica* core = d.life.Find(rn);
+      if (core != nullptr && core->state == control::ReplicaState::kReady &&
+          !core->moving && core->version == d.life.version()) {
+        in.movable.insert(rn);
+      }
+      const std::string& node = cluster_state_.spec(r.allocation.node).name;
+      auto pn = pool_nodes_.find(node);
+      const bool spot = pn != pool_nodes_.end() &&
+                        pool_of.count(pn->second.pool) &&
+                        pool_of[pn->second.pool]->spot;
+      if (!spot) ++in.ondemand_replicas[name];
+    }
+  }
+  // The backlog: replicas that found no node, with what each pool would
+  // cost them (per token at the SLO where the latency models know the
+  // model on the pool's GPU, else per GPU-hour for every pool).
+  for (auto it = waiting_since_.begin(); it != waiting_since_.end();) {
+    auto o = owner.find(it->first);
+    const Deployment* d = nullptr;
+    if (o != owner.end()) d = o->second;
+    if (d == nullptr) {
+      for (const auto& [name, dep] : deployments_) {
+        if (dep.life.Find(it->first)) d = &dep;
+      }
+    }
+    const control::Replica* core = d ? d->life.Find(it->first) : nullptr;
+    bool placed = false;
+    if (d != nullptr) {
+      auto proc = d->procs.find(it->first);
+      placed = proc != d->procs.end() && proc->second.placed;
+    }
+    if (core == nullptr || placed ||
+        core->state != control::ReplicaState::kPending) {
+      it = waiting_since_.erase(it);
+      continue;
+    }
+    control::WaitingReplica w;
+    w.replica = it->first;
+    w.deployment = d->spec.name;
+    w.since = it->second;
+    const config::ResourceSpec& res = d->spec.resources;
+    w.gpus = res.kind == "whole" ? std::max(1, res.gpus) : 1;
+    std::map<std::string, double> per_token, per_hour;
+    for (const control::NodePool& p : in.pools) {
+      if (p.gpus_per_node < w.gpus) continue;
+      if (!res.gpu_models.empty()) {
+        const inventory::GpuModelSpec* want = nullptr;
+        bool ok = false;
+        for (const std::string& m : res.gpu_models) {
+          want = inventory::GpuCatalog::Builtin().Find(m);
+          ok = ok || (want ? want->name == p.gpu : m == p.gpu);
+        }
+        if (!ok) continue;
+      }
+      const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
+      per_hour[p.name] = gpu_hour * w.gpus;
+      auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                             d->spec.model, p.gpu, w.gpus);
+      if (model.ok()) {
+        const control::TokenCost c =
+            control::CostPerToken(*model, gpu_hour, control::SloTarget{});
+        if (c.feasible) per_token[p.name] = c.usd_per_mtok;
+      }
+    }
+    w.usd_per_mtok = per_token.size() == per_hour.size() ? per_token : per_hour;
+    in.waiting.push_back(std::move(w));
+    ++it;
+  }
+  control::CapacityPlan plan = planner_.Plan(in, now);
+  for (const control::CapacityEvent& e : plan.events) {
+    Event(e.kind, "", e.message, e.details);
+  }
+  for (const control::CapacityAction& a : plan.actions) {
+    switch (a.kind) {
+      case control::CapacityAction::Kind::kAdd: {
+        const std::string request =
+            absl::StrCat("gpusched-", a.pool, "-", ++capacity_requests_);
+        absl::StatusOr<std::vector<std::string>> added;
+        {
+          absl::MutexLock l(&launcher_mu_);
+          added = cap->AddNodes(a.pool, a.count, request);
+        }
+        if (!added.ok()) {
+          control::CapacityPlan failed;
+          planner_.NodeFailed(a.pool, "(ask)",
+                              std::string(added.status().message()), now,
+                              &failed);
+          for (const control::CapacityEvent& e : failed.events) {
+            Event(e.kind, "", e.message, e.details);
+          }
+          break;
+        }
+        for (const std::string& node : *added) {
+          PoolNodeInfo& pn = pool_nodes_[node];
+          pn.pool = a.pool;
+          pn.state = PoolNodeState::kPoweringUp;
+          pn.since = now;
+          pn.request = request;
+          asked_at_[node] = now;
+        }
+        break;
+      }
+      case control::CapacityAction::Kind::kRelease: {
+        absl::Status s;
+        {
+          absl::MutexLock l(&launcher_mu_);
+          s = cap->ReleaseNode(a.node);
+        }
+        if (!s.ok()) {
+          Event("capacity.failed", "",
+                absl::StrCat("node ", a.node, " of pool ", a.pool,
+                             " could not be given back: ", s.message()),
+                json{{"node", a.node}, {"pool", a.pool}});
+          break;
+        }
+        PoolNodeInfo& pn = pool_nodes_[a.node];
+        pn.state = PoolNodeState::kPoweringDown;
+        pn.since = now;
+        break;
+      }
+      case control::CapacityAction::Kind::kMove: {
+        // Cordoned: its GPUs take no new replica while its replicas move.
+        if (const int idx = cluster_state_.FindNode(a.node); idx >= 0) {
+          for (int g = 0; g < cluster_state_.spec(idx).gpu_count; ++g) {
+            (void)cluster_state_.SetGpuHealth(idx, g, false);
+          }
+        }
+        for (const std::string& replica : a.replicas) {
+          auto o = owner.find(replica);
+          if (o == owner.end()) continue;
+          deployments_[o->second->spec.name].life.Move(replica, a.why);
+        }
+        dirty_ = true;
+        break;
+      }
+    }
+  }
+}
+
+void Controller::AccrueCost(Micros now) {
+  if (pools_.empty()) return;
+  if (cost_at_ < 0) cost_at_ = now;
+  if (now - cost_at_ < kMicrosPerSecond) return;
+  const double hours = ToSeconds(now - cost_at_) / 3600.0;
+  cost_at_ = now;
+  std::map<std::string, double> price;  // pool -> USD per node-hour
+  for (const control::NodePool& p : NodePools()) {
+    price[p.name] = p.price_per_node_hour;
+    if (options_.metrics) {
+      options_.metrics->SetPrice(absl::StrCat("pool:", p.name),
+                                 p.price_per_node_hour / p.gpus_per_node);
+    }
+  }
+  std::map<std::string, std::string> owner;  // replica -> deployment
+  for (const auto& [name, d] : deployments_) {
+    for (const auto& [rn, r] : d.procs) owner[rn] = name;
+  }
+  for (const auto& [node, pn] : pool_nodes_) {
+    if (pn.state == PoolNodeState::kPoweredDown ||
+        pn.state == PoolNodeState::kFailed) {
+      continue;  // not billed
+    }
+    const double node_usd = price[pn.pool] * hours;
+    pools_[pn.pool].usd += node_usd;
+    double held_usd = 0;
+    const int idx = cluster_state_.FindNode(node);
+    if (idx >= 0 && pn.state == PoolNodeState::kUp) {
+      const int gpus = std::max(1, cluster_state_.spec(idx).gpu_count);
+      for (const std::string& pod : cluster_state_.PodsOnNode(idx)) {
+        const inventory::PodRecord* rec = cluster_state_.FindPod(pod);
+        auto o = owner.find(pod);
+        if (rec == nullptr || o == owner.end()) continue;
+        const double usd =
+            node_usd * rec->allocation.GpuMilli() / 1000.0 / gpus;
+        cost_usd_[o->second] += usd;
+        held_usd += usd;
+        if (auto d = deployments_.find(o->second);
+            d != deployments_.end() && !d->second.spec.tenant.empty()) {
+          tenant_cost_usd_[d->second.spec.tenant] += usd;
+        }
+      }
+    }
+    idle_usd_ += std::max(0.0, node_usd - held_usd);
+  }
+}
+
+json Controller::PoolsJson() {
+  if (!Leading()) {
+    if (std::optional<json> p = Published("cluster/pools")) return *p;
+  }
+  absl::MutexLock lock(&mu_);
+  json items = json::array();
+  for (const control::NodePool& p : NodePools()) {
+    const PoolInfo& info = pools_.at(p.name);
+    json nodes = json::object();
+    int live = 0;
+    for (const auto& [node, pn] : pool_nodes_) {
+      if (pn.pool != p.name) continue;
+      json nj{{"state", backends::PoolNodeStateName(pn.state)},
+              {"since", ToSeconds(pn.since)}};
+      if (!pn.reason.empty()) nj["reason"] = pn.reason;
+      if (planner_.Cordoned().count(node)) nj["consolidating"] = true;
+      nodes[node] = std::move(nj);
+      live += pn.state == PoolNodeState::kUp ||
+              pn.state == PoolNodeState::kPoweringUp;
+    }
+    items.push_back(
+        {{"name", p.name},
+         {"gpu", p.gpu},
+         {"managerGpu", info.report.gpu_model},
+         {"gpusPerNode", p.gpus_per_node},
+         {"spot", p.spot},
+         {"pricePerNodeHour", p.price_per_node_hour},
+         {"provisioningDelaySeconds", ToSeconds(p.provisioning_delay)},
+         {"measuredDelays", info.delays_s.size()},
+         {"minNodes", p.min_nodes},
+         {"maxNodes", p.max_nodes},
+         {"nodesLive", live},
+         {"costUsd", info.usd},
+         {"nodes", std::move(nodes)}});
+  }
+  return items;
+}
+
+}  // namespace gpusched::runtime
