@@ -13,9 +13,9 @@ source "$(dirname "$0")/lib.sh"
 
 # The quickstart, with its own listener and files.
 sed -e "s|^listen: .*|listen: 127.0.0.1:0|" \
-  -e "s|^state: .*|state: $tmp/out/gpusched-state.db|" \
-  -e "s|^log_dir: .*|log_dir: $tmp/out/logs|" \
-  -e "s|^key_dir: .*|key_dir: $tmp/out/keys|" \
+  -e "s|^state: .*|state: $tmp/qs/gpusched-state.db|" \
+  -e "s|^log_dir: .*|log_dir: $tmp/qs/logs|" \
+  -e "s|^key_dir: .*|key_dir: $tmp/qs/keys|" \
   -e "s|^inventory: .*|inventory: $src/examples/quickstart-inventory.yaml|" \
   "$src/examples/quickstart.yaml" >"$tmp/quickstart.yaml"
 grep -q "^listen: 127.0.0.1:0" "$tmp/quickstart.yaml" || fail "the quickstart has no listen line"
@@ -32,8 +32,8 @@ awk '/<!-- docs-test: versions -->/{armed=1; next}
 (
   cd "$src" &&
     PATH="$(dirname "$bin"):$PATH" GPUSCHED_SERVER="$url" \
-      GPUSCHED_KEY="$(cat "$tmp/out/keys/admin.key")" \
-      DEMO_KEY="$(cat "$tmp/out/keys/demo.key")" \
+      GPUSCHED_KEY="$(cat "$tmp/qs/keys/admin.key")" \
+      DEMO_KEY="$(cat "$tmp/qs/keys/demo.key")" \
       bash -e -o pipefail -x "$tmp/block.sh"
 ) >"$tmp/block.out" 2>&1
 rc=$?
