@@ -515,7 +515,7 @@ TEST_F(CtlTest, RoutesAnswerToEveryNameOfTheirKind) {
     SCOPED_TRACE(kind);
     ASSERT_EQ(Get(kind), kExitOk) << err_;
     EXPECT_EQ(out_,
-              "NAME       VERSIONS    STICKY   ROLLOUT          AGE\n"
+              "NAME       VERSIONS     STICKY   ROLLOUT          AGE\n"
               "assistant  1=90% 2=10%  session  progressing 1/2  15m\n");
     ASSERT_EQ(Describe(kind, "assistant"), kExitOk) << err_;
     EXPECT_THAT(out_, HasSubstr("Route:     assistant\n"));
