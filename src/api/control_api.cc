@@ -23,6 +23,10 @@ using nlohmann::json;
 
 namespace {
 
+// How problems name the posted manifests ("request body:6: ..."); the CLI
+// puts the file's name in its place.
+constexpr char kBodySource[] = "request body";
+
 net::HttpResponse Json(http::status status, const json& body) {
   net::HttpResponse res{status, 11};
   res.set(http::field::content_type, "application/json");
@@ -107,6 +111,45 @@ json EventJson(const store::Event& e) {
           {"details", e.details}};
 }
 
+// InvalidArgument naming the first query parameter of `target` that the
+// route (METHOD /api/v1/PATH, reading the space-separated `query`) does not
+// read.
+absl::Status CheckQuery(http::verb method, absl::string_view path,
+                        absl::string_view query, const ControlTarget& target) {
+  const std::vector<absl::string_view> known =
+      absl::StrSplit(query, ' ', absl::SkipEmpty());
+  for (const auto& [name, value] : target.query) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown query parameter '", name.substr(0, 64), "' for ",
+        std::string(http::to_string(method)), " /api/v1/", path,
+        known.empty()
+            ? "; it takes none"
+            : absl::StrCat("; it takes ", absl::StrJoin(known, ", "))));
+  }
+  return absl::OkStatus();
+}
+
+// The controller's problems name their object ("ModelRoute/r: spec...");
+// each gets its document's line in the body, as the parser's problems have
+// theirs ("request body:12: ModelRoute/r: spec...").
+absl::Status Located(const absl::Status& st,
+                     const std::vector<config::Manifest>& manifests) {
+  if (!absl::IsInvalidArgument(st)) return st;
+  std::vector<std::string> problems = absl::StrSplit(st.message(), '\n');
+  for (std::string& p : problems) {
+    for (const config::Manifest& m : manifests) {
+      if (m.line > 0 &&
+          absl::StartsWith(
+              p, absl::StrCat(config::KindName(m.kind), "/", m.name(), ": "))) {
+        p = absl::StrCat(kBodySource, ":", m.line, ": ", p);
+        break;
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
 // Parses an optional JSON body {"name": "..."} (the key's name).
 std::string KeyName(const std::string& body, const std::string& fallback) {
   json j = json::parse(body.empty() ? "{}" : body, nullptr, false);
@@ -149,7 +192,7 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::delete_, "deployments/{}", kAdmin, &ControlApi::DeleteDeployment},
       {V::post, "deployments/{}/scale", kAdmin, &ControlApi::ScaleDeployment},
       {V::get, "deployments/{}/logs", kAdmin, &ControlApi::DeploymentLogs,
-       kLeader},
+       kLeader, "replica stream tail"},
       {V::get, "replicas", kAdmin, &ControlApi::ListReplicas},
       {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
       {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
@@ -163,7 +206,8 @@ const std::vector<ControlApi::Route>& ControlApi::Routes() {
       {V::get, "cluster", kAdmin, &ControlApi::GetCluster},
       {V::get, "instances", kAdmin, &ControlApi::ListInstances},
       {V::get, "alerts", kAdmin, &ControlApi::ListAlerts},
-      {V::get, "events", kAdmin, &ControlApi::ListEvents},
+      {V::get, "events", kAdmin, &ControlApi::ListEvents, kAny,
+       "deployment tenant kind since limit"},
       {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
       {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
       {V::delete_, "tenants/{}", kAdmin, &ControlApi::DeleteTenant},
@@ -231,6 +275,13 @@ void ControlApi::Answer(net::HttpRequest& req,
       continue;
     }
     if (route.access == kAdmin && !key->admin) break;
+    if (absl::Status st =
+            CheckQuery(route.method, route.path, route.query, call.target);
+        !st.ok()) {
+      r->Send(Error(http::status::bad_request, std::string(st.message()),
+                    "invalid_request_error"));
+      return;
+    }
     if (route.where == kLeader && cluster_ != nullptr &&
         !controller_->Leading()) {
       if (std::optional<std::string> leader = cluster_->LeaderAddress()) {
@@ -277,7 +328,7 @@ void ControlApi::PostApply(Call& c) {
   auto manifests = ParseBody(c);
   if (!manifests.has_value()) return;
   auto results = controller_->Apply(*manifests);
-  if (!results.ok()) return c.Fail(results.status());
+  if (!results.ok()) return c.Fail(Located(results.status(), *manifests));
   json items = json::array();
   for (const ApplyResult& x : *results) items.push_back(ApplyJson(x));
   c.Send(http::status::ok, json{{"items", items}});
@@ -313,7 +364,7 @@ void ControlApi::PostDelete(Call& c) {
 }
 
 std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(Call& c) {
-  auto manifests = config::ParseManifests(c.req.body(), "request body");
+  auto manifests = config::ParseManifests(c.req.body(), kBodySource);
   if (!manifests.ok()) {
     c.Fail(manifests.status());
     return std::nullopt;

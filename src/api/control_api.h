@@ -72,6 +72,9 @@ class ControlApi {
     Access access;
     void (ControlApi::*handler)(Call&);
     Where where = kAny;
+    // The query parameters it reads, space-separated; any other is a 400
+    // naming it (a misspelt filter must not answer everything).
+    const char* query = "";
   };
   static const std::vector<Route>& Routes();
 

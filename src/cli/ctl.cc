@@ -1,7 +1,9 @@
 #include "cli/ctl.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "boost/asio.hpp"
@@ -203,8 +206,17 @@ std::string ErrorMessage(const Answer& a, std::vector<std::string>* problems) {
                       first_line.empty() ? "" : ": " + first_line);
 }
 
-// Prints why `a` failed; returns the exit status.
-int Fail(const Answer& a, const CtlOptions& o, std::ostream& err) {
+// The server names a posted manifest file "request body" in its problems
+// ("request body:6: ..."); the user knows it as `source` (the file's name).
+std::string Located(absl::string_view text, absl::string_view source) {
+  if (source.empty()) return std::string(text);
+  return absl::StrReplaceAll(text, {{"request body", source}});
+}
+
+// Prints why `a` failed (locations in `source` when a file was posted);
+// returns the exit status.
+int Fail(const Answer& a, const CtlOptions& o, std::ostream& err,
+         absl::string_view source = "") {
   if (absl::IsInvalidArgument(a.transport)) {
     err << "error: --server " << o.server << ": " << a.transport.message()
         << "\n";
@@ -216,19 +228,29 @@ int Fail(const Answer& a, const CtlOptions& o, std::ostream& err) {
     if (absl::ConsumePrefix(&why, "upstream ") && why.find(": ") != why.npos) {
       why.remove_prefix(why.find(": ") + 2);
     }
-    err << "cannot reach gpusched at " << o.server << ": " << why << "\n";
+    err << "error: cannot reach gpusched at " << o.server << ": " << why << "\n"
+        << "hint: start it (`gpusched serve --config FILE`), or point --server "
+           "(or $GPUSCHED_SERVER) at a running one\n";
     return kExitUsage;
   }
   std::vector<std::string> problems;
-  err << "error: " << ErrorMessage(a, &problems) << "\n";
-  for (const std::string& p : problems) err << "  " << p << "\n";
+  const std::string message = ErrorMessage(a, &problems);
+  err << "error: " << Located(message, source) << "\n";
+  for (const std::string& p : problems) {
+    if (p != message) err << "  " << Located(p, source) << "\n";
+  }
+  if (a.status == 401) {
+    err << "hint: pass an admin key with --key KEY or $GPUSCHED_KEY (`gpusched "
+           "serve` writes one to <key_dir>/admin.key)\n";
+  }
   return kExitServerError;
 }
 
 // The JSON of a successful answer, else prints why not and returns the exit
 // status.
-int Expect(const Answer& a, const CtlOptions& o, std::ostream& err, Json* j) {
-  if (!a.ok()) return Fail(a, o, err);
+int Expect(const Answer& a, const CtlOptions& o, std::ostream& err, Json* j,
+           absl::string_view source = "") {
+  if (!a.ok()) return Fail(a, o, err, source);
   *j = Json::parse(a.body, nullptr, false);
   if (j->is_discarded()) {
     err << "error: the answer from " << o.server << " is not JSON\n";
@@ -248,9 +270,11 @@ int ReadInput(const std::string& file, std::istream& in, std::ostream& err,
   if (file == "-") {
     buf << in.rdbuf();
   } else {
+    errno = 0;
     std::ifstream f(file, std::ios::binary);
     if (!f) {
-      err << "error: cannot read " << file << "\n";
+      err << "error: cannot read " << file << ": "
+          << (errno != 0 ? std::strerror(errno) : "cannot open it") << "\n";
       return kExitUsage;
     }
     buf << f.rdbuf();
@@ -279,7 +303,7 @@ int PostManifests(const CtlOptions& o, const std::string& target,
   Json j;
   if (int rc = Expect(
           c.Call(http::verb::post, target, std::move(text), "application/yaml"),
-          o, err, &j);
+          o, err, &j, file == "-" ? "stdin" : file);
       rc != kExitOk) {
     return rc;
   }
@@ -314,17 +338,19 @@ int CheckOutput(const std::string& output, std::ostream& err) {
   return kExitUsage;
 }
 
-// deployment | tenant (plural too), else prints why not.
+// A kind `apply` takes (deployment | tenant | route, plurals and aliases
+// too), else prints why not.
 const KindInfo* ObjectKind(const std::string& kind, std::ostream& err) {
   const KindInfo* k = FindKind(kind);
-  if (k == nullptr || !k->get_one) {
-    err << "error: unknown kind '" << kind << "': want deployment or tenant\n";
+  if (k == nullptr || k->describe == nullptr) {
+    err << "error: unknown kind '" << kind << "': want " << ObjectKinds()
+        << "\n";
     return nullptr;
   }
   return k;
 }
 
-// `verb` on /api/v1/{kind}/{name} for KIND deployment | tenant (`*k`).
+// `verb` on /api/v1/{kind}/{name} for an ObjectKind (`*k`).
 int CallObject(Client& c, const CtlOptions& o, http::verb verb,
                const std::string& kind, const std::string& name,
                std::ostream& err, const KindInfo** k, Json* j) {
@@ -418,17 +444,12 @@ int RunDescribe(const CtlOptions& o, const std::string& kind,
       rc != kExitOk) {
     return rc;
   }
-  const bool deployment = std::string(k->singular) == "deployment";
-  if (deployment) {
-    DescribeDeployment(j, o.now, out);
-  } else {
-    DescribeTenant(j, o.now, out);
-  }
+  k->describe(j, o.now, out);
   // A tenant key may read its object but not the events: say so, still 0.
   DescribeEvents(
       c.Call(http::verb::get,
              absl::StrCat("/api/v1/events",
-                          Query({{k->singular, name}, {"limit", "10"}}))),
+                          Query({{k->events, name}, {"limit", "10"}}))),
       out);
   return kExitOk;
 }
@@ -484,7 +505,7 @@ int RunLogs(const CtlOptions& o, const LogsQuery& q, std::ostream& out,
     return kExitUsage;
   }
   if (q.tail < 0) {
-    err << "error: --tail " << q.tail << ": want a count >= 0\n";
+    err << "error: --tail " << q.tail << ": want 1..10000\n";
     return kExitUsage;
   }
   Client c(o);
@@ -504,7 +525,7 @@ int RunEvents(const CtlOptions& o, const EventsQuery& q,
               const std::string& output, std::ostream& out, std::ostream& err) {
   if (int rc = CheckOutput(output, err); rc != kExitOk) return rc;
   if (q.limit < 0) {
-    err << "error: --limit " << q.limit << ": want a count >= 0\n";
+    err << "error: --limit " << q.limit << ": want 1..1000\n";
     return kExitUsage;
   }
   std::vector<std::pair<std::string, std::string>> params = {
@@ -520,6 +541,58 @@ int RunEvents(const CtlOptions& o, const EventsQuery& q,
   }
   PrintList(*FindKind("events"), j, output, o, out, err);
   return kExitOk;
+}
+
+namespace {
+
+// Levenshtein distance, for flag suggestions (short strings).
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string FlagSuggestions(CLI::App& app, int argc, const char* const* argv) {
+  CLI::App* cmd = &app;
+  while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
+  std::vector<std::string> known;
+  for (const CLI::Option* opt : cmd->get_options()) {
+    for (const std::string& n : opt->get_lnames()) known.push_back("--" + n);
+  }
+  std::string out;
+  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::StartsWith(arg, "--")) continue;
+    const absl::string_view flag = arg.substr(0, arg.find('='));
+    if (std::find(known.begin(), known.end(), flag) != known.end()) continue;
+    std::string best;
+    size_t best_distance = 3;  // within 2 edits
+    for (const std::string& k : known) {
+      const size_t d = EditDistance(flag, k);
+      if (d < best_distance) {
+        best = k;
+        best_distance = d;
+      }
+    }
+    if (!best.empty()) {
+      absl::StrAppend(&out, "error: unknown flag ", flag, "; did you mean ",
+                      best, "?\n");
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -568,8 +641,9 @@ void AddCtlCommands(CLI::App& app) {
 
   {
     auto [cmd, f] = add("apply",
-                        "Create or update deployments and tenants "
-                        "from manifests on a running server");
+                        "Create or update the objects of a manifest file "
+                        "(kind Deployment, Tenant or ModelRoute) on a running "
+                        "server; nothing changes unless all are valid");
     cmd->add_option("-f,--filename", f->file, "Manifest file; - for stdin")
         ->required();
     cmd->callback([f = f] {
@@ -578,9 +652,12 @@ void AddCtlCommands(CLI::App& app) {
     });
   }
   {
-    auto [cmd, f] = add("get", "List objects: " + KnownKinds());
-    cmd->add_option("KIND", f->kind, "What to list")->required();
-    cmd->add_option("NAME", f->name, "Only this one");
+    auto [cmd, f] = add("get", "List objects of a kind: " + KnownKinds());
+    cmd->add_option("KIND", f->kind, "What to list (plural, singular or alias)")
+        ->required();
+    cmd->add_option("NAME", f->name,
+                    "Only this one (gpus: of this node; queues, events: of "
+                    "this deployment)");
     cmd->add_option("-o,--output", f->output, "table or json")
         ->check(CLI::IsMember({"table", "json"}));
     cmd->callback([f = f] {
@@ -589,10 +666,11 @@ void AddCtlCommands(CLI::App& app) {
     });
   }
   {
-    auto [cmd, f] = add("describe",
-                        "Show a deployment or a tenant in detail, "
-                        "with its last events");
-    cmd->add_option("KIND", f->kind, "deployment or tenant")->required();
+    auto [cmd, f] = add("describe", "Show a " + ObjectKinds() +
+                                        " in detail, with its last 10 events");
+    cmd->add_option("KIND", f->kind,
+                    ObjectKinds() + " (plural or alias too: modelroute)")
+        ->required();
     cmd->add_option("NAME", f->name, "Its name")->required();
     cmd->callback([f = f] {
       Exit(RunDescribe(Options(f->common), f->kind, f->name, std::cout,
@@ -601,9 +679,11 @@ void AddCtlCommands(CLI::App& app) {
   }
   {
     auto [cmd, f] = add("delete",
-                        "Delete a deployment (its replicas are "
-                        "drained and stopped) or a tenant");
-    cmd->add_option("KIND", f->kind, "deployment or tenant");
+                        "Delete a deployment (its replicas are drained and "
+                        "stopped), a tenant (and its keys) or a route (its "
+                        "deployments stay), by name or by manifest file");
+    cmd->add_option("KIND", f->kind,
+                    ObjectKinds() + " (plural or alias too: modelroute)");
     cmd->add_option("NAME", f->name, "Its name");
     cmd->add_option("-f,--filename", f->file,
                     "Delete each object of this manifest file; - for stdin");
@@ -620,13 +700,23 @@ void AddCtlCommands(CLI::App& app) {
     });
   }
   {
-    auto [cmd, f] = add("rollout",
-                        "Show or steer a ModelRoute's canary rollout: "
-                        "status | promote | promote-full | pause | resume | "
-                        "abort | retry");
-    cmd->add_option("ACTION", f->kind, "What to do")->required();
+    auto [cmd, f] =
+        add("rollout",
+            "Show or steer a ModelRoute's canary rollout. ACTION: status (show "
+            "weights, phase, step and analysis); promote (the next step now, "
+            "also past a manual step); promote-full (straight to 100%); pause "
+            "(hold the weights; a failing analysis still rolls back); resume "
+            "(go on "
+            "from a pause); abort (the stable takes 100%); retry (start a "
+            "rolled back or aborted rollout again from its first step)");
+    cmd->add_option("ACTION", f->kind,
+                    "status | promote | promote-full | pause | resume | "
+                    "abort | retry")
+        ->required();
     cmd->add_option("ROUTE", f->name, "The ModelRoute's name")->required();
-    cmd->add_option("--reason", f->file, "Why (kept in the abort event)");
+    cmd->add_option("--reason", f->file,
+                    "Why: kept in the action's event and shown in the "
+                    "route's status");
     cmd->callback([f = f] {
       Exit(RunRollout(Options(f->common), f->kind, f->name, f->file, std::cout,
                       std::cerr));
@@ -641,8 +731,8 @@ void AddCtlCommands(CLI::App& app) {
     cmd->add_option("--stream", f->logs.stream, "stdout or stderr (default)")
         ->check(CLI::IsMember({"stdout", "stderr"}));
     cmd->add_option("--tail", f->logs.tail,
-                    "The last N lines, at most 10000 (default 100)")
-        ->check(CLI::Range(0, 10000));
+                    "The last N lines, 1..10000 (default 100)")
+        ->check(CLI::Range(1, 10000));
     cmd->callback([f = f] {
       Exit(RunLogs(Options(f->common), f->logs, std::cout, std::cerr));
     });
@@ -654,8 +744,8 @@ void AddCtlCommands(CLI::App& app) {
     cmd->add_option("--kind", f->events.kinds,
                     "Of this kind (e.g. replica.ready); may repeat");
     cmd->add_option("--limit", f->events.limit,
-                    "The newest N, at most 1000 (default: the server's, 100)")
-        ->check(CLI::Range(0, 1000));
+                    "The newest N, 1..1000 (default: the server's, 100)")
+        ->check(CLI::Range(1, 1000));
     cmd->add_option("-o,--output", f->output, "table or json")
         ->check(CLI::IsMember({"table", "json"}));
     cmd->callback([f = f] {

@@ -94,6 +94,12 @@ int RunRollout(const CtlOptions& o, const std::string& action,
                const std::string& route, const std::string& reason,
                std::ostream& out, std::ostream& err);
 
+// After a parse error of `app` (argv as given): for each `--flag` that the
+// chosen subcommand does not know, "error: unknown flag --limt; did you
+// mean --limit?" when a known one is within 2 edits, one line each; ""
+// when there is none.
+std::string FlagSuggestions(CLI::App& app, int argc, const char* const* argv);
+
 // Registers the subcommands on `app`. --server defaults to
 // $GPUSCHED_SERVER, --key to $GPUSCHED_KEY. A non-zero status leaves
 // through CLI::RuntimeError.

@@ -1,6 +1,7 @@
 #include "cli/ctl.h"
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -86,6 +88,26 @@ const char kTenants[] = R"({"items": [
   {"kind": "Tenant", "metadata": {"name": "team-b"},
    "spec": {"models": [], "weight": 1, "priorityClass": "batch"}}]})";
 
+// A route at a manual step (created 2026-11-29T23:00:00Z, in microseconds).
+const char kRoute[] = R"({
+  "name": "assistant", "generation": 1, "created": 1795993200000000,
+  "sticky": "session",
+  "targets": [{"deployment": "chat-v1", "version": "1", "weight": 90},
+              {"deployment": "chat-v2", "version": "2", "weight": 10}],
+  "manifest": {"kind": "ModelRoute", "metadata": {"name": "assistant"}},
+  "rollout": {"canary": "chat-v2", "stable": "chat-v1", "phase": "progressing",
+              "step": 1, "steps": [10, 50], "canaryWeight": 10,
+              "reason": "first look", "nextStepInSeconds": null,
+              "manualStep": true}})";
+
+// A stable parked by a promoted route.
+const char kParked[] = R"({
+  "kind": "Deployment", "metadata": {"name": "old"},
+  "spec": {"engine": {"template": "reference"}, "replicas": 1,
+           "minReplicas": 1, "maxReplicas": 1},
+  "status": {"replicas": 0, "desiredReplicas": 0, "readyReplicas": 0,
+             "parkedBy": "assistant", "replicaStatus": []}})";
+
 struct Seen {
   std::string method;
   std::string target;
@@ -147,6 +169,12 @@ class CtlTest : public ::testing::Test {
          kEvents},
         {"DELETE /api/v1/deployments/chat",
          R"({"kind": "Deployment", "name": "chat", "action": "deleted"})"},
+        {"GET /api/v1/routes", absl::StrCat(R"({"items": [)", kRoute, "]}")},
+        {"GET /api/v1/routes/assistant", kRoute},
+        {"GET /api/v1/events?deployment=assistant&limit=10", kEvents},
+        {"DELETE /api/v1/routes/assistant",
+         R"({"kind": "ModelRoute", "name": "assistant", "action": "deleted"})"},
+        {"GET /api/v1/deployments/old", kParked},
     };
     auto s = net::HttpServer::Start(
         {}, [this](net::HttpRequest req, std::shared_ptr<net::Responder> r) {
@@ -181,6 +209,11 @@ class CtlTest : public ::testing::Test {
       return Error(http::status::unauthorized, "unknown API key");
     }
     if (s.method == "POST" && s.target == "/api/v1/apply") {
+      if (absl::StrContains(s.body, "name: lost")) {  // one problem
+        return Error(http::status::unprocessable_entity,
+                     "request body:1: ModelRoute/lost: unknown deployment",
+                     {"request body:1: ModelRoute/lost: unknown deployment"});
+      }
       if (absl::StrContains(s.body, "replicas: two")) {
         return Error(
             http::status::unprocessable_entity, "invalid manifest",
@@ -351,14 +384,19 @@ TEST_F(CtlTest, ApplyOfAMissingFileIsExit2) {
               return RunApply(o, "/nonexistent/x.yaml", in, out, err);
             }),
             kExitUsage);
-  EXPECT_EQ(err_, "error: cannot read /nonexistent/x.yaml\n");
+  EXPECT_EQ(err_,
+            "error: cannot read /nonexistent/x.yaml: No such file or "
+            "directory\n");
   EXPECT_TRUE(seen().empty());
 }
 
 TEST_F(CtlTest, WrongOrMissingKeyIsExit1) {
   o_.key = "wrong";
   EXPECT_EQ(Get("deployments"), kExitServerError);
-  EXPECT_EQ(err_, "error: unknown API key\n");
+  EXPECT_EQ(err_,
+            "error: unknown API key\n"
+            "hint: pass an admin key with --key KEY or $GPUSCHED_KEY "
+            "(`gpusched serve` writes one to <key_dir>/admin.key)\n");
   EXPECT_EQ(seen().back().authorization, "Bearer wrong");
   o_.key = "";
   EXPECT_EQ(Get("deployments"), kExitServerError);
@@ -370,7 +408,10 @@ TEST_F(CtlTest, UnreachableServerIsExit2) {
   server_->Shutdown(std::chrono::milliseconds(100));
   server_.reset();
   EXPECT_EQ(Get("deployments"), kExitUsage);
-  EXPECT_THAT(err_, StartsWith("cannot reach gpusched at " + url + ": "));
+  EXPECT_THAT(err_,
+              StartsWith("error: cannot reach gpusched at " + url + ": "));
+  EXPECT_THAT(err_, HasSubstr("\nhint: start it (`gpusched serve --config "
+                              "FILE`), or point --server"));
   EXPECT_EQ(out_, "");
 }
 
@@ -477,6 +518,114 @@ TEST_F(CtlTest, EventsOldestFirst) {
             "created\n"
             "2026-11-29T23:11:01Z  replica.ready       chat        chat-0 "
             "ready on 127.0.0.1:41234 after 0.41 s\n");
+}
+
+}  // namespace
+}  // namespace gpusched::cli
+
+namespace gpusched::cli {
+namespace {
+
+// Every kind apply takes, by each of its names: get, describe (with the
+// object's events) and delete.
+TEST_F(CtlTest, RoutesAnswerToEveryNameOfTheirKind) {
+  for (const char* kind :
+       {"route", "routes", "modelroute", "ModelRoutes", "MODELROUTE"}) {
+    SCOPED_TRACE(kind);
+    ASSERT_EQ(Get(kind), kExitOk) << err_;
+    EXPECT_EQ(out_,
+              "NAME       VERSIONS     STICKY   ROLLOUT          AGE\n"
+              "assistant  1=90% 2=10%  session  progressing 1/2  15m\n");
+    ASSERT_EQ(Describe(kind, "assistant"), kExitOk) << err_;
+    EXPECT_THAT(out_, HasSubstr("Route:     assistant\n"));
+    EXPECT_THAT(out_, HasSubstr("Canary:    chat-v2 (stable chat-v1)\n"));
+    EXPECT_THAT(out_, HasSubstr("Created:     2026-11-29T23:00:00Z (15m ago)"));
+    EXPECT_THAT(out_, HasSubstr("replica.ready"));
+    EXPECT_EQ(seen().back().target,
+              "/api/v1/events?deployment=assistant&limit=10");
+    ASSERT_EQ(
+        Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+          return RunDelete(o, kind, "assistant", out, err);
+        }),
+        kExitOk)
+        << err_;
+    EXPECT_EQ(out_, "modelroute/assistant deleted\n");
+  }
+  ASSERT_EQ(Get("deploy", "chat"), kExitOk) << err_;
+  EXPECT_EQ(Describe("replicas", "chat-0"), kExitUsage);
+  EXPECT_EQ(err_,
+            "error: unknown kind 'replicas': want deployment, tenant or "
+            "route\n");
+}
+
+TEST_F(CtlTest, RolloutStatusAtAManualStepSaysItWaitsForPromote) {
+  ASSERT_EQ(Run([](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              return RunRollout(o, "status", "assistant", "", out, err);
+            }),
+            kExitOk)
+      << err_;
+  EXPECT_THAT(out_, HasSubstr("Phase:     progressing, step 1 of 2"));
+  EXPECT_THAT(out_, HasSubstr("Next step: a manual step: waits for `gpusched "
+                              "rollout promote assistant`\n"));
+  EXPECT_THAT(out_, HasSubstr("Reason:    first look\n"));
+}
+
+TEST_F(CtlTest, AParkedStableSaysWhichRouteParkedIt) {
+  ASSERT_EQ(Get("deployment", "old"), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("old   0 (parked by route assistant)  0/0 "));
+  ASSERT_EQ(Describe("deployment", "old"), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("Replicas:    0 desired (parked by route "
+                              "assistant; spec.replicas 1 when unparked), 0 "
+                              "running, 0 ready\n"));
+}
+
+// One problem is printed once, located in the file the user named.
+TEST_F(CtlTest, ProblemsNameTheFileAndArePrintedOnce) {
+  const std::string path = ::testing::TempDir() + "/lost.yaml";
+  {
+    std::ofstream f(path);
+    f << "kind: ModelRoute\nmetadata: {name: lost}\n";
+  }
+  EXPECT_EQ(Run([&](const CtlOptions& o, std::ostream& out, std::ostream& err) {
+              std::istringstream in;
+              return RunApply(o, path, in, out, err);
+            }),
+            kExitServerError);
+  EXPECT_EQ(err_,
+            "error: " + path + ":1: ModelRoute/lost: unknown deployment\n");
+  EXPECT_EQ(Apply("kind: ModelRoute\nmetadata: {name: lost}\n"),
+            kExitServerError);
+  EXPECT_EQ(err_, "error: stdin:1: ModelRoute/lost: unknown deployment\n");
+}
+
+TEST(FlagSuggestionsTest, NamesTheNearFlagOfTheChosenCommand) {
+  struct Case {
+    std::vector<std::string> argv;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{"gpusched", "events", "--limt", "5"},
+       "error: unknown flag --limt; did you mean --limit?\n"},
+      {{"gpusched", "logs", "chat", "--tial=5"},
+       "error: unknown flag --tial; did you mean --tail?\n"},
+      {{"gpusched", "get", "routes", "--sever", "x"},
+       "error: unknown flag --sever; did you mean --server?\n"},
+      {{"gpusched", "events", "--completely-else"}, ""},
+  };
+  for (const Case& c : cases) {
+    CLI::App app;
+    AddCtlCommands(app);
+    std::vector<const char*> argv;
+    for (const std::string& a : c.argv) argv.push_back(a.c_str());
+    std::vector<std::string> args(c.argv.rbegin(), c.argv.rend() - 1);
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError&) {
+    }
+    EXPECT_EQ(FlagSuggestions(app, static_cast<int>(argv.size()), argv.data()),
+              c.want)
+        << c.argv[2];
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/table.h"
@@ -152,7 +153,15 @@ std::string Resources(const Json& d) {
   return "none";
 }
 
+std::string Parked(const Json& d) {
+  const std::string route = Text(d, {"status", "parkedBy"});
+  return route.empty() ? "" : absl::StrCat("parked by route ", route);
+}
+
 std::string Replicas(const Json& d) {
+  if (const std::string parked = Parked(d); !parked.empty()) {
+    return absl::StrCat("0 (", parked, ")");
+  }
   const std::string n = Cell(d, {"spec", "replicas"});
   const std::string lo = Text(d, {"spec", "minReplicas"});
   const std::string hi = Text(d, {"spec", "maxReplicas"});
@@ -302,6 +311,20 @@ Rows QueueRows(const Json& items, absl::Time) {
   return rows;
 }
 
+// A route's `created` is wall-clock microseconds since the epoch.
+std::optional<absl::Time> RouteCreated(const Json& r) {
+  const Json* us = Find(r, {"created"});
+  if (us == nullptr || !us->is_number() || Number(r, {"created"}) <= 0) {
+    return std::nullopt;
+  }
+  return absl::FromUnixMicros(static_cast<int64_t>(us->get<double>()));
+}
+
+std::string RouteAge(const Json& r, absl::Time now) {
+  const std::optional<absl::Time> t = RouteCreated(r);
+  return t ? FormatAge(now - *t) : "-";
+}
+
 Rows RouteRows(const Json& items, absl::Time now) {
   Rows rows = {{"NAME", "VERSIONS", "STICKY", "ROLLOUT", "AGE"}};
   for (const Json& r : items) {
@@ -317,8 +340,7 @@ Rows RouteRows(const Json& items, absl::Time now) {
                              Array(r, {"rollout", "steps"}).size());
     }
     rows.push_back({Text(r, {"name"}), absl::StrJoin(split, " "),
-                    Text(r, {"sticky"}), rollout,
-                    Age(r, {"manifest", "metadata", "created"}, now)});
+                    Text(r, {"sticky"}), rollout, RouteAge(r, now)});
   }
   return rows;
 }
@@ -344,8 +366,12 @@ void DescribeRollout(const Json& r, std::ostream& out) {
       << "Phase:     " << Text(ro, {"phase"}) << ", step " << Text(ro, {"step"})
       << " of " << steps.size() << " (" << absl::StrJoin(steps, " -> ")
       << "), canary at " << Text(ro, {"canaryWeight"}) << "%\n";
-  if (const Json* next = Find(ro, {"nextStepInSeconds"});
-      next != nullptr && next->is_number()) {
+  const Json* manual = Find(ro, {"manualStep"});
+  if (manual != nullptr && manual->is_boolean() && manual->get<bool>()) {
+    out << "Next step: a manual step: waits for `gpusched rollout promote "
+        << Text(r, {"name"}) << "`\n";
+  } else if (const Json* next = Find(ro, {"nextStepInSeconds"});
+             next != nullptr && next->is_number()) {
     out << "Next step: analysis due in "
         << static_cast<int64_t>(next->get<double>()) << " s\n";
   }
@@ -410,15 +436,21 @@ Rows AlertRows(const Json& items, absl::Time now) {
   return rows;
 }
 
+// Every kind `apply` takes (Deployment, Tenant, ModelRoute) has get_one, a
+// describe page and events; a route's events carry its name as their
+// `deployment` (routes and deployments share one namespace).
 constexpr KindInfo kKinds[] = {
-    {"deployments", "deployment", true, nullptr, nullptr, DeploymentRows},
+    {"deployments", "deployment", true, nullptr, nullptr, DeploymentRows,
+     "deploy", DescribeDeployment, "deployment"},
     {"replicas", "replica", false, nullptr, "name", ReplicaRows},
-    {"tenants", "tenant", true, nullptr, nullptr, TenantRows},
+    {"tenants", "tenant", true, nullptr, nullptr, TenantRows, "",
+     DescribeTenant, "tenant"},
     {"gpus", "gpu", false, nullptr, "node", GpuRows},
     {"nodes", "node", false, nullptr, "name", NodeRows},
     {"pools", "pool", false, nullptr, "name", PoolRows},
     {"queues", "queue", false, nullptr, "deployment", QueueRows},
-    {"routes", "route", true, nullptr, nullptr, RouteRows},
+    {"routes", "route", true, nullptr, nullptr, RouteRows,
+     "modelroute modelroutes", DescribeRoute, "deployment"},
     {"events", "event", false, "deployment", nullptr, EventRows},
     {"instances", "instance", false, nullptr, "id", InstanceRows},
     {"alerts", "alert", false, nullptr, "name", AlertRows},
@@ -428,14 +460,35 @@ const KindInfo* FindKind(const std::string& name) {
   const std::string n = Lower(name);
   for (const KindInfo& k : kKinds) {
     if (n == k.plural || n == k.singular) return &k;
+    for (absl::string_view a :
+         absl::StrSplit(k.aliases, ' ', absl::SkipEmpty())) {
+      if (n == a) return &k;
+    }
   }
   return nullptr;
 }
 
 std::string KnownKinds() {
   std::vector<std::string> names;
-  for (const KindInfo& k : kKinds) names.push_back(k.plural);
+  for (const KindInfo& k : kKinds) {
+    names.push_back(absl::StrCat(
+        k.plural,
+        *k.aliases == '\0'
+            ? ""
+            : absl::StrCat(" (", absl::StrReplaceAll(k.aliases, {{" ", ", "}}),
+                           ")")));
+  }
   return absl::StrJoin(names, ", ");
+}
+
+std::string ObjectKinds() {
+  std::vector<std::string> names;
+  for (const KindInfo& k : kKinds) {
+    if (k.describe != nullptr) names.push_back(k.singular);
+  }
+  const std::string last = names.back();
+  names.pop_back();
+  return absl::StrCat(absl::StrJoin(names, ", "), " or ", last);
 }
 
 std::string Labels(const Json& obj) {
@@ -468,9 +521,14 @@ void DescribeDeployment(const Json& d, absl::Time now, std::ostream& out) {
       {"Resources:", Resources(d)},
       {"Priority:", Cell(d, {"spec", "priorityClass"})},
       {"Replicas:",
-       absl::StrCat(Replicas(d), " desired, ",
-                    Text(d, {"status", "replicas"}, "0"), " running, ",
-                    Text(d, {"status", "readyReplicas"}, "0"), " ready")},
+       Parked(d).empty()
+           ? absl::StrCat(Replicas(d), " desired, ",
+                          Text(d, {"status", "replicas"}, "0"), " running, ",
+                          Text(d, {"status", "readyReplicas"}, "0"), " ready")
+           : absl::StrCat("0 desired (", Parked(d), "; spec.replicas ",
+                          Cell(d, {"spec", "replicas"}), " when unparked), ",
+                          Text(d, {"status", "replicas"}, "0"), " running, ",
+                          Text(d, {"status", "readyReplicas"}, "0"), " ready")},
       {"Requests:",
        absl::StrCat(Text(d, {"status", "queued"}, "0"), " queued, ",
                     Text(d, {"status", "inFlight"}, "0"), " in flight")},
@@ -515,6 +573,25 @@ void DescribeTenant(const Json& t, absl::Time now, std::ostream& out) {
     for (const auto& [k, v] : s->items()) {
       fields.push_back({absl::StrCat("Status ", k, ":"), Text(&v)});
     }
+  }
+  out << FormatTable(fields);
+}
+
+void DescribeRoute(const Json& r, absl::Time now, std::ostream& out) {
+  DescribeRollout(r, out);
+  const std::optional<absl::Time> created = RouteCreated(r);
+  Rows fields = {
+      {"Created:",
+       created ? absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", *created,
+                                               absl::UTCTimeZone()),
+                              " (", FormatAge(now - *created), " ago)")
+               : "-"},
+      {"Generation:", Cell(r, {"generation"})},
+      {"Sticky:", Cell(r, {"sticky"})},
+  };
+  if (const Json* shadow = Find(r, {"manifest", "spec", "shadow"});
+      shadow != nullptr && shadow->is_object()) {
+    fields.push_back({"Shadow:", KeyValues(shadow)});
   }
   out << FormatTable(fields);
 }

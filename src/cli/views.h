@@ -29,6 +29,14 @@ struct KindInfo {
   const char* query;
   const char* field;
   Rows (*rows)(const Json& items, absl::Time now);
+  // Other names it answers to, space-separated ("modelroute modelroutes").
+  const char* aliases = "";
+  // The kinds `apply` takes (get_one too): `describe` shows the object with
+  // `describe` and its events (GET /api/v1/events?{events}=NAME); `delete`
+  // is DELETE /api/v1/{plural}/{name}.
+  void (*describe)(const Json& object, absl::Time now,
+                   std::ostream& out) = nullptr;
+  const char* events = nullptr;
 };
 
 const Json* Find(const Json& j, std::initializer_list<const char*> path);
@@ -64,12 +72,20 @@ Rows RouteRows(const Json& items, absl::Time now);
 Rows InstanceRows(const Json& items, absl::Time now);
 // A route's weights and rollout (`gpusched rollout status`).
 void DescribeRollout(const Json& route, std::ostream& out);
+// By plural, singular or alias, in any case.
 const KindInfo* FindKind(const std::string& name);
+// "deployments, replicas, ..." (with each one's aliases in parentheses).
 std::string KnownKinds();
+// The kinds `describe` and `delete` take: "deployment, tenant or route".
+std::string ObjectKinds();
 std::string Labels(const Json& obj);
 std::string Created(const Json& obj, absl::Time now);
 void DescribeDeployment(const Json& d, absl::Time now, std::ostream& out);
 void DescribeTenant(const Json& t, absl::Time now, std::ostream& out);
+// A ModelRoute: its fields, weights and rollout (DescribeRollout).
+void DescribeRoute(const Json& r, absl::Time now, std::ostream& out);
+// "parked by route X" for a deployment a route holds at 0 replicas, else "".
+std::string Parked(const Json& d);
 
 }  // namespace gpusched::cli
 

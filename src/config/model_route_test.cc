@@ -148,15 +148,37 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
               HasSubstr("spec.targets: at most 8 targets, got 9"));
 }
 
+// A cross-field problem points at the list item it is about, not at the
+// list's parent.
+TEST(ModelRouteTest, ProblemsOfAListItemNameItsLine) {
+  const std::string text = std::string(kHead) + R"(  targets:
+    - {deployment: chat-v1}
+    - {deployment: chat-v2}
+  rollout:
+    canary: chat-v2
+    steps:
+      - {weight: 50}
+      - {weight: 20}
+)";
+  auto got = ParseManifests(text, "r.yaml");
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("r.yaml:12: spec.rollout.steps[1].weight: must rise "
+                        "(20 after 50)"));
+}
+
 TEST(ModelRouteTest, TheShippedExampleParses) {
   std::ifstream f(GPUSCHED_SOURCE_DIR "/examples/versions.yaml");
   std::stringstream text;
   text << f.rdbuf();
   auto got = ParseManifests(text.str(), "examples/versions.yaml");
   ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->size(), 3u);
+  ASSERT_EQ(got->size(), 4u);
   EXPECT_EQ((*got)[2].kind, Manifest::Kind::kModelRoute);
   EXPECT_EQ((*got)[2].route.Stable(), "chat-v1");
+  // The tenant that may use the route lists its public name.
+  ASSERT_EQ((*got)[3].kind, Manifest::Kind::kTenant);
+  EXPECT_THAT((*got)[3].tenant.models, ::testing::Contains("assistant"));
 }
 
 }  // namespace

@@ -563,13 +563,31 @@ void SpecReader::ReportProblems(const std::vector<std::string>& problems,
     // reset() rebinds; assigning a YAML::Node would write into the tree.
     YAML::Node node;
     node.reset(spec ? spec : at);
-    for (absl::string_view key :
+    // Each segment is a key with any list indexes after it
+    // ("targets[1]"): the line is the deepest node the path reaches.
+    for (absl::string_view segment :
          absl::StrSplit(field_path, '.', absl::SkipEmpty())) {
+      const size_t bracket = segment.find('[');
       if (!node.IsMap()) break;
       const YAML::Node& map = node;
-      const YAML::Node child = map[std::string(key)];
+      const YAML::Node child = map[std::string(segment.substr(0, bracket))];
       if (!child) break;
       node.reset(child);
+      bool reached = true;
+      for (size_t at = bracket; at != absl::string_view::npos && reached;
+           at = segment.find('[', at + 1)) {
+        size_t index = 0;
+        const size_t close = segment.find(']', at);
+        reached =
+            close != absl::string_view::npos && node.IsSequence() &&
+            absl::SimpleAtoi(segment.substr(at + 1, close - at - 1), &index) &&
+            index < node.size();
+        if (reached) {
+          const YAML::Node& list = node;
+          node.reset(list[index]);
+        }
+      }
+      if (!reached) break;
     }
     Fail(node, full, what);
   }

@@ -124,6 +124,9 @@ class Rollout {
   int canary_weight() const;
   const config::RolloutSpec& spec() const { return spec_; }
   const std::string& reason() const { return reason_; }
+  // The reason given with a manual action (`gpusched rollout ACTION
+  // --reason`): the rollout's reason from then on, as an abort's is.
+  void set_reason(std::string why) { reason_ = std::move(why); }
   const Analysis& last_analysis() const { return last_; }
   Micros step_started() const { return step_started_; }
 

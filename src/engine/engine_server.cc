@@ -283,6 +283,7 @@ void HandleGenerate(EngineServer::State& st, net::HttpRequest& req,
       choice["delta"] = {{"content", piece}};
     } else {
       choice["text"] = piece;
+      choice["logprobs"] = nullptr;
     }
     r->SendChunk(chunk(choice));
   };
@@ -295,6 +296,7 @@ void HandleGenerate(EngineServer::State& st, net::HttpRequest& req,
         choice["delta"] = json::object();
       } else {
         choice["text"] = "";
+        choice["logprobs"] = nullptr;
       }
       r->SendChunk(chunk(choice));
       if (include_usage) {
@@ -311,9 +313,12 @@ void HandleGenerate(EngineServer::State& st, net::HttpRequest& req,
       r->EndStream();
       return;
     }
-    json choice = {{"index", 0}, {"finish_reason", why}};
+    // OpenAI's schema: `logprobs` and the message's `refusal` are required
+    // and nullable (none are computed here).
+    json choice = {{"index", 0}, {"finish_reason", why}, {"logprobs", nullptr}};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", *text}};
+      choice["message"] = {
+          {"role", "assistant"}, {"content", *text}, {"refusal", nullptr}};
     } else {
       choice["text"] = *text;
     }

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status.h"
 #include "gateway/protocol.h"
 #include "nlohmann/json.hpp"
@@ -98,7 +100,7 @@ absl::Status Gateway::UpsertRoute(const GatewayRoute& route) {
     return absl::InvalidArgumentError(
         absl::StrCat("route '", route.name, "': ", split.status().message()));
   }
-  Route r{route, *std::move(split), {}};
+  Route r{route, *std::move(split), {}, absl::ToUnixSeconds(absl::Now())};
   for (const GatewayRouteTarget& t : route.targets) {
     r.cells.push_back(config_.metrics
                           ? config_.metrics->RouteCell(route.name, t.version)
@@ -109,6 +111,9 @@ absl::Status Gateway::UpsertRoute(const GatewayRoute& route) {
       it != models_.end() && !it->second.deleted) {
     return absl::InvalidArgumentError(
         absl::StrCat("route '", route.name, "': a deployment has this name"));
+  }
+  if (auto it = routes_.find(route.name); it != routes_.end()) {
+    r.created = it->second.created;
   }
   routes_.insert_or_assign(route.name, std::move(r));
   for (const GatewayRouteTarget& t : route.targets)
@@ -249,6 +254,7 @@ absl::Status Gateway::UpsertDeployment(const GatewayDeployment& d) {
   }
   Model m;
   m.config = d;
+  m.created = absl::ToUnixSeconds(absl::Now());
   auto id = NewQueue(m);
   if (!id.ok()) return id.status();
   if (it != models_.end()) {  // re-created while the old one drains

@@ -238,11 +238,15 @@ class Gateway : public runtime::DataPlane {
     std::vector<GatewayMetrics::RequestCells*> cells;
     // When the first request now held (no ready replica) arrived.
     Micros held_since = 0;
+    // Unix seconds when this gateway first served the name (`created` in
+    // GET /v1/models); kept across updates.
+    int64_t created = 0;
   };
   struct Route {
     GatewayRoute config;
     serving::WeightedSplit split;
     std::vector<metrics::Counter*> cells;  // per target; null: no metrics
+    int64_t created = 0;                   // as Model::created
   };
   // Where a request for a route goes.
   struct RouteChoice {
@@ -343,6 +347,10 @@ class Gateway : public runtime::DataPlane {
   // What the tenant sees (/v1/models, 404 messages): its routes and the
   // deployments that are no route's target.
   std::vector<std::string> PublicModels(const Tenant& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unix seconds when this gateway first served the public name (a route
+  // or a deployment), 0 when it serves none by that name.
+  int64_t CreatedOf(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The target a request of `tenant` for route `name` goes to: the one of
   // `version` when given, else picked by weight, sticky by `session` (the

@@ -27,13 +27,27 @@ using serving::RejectReason;
 
 // --- Requests ---------------------------------------------------------------
 
+namespace {
+
+// OpenAI's `error.code` for a refusal of this type: what OpenAI's servers
+// send in the same case, "" (null) where they send none.
+std::string OpenAiCode(const std::string& type) {
+  if (type == "authentication_error") return "invalid_api_key";
+  if (type == "not_found_error") return "model_not_found";
+  if (type == "rate_limit_error") return "rate_limit_exceeded";
+  return "";
+}
+
+}  // namespace
+
 void Gateway::Reject(Protocol protocol,
                      const std::shared_ptr<net::Responder>& r,
                      http::status status, const std::string& message,
                      const std::string& type, Micros retry_after) {
-  net::HttpResponse res = protocol == Protocol::kOpenAi
-                              ? net::JsonError(status, message, type)
-                              : JsonResponse(status, json{{"error", message}});
+  net::HttpResponse res =
+      protocol == Protocol::kOpenAi
+          ? net::JsonError(status, message, type, 11, true, OpenAiCode(type))
+          : JsonResponse(status, json{{"error", message}});
   if (retry_after > 0) {
     res.set(http::field::retry_after,
             std::to_string((retry_after + kMicrosPerSecond - 1) /
@@ -91,6 +105,14 @@ std::vector<std::string> Gateway::PublicModels(const Tenant& t) const {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+int64_t Gateway::CreatedOf(const std::string& name) const {
+  if (auto it = routes_.find(name); it != routes_.end()) {
+    return it->second.created;
+  }
+  auto it = models_.find(name);
+  return it != models_.end() ? it->second.created : 0;
 }
 
 std::optional<Gateway::Tenant> Gateway::Authenticate(
@@ -161,8 +183,10 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     {
       absl::MutexLock lock(&mu_);
       for (const std::string& m : PublicModels(*tenant)) {
-        data.push_back(
-            {{"id", m}, {"object", "model"}, {"owned_by", "gpusched"}});
+        data.push_back({{"id", m},
+                        {"object", "model"},
+                        {"created", CreatedOf(m)},
+                        {"owned_by", "gpusched"}});
       }
     }
     r->Send(JsonResponse(http::status::ok,
@@ -172,8 +196,9 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
   if (req.method() != http::verb::post ||
       (target != "/v1/chat/completions" && target != "/v1/completions" &&
        target != "/v1/embeddings")) {
+    // As OpenAI answers an unknown URL: not a model's 404.
     Reject(Protocol::kOpenAi, r, http::status::not_found,
-           "unknown path " + target, "not_found_error");
+           "unknown path " + target, "invalid_request_error");
     return;
   }
   OpenAiFields f;

@@ -133,12 +133,24 @@ TEST_F(GatewayTest, ProxiesCompletionsAndStreams) {
       json::parse(Call(alice_, "/v1/models", "", http::verb::get).body());
   ASSERT_EQ(models["data"].size(), 1u);
   EXPECT_EQ(models["data"][0]["id"], "chat");
+  // OpenAI's Model: id, object, created (Unix seconds), owned_by.
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  EXPECT_GT(models["data"][0]["created"].get<int64_t>(), 1'500'000'000);
+  EXPECT_EQ(models["data"][0]["owned_by"], "gpusched");
 }
 
 TEST_F(GatewayTest, AuthAndTenantIsolation) {
   Start(false);
-  EXPECT_EQ(Call("", "/v1/completions", "{}").result(),
-            http::status::unauthorized);
+  // OpenAI's Error: message, type, param (null), code (a string or null).
+  const auto error = [](const net::HttpResponse& res) {
+    json e = json::parse(res.body())["error"];
+    EXPECT_TRUE(e.contains("param") && e["param"].is_null()) << e;
+    EXPECT_TRUE(e["code"].is_string() || e["code"].is_null()) << e;
+    return e;
+  };
+  auto none = Call("", "/v1/completions", "{}");
+  EXPECT_EQ(none.result(), http::status::unauthorized);
+  EXPECT_EQ(error(none)["code"], "invalid_api_key");
   EXPECT_EQ(Call("gs-wrongwrongwrong", "/v1/completions", "{}").result(),
             http::status::unauthorized);
   // Bob may not use alice's model, and is told which ones he may use.
@@ -146,6 +158,10 @@ TEST_F(GatewayTest, AuthAndTenantIsolation) {
       Call(bob_, "/v1/completions", R"({"model":"chat","prompt":"x"})");
   EXPECT_EQ(denied.result(), http::status::not_found);
   EXPECT_THAT(denied.body(), HasSubstr("your models: secret-model"));
+  EXPECT_EQ(error(denied)["code"], "model_not_found");
+  auto path = Call(alice_, "/v1/nope", "{}");
+  EXPECT_EQ(path.result(), http::status::not_found);
+  EXPECT_TRUE(error(path)["code"].is_null());
   auto bad =
       Call(alice_, "/v1/completions", R"({"model":"chat","max_tokens":"x"})");
   EXPECT_EQ(bad.result(), http::status::bad_request);

@@ -31,8 +31,14 @@ int Run(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command's own status; it said why
   } catch (const CLI::ParseError& e) {
-    // Bad flags: CLI11 says why; the status is 2 (docs/control-api.md).
-    return app.exit(e) == 0 ? 0 : 2;
+    // Bad flags: CLI11 says why, and a near flag is suggested; the status
+    // is 2 (docs/control-api.md).
+    const int rc = app.exit(e) == 0 ? 0 : 2;
+    if (rc != 0) {
+      std::fputs(gpusched::cli::FlagSuggestions(app, argc, argv).c_str(),
+                 stderr);
+    }
+    return rc;
   }
   return 0;
 }

@@ -57,6 +57,8 @@ struct ServeFlags {
   bool stop_replicas_on_exit = false;  // or the config's
   std::string instance_id;             // overrides ha.instance_id
   std::string advertise;               // overrides ha.advertise
+  // Apply the config's deployments and tenants over the stored ones.
+  bool reapply_config = false;
 };
 
 int Fail(const std::string& msg) {
@@ -389,18 +391,22 @@ int RunServe(const ServeFlags& flags) {
 
   // The config's deployments and tenants seed what the store lacks (it is
   // the one source of truth: a restart does not undo what was applied
-  // since), applied like `gpusched apply`. Another instance seeding the
-  // same object at once is no error.
+  // since), applied like `gpusched apply`; with --reapply-config they
+  // overwrite the stored ones. Another instance seeding the same object at
+  // once is no error.
   std::vector<config::Manifest> manifests;
+  const auto seeds = [&flags](const absl::Status& stored) {
+    return flags.reapply_config || absl::IsNotFound(stored);
+  };
   for (const config::TenantSpec& t : cfg->tenants) {
-    if (!absl::IsNotFound(st_store->GetTenant(t.name).status())) continue;
+    if (!seeds(st_store->GetTenant(t.name).status())) continue;
     config::Manifest m;
     m.kind = config::Manifest::Kind::kTenant;
     m.tenant = t;
     manifests.push_back(m);
   }
   for (const config::DeploymentSpec& d : cfg->deployments) {
-    if (!absl::IsNotFound(st_store->GetDeployment(d.name).status())) continue;
+    if (!seeds(st_store->GetDeployment(d.name).status())) continue;
     config::Manifest m;
     m.kind = config::Manifest::Kind::kDeployment;
     m.deployment = d;
@@ -629,6 +635,10 @@ void AddServeCommand(CLI::App& app) {
                 "on SIGTERM, end Slurm jobs and Pods too (by default they keep "
                 "running and the next leader adopts them; local engines "
                 "always end with gpusched)");
+  cmd->add_flag("--reapply-config", flags->reapply_config,
+                "apply the config's deployments and tenants over the stored "
+                "ones (by default the config only seeds what the store lacks, "
+                "and what was applied through the API since stays)");
   cmd->callback([flags] {
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

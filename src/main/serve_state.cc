@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -65,6 +67,19 @@ absl::StatusOr<ServeState> OpenServeState(const config::ServeConfig& cfg,
                                           const std::string& instance) {
   ServeState out;
   if (!cfg.etcd.enabled) {
+    // As for key_dir and log_dir: the state file's folder is made here
+    // (`state: out/state.db` in a fresh clone).
+    if (const std::filesystem::path dir =
+            std::filesystem::path(cfg.state).parent_path();
+        !dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("state: cannot create the folder ", dir.string(),
+                         " of ", cfg.state, ": ", ec.message()));
+      }
+    }
     absl::StatusOr<std::unique_ptr<store::SqliteStore>> s =
         store::SqliteStore::Open(cfg.state);
     if (!s.ok()) return s.status();

@@ -55,14 +55,16 @@ std::string FormatHead(const HttpResponse& res, std::string_view body = {}) {
 
 HttpResponse JsonError(http::status status, const std::string& message,
                        const std::string& type, unsigned version,
-                       bool keep_alive) {
+                       bool keep_alive, const std::string& code) {
   HttpResponse res{status, version};
   res.set(http::field::content_type, "application/json");
   res.keep_alive(keep_alive);
-  nlohmann::json body = {{"error",
-                          {{"message", message},
-                           {"type", type},
-                           {"code", static_cast<int>(status)}}}};
+  nlohmann::json body = {
+      {"error",
+       {{"message", message},
+        {"type", type},
+        {"param", nullptr},
+        {"code", code.empty() ? nlohmann::json() : nlohmann::json(code)}}}};
   res.body() = body.dump();
   return res;
 }

@@ -121,10 +121,12 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// A JSON error body {"error": {"message", "type", "code"}} (OpenAI's shape).
+// A JSON error body in OpenAI's shape (its OpenAPI `Error` schema):
+// {"error": {"message", "type", "param": null, "code"}}, `code` a string
+// such as "model_not_found" or null (empty `code`).
 HttpResponse JsonError(http::status status, const std::string& message,
                        const std::string& type, unsigned version = 11,
-                       bool keep_alive = true);
+                       bool keep_alive = true, const std::string& code = "");
 
 }  // namespace gpusched::net
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "backends/local/local_launcher.h"
+#include "common/plural.h"
 #include "common/status.h"
 #include "control/room.h"
 #include "placement/registry.h"
@@ -265,10 +266,12 @@ absl::Status Controller::Start() {
   synced_revision_ = store_->desired_revision();
   if (own_election_) RETURN_IF_ERROR(own_election_->Start());
   Event("server.started", "",
-        absl::StrCat(election_->self().id, " started: ", deployments.size(),
-                     " deployments, ", tenants.size(), " tenants and ",
-                     routes_.size(), " routes stored; ", cluster_.nodes.size(),
-                     " nodes (", cluster_.source, ")"));
+        absl::StrCat(election_->self().id,
+                     " started: ", Counted(deployments.size(), "deployment"),
+                     ", ", Counted(tenants.size(), "tenant"), " and ",
+                     Counted(routes_.size(), "route"), " stored; ",
+                     Counted(cluster_.nodes.size(), "node"), " (",
+                     cluster_.source, ")"));
   loop_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/plural.h"
 #include "common/status.h"
 #include "runtime/controller.h"
 #include "runtime/controller_internal.h"
@@ -95,9 +96,11 @@ void Controller::Promote(const store::Leadership& lead,
   PlanLeftovers(now);
   Event("leader.elected", "",
         absl::StrCat(election_->self().id, " leads (term ", lead.term,
-                     "): ", deployments_.size(), " deployments, ",
-                     tenants_.size(), " tenants, ", routes_.size(), " routes; ",
-                     cluster_.nodes.size(), " nodes (", cluster_.source, ")"),
+                     "): ", Counted(deployments_.size(), "deployment"), ", ",
+                     Counted(tenants_.size(), "tenant"), ", ",
+                     Counted(routes_.size(), "route"), "; ",
+                     Counted(cluster_.nodes.size(), "node"), " (",
+                     cluster_.source, ")"),
         json{{"instance", election_->self().id}, {"term", lead.term}});
   ever_led_ = true;
   dirty_ = true;

@@ -319,8 +319,23 @@ absl::StatusOr<json> Controller::RolloutAction(const std::string& name,
         "'; known: promote, promote-full, pause, resume, abort, retry"));
   }
   if (!c.ok()) {
+    const control::RolloutPhase phase = r.rollout->phase();
+    const bool retryable = phase == control::RolloutPhase::kRolledBack ||
+                           phase == control::RolloutPhase::kAborted;
     return absl::FailedPreconditionError(
-        absl::StrCat("route '", name, "': ", c.status().message()));
+        absl::StrCat("route '", name, "': ", c.status().message(),
+                     retryable && action != "retry"
+                         ? absl::StrCat("; `gpusched rollout retry ", name,
+                                        "` starts it again from its first step")
+                         : ""));
+  }
+  // Every action keeps its reason: in the event and in the route's status.
+  if (!why.empty()) {
+    c->details["reason"] = why;
+    if (action != "abort") {  // an abort's message already holds it
+      absl::StrAppend(&c->message, " (reason: ", why, ")");
+    }
+    r.rollout->set_reason(why);
   }
   NoteRollout(name, r, *c);
   dirty_ = true;
@@ -354,6 +369,11 @@ json Controller::RouteJson(const std::string& name, const Route& r) const {
         {"nextStepInSeconds",
          deadline == kNever ? json(nullptr)
                             : json(std::max(0.0, ToSeconds(deadline - Now())))},
+        // A manual step waits for `promote` (no analysis moves it on).
+        {"manualStep",
+         ro.phase() == control::RolloutPhase::kProgressing &&
+             ro.step() < static_cast<int>(ro.spec().steps.size()) &&
+             ro.spec().steps[ro.step()].manual},
         {"analysis", ro.last_analysis().Json()},
     };
   }
