@@ -301,11 +301,11 @@ class Parser : public YamlReader {
                        SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(
-        d, "a deployment",
-        {"name", "kind", "model", "gpu", "tensor_parallel", "gpu_fraction",
-         "replicas", "max_ongoing_requests", "router", "queue", "engine",
-         "batching", "autoscaling", "count", "priority_class", "owner"});
+    CheckKeys(d, "a deployment",
+              {"name", "kind", "model", "gpu", "tensor_parallel",
+               "gpu_fraction", "replicas", "max_ongoing_requests", "router",
+               "queue", "engine", "batching", "autoscaling", "count",
+               "priority_class", "owner", "latency_multiplier", "error_rate"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -350,6 +350,8 @@ class Parser : public YamlReader {
     }
     OptInt(d, "replicas", d["autoscaling"] ? 0 : 1, 1000000, &spec.replicas);
     OptInt(d, "max_ongoing_requests", 1, 1000000, &spec.max_ongoing_requests);
+    OptDouble(d, "latency_multiplier", 0.01, 100, &spec.latency_multiplier);
+    OptDouble(d, "error_rate", 0, 1, &spec.error_rate);
     if (const YAML::Node r = d["router"]; r && IsMap(r, "router")) {
       CheckKeys(r, "router",
                 {"policy", "load_bound_epsilon", "affinity_blocks",
