@@ -26,6 +26,7 @@ import concurrent.futures
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def run(binary, scenario, seed, tmp):
         "seed": seed,
         "phase": report["routes"]["chat"]["rollout_phase"],
         "rolled_back_at_s": t_back,
-        "step": back["details"]["step"] + 1 if back else None,
+        "step": int(re.search(r"at step (\d+)", back["message"]).group(1)) if back else None,
         "exposed_before": share(before) if back else None,
         "exposed_run": share(total),
         "why": back["message"] if back else None,
