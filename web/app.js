@@ -467,11 +467,47 @@
   }
 
   // A rollout's analysis figures for one version: requests, error rate and
-  // the analysis percentile's TTFT and end-to-end latency.
-  function figuresText(who, f) {
+  // the median and analysis percentile of TTFT.
+  function figuresText(who, f, pct) {
     if (!f) return who + ": –";
-    return `${who}: ${num(f.requests)} req · ${num(100 * f.errorRate, 1)}% errors · ` +
-      `TTFT ${num(1000 * f.ttftSeconds)} ms · e2e ${num(1000 * f.e2eSeconds)} ms`;
+    return `${who}: ${num(f.requests)} req · ${num(100 * f.errorRate, 2)}% errors · ` +
+      `TTFT median ${num(1000 * (f.ttftMedianSeconds || 0))} ms, p${pct || 95} ${num(1000 * f.ttftSeconds)} ms · ` +
+      `e2e median ${num(1000 * (f.e2eMedianSeconds || 0))} ms`;
+  }
+
+  const checkLabels = { ttft: "TTFT", e2e: "end-to-end", errors: "errors vs stable",
+    errorRateCap: "error-rate cap", ttftCap: "TTFT cap", e2eCap: "end-to-end cap", slo: "SLO attainment" };
+
+  function pValue(p) { return p === null || p === undefined ? "" : ` · p ${p < 0.001 ? p.toExponential(1) : num(p, 3)}`; }
+  function times(x) { return x === null || x === undefined ? "∞" : num(x, 2) + "×"; }
+
+  // One check of the analysis, with the numbers behind its verdict (the
+  // server's why says the same in words; these are the figures).
+  function checkLine(c, a) {
+    const line = el("div", "check sub");
+    line.dataset.check = c.name;
+    line.dataset.verdict = c.verdict;
+    const v = el("span", "chip v-" + c.verdict, c.verdict);
+    line.append(v, " ", el("b", null, checkLabels[c.name] || c.name), " ");
+    let text;
+    if (c.verdict === "inconclusive") {
+      text = c.why;
+    } else if (c.test === "mann-whitney-u") {
+      text = `p${a.percentile || 95} ${num(1000 * c.canary)} vs ${num(1000 * c.stable)} ms = ${times(c.effect)} ` +
+        `(max ${times(c.threshold)}, slack ${num(c.slackMs)} ms) · medians ${num(1000 * c.canaryMedian)} vs ` +
+        `${num(1000 * c.stableMedian)} ms · Mann-Whitney${pValue(c.pValue)} · n ${num(c.canarySamples)}/${num(c.stableSamples)}`;
+    } else if (c.test === "cap") {
+      text = `p${a.percentile || 95} ${num(1000 * c.canary)} ms (cap ${num(1000 * c.threshold)} ms) · n ${num(c.canarySamples)}`;
+    } else if (c.name === "slo") {
+      text = `${num(100 * c.canary, 1)}% (min ${num(100 * c.threshold, 1)}%) · binomial${pValue(c.pValue)} · n ${num(c.canarySamples)}`;
+    } else {
+      const against = c.name === "errors" ? ` vs ${num(100 * c.stable, 2)}% = ${times(c.effect)} (max ${times(c.threshold)})`
+        : ` (cap ${num(100 * c.threshold, 2)}%)`;
+      text = `${num(100 * c.canary, 2)}%${against} · ${c.test === "fisher-exact" ? "Fisher" : "binomial"}${pValue(c.pValue)}` +
+        ` · n ${num(c.canarySamples)}/${num(c.stableSamples)}`;
+    }
+    line.append(text);
+    return line;
   }
 
   function rolloutCells(ro) {
@@ -492,9 +528,17 @@
       const v = el("span", "chip v-" + a.verdict, a.verdict);
       v.dataset.verdict = a.verdict;
       analysis.appendChild(v);
-      if (a.why) analysis.append(" ", el("span", "sub", a.why));
-      analysis.append(el("div", "sub", figuresText("canary", a.canary)),
-        el("div", "sub", figuresText("stable", a.stable)));
+      const checks = a.checks || [];
+      // Waiting for data, or every check at once: the why in words.
+      if (a.verdict === "inconclusive" || checks.length === 0) {
+        analysis.append(" ", el("span", "sub", a.why || "not evaluated yet"));
+      }
+      if (typeof a.confidence === "number") {
+        analysis.append(" ", el("span", "sub", `confidence ${num(100 * a.confidence, 2)}% · ≥ ${num(a.minSamples)} samples a version`));
+      }
+      for (const c of checks) analysis.appendChild(checkLine(c, a));
+      analysis.append(el("div", "sub", figuresText("canary", a.canary, a.percentile)),
+        el("div", "sub", figuresText("stable", a.stable, a.percentile)));
     }
     return [phase, analysis];
   }

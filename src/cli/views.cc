@@ -380,15 +380,29 @@ void DescribeRollout(const Json& r, std::ostream& out) {
   }
   const Json* a = Find(ro, {"analysis"});
   if (a != nullptr) {
-    out << "Analysis:  " << Text(*a, {"verdict"}) << ": " << Text(*a, {"why"})
-        << "\n";
+    const std::string why = Text(*a, {"why"});
+    out << "Analysis:  " << Text(*a, {"verdict"}) << ": "
+        << (why.empty() ? "not evaluated yet" : why) << "\n";
+    if (Find(*a, {"confidence"}) != nullptr) {
+      out << "  confidence "
+          << absl::StrFormat("%g%%", Number(*a, {"confidence"}) * 100)
+          << ", at least " << Text(*a, {"minSamples"}, "0")
+          << " samples a version\n";
+    }
+    for (const Json& c : Array(*a, {"checks"})) {
+      out << "  " << Text(c, {"name"}) << " (" << Text(c, {"test"})
+          << "): " << Text(c, {"verdict"}) << ": " << Text(c, {"why"}) << "\n";
+    }
     for (const char* v : {"stable", "canary"}) {
+      const auto ms = [&](const char* key) {
+        return static_cast<int64_t>(Number(*a, {v, key}) * 1000);
+      };
       out << "  " << v << ": " << Text(*a, {v, "requests"}, "0")
-          << " requests, " << Text(*a, {v, "errors"}, "0") << " errors, TTFT "
-          << static_cast<int64_t>(Number(*a, {v, "ttftSeconds"}) * 1000)
-          << " ms, end-to-end "
-          << static_cast<int64_t>(Number(*a, {v, "e2eSeconds"}) * 1000)
-          << " ms\n";
+          << " requests, " << Text(*a, {v, "errors"}, "0")
+          << " errors, TTFT median " << ms("ttftMedianSeconds") << " ms, p"
+          << absl::StrFormat("%g", Number(*a, {"percentile"})) << " "
+          << ms("ttftSeconds") << " ms, end-to-end median "
+          << ms("e2eMedianSeconds") << " ms\n";
     }
   }
 }

@@ -147,10 +147,11 @@ void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
     const std::string ap = rp + ".analysis";
     if (Map(a, ap)) {
       AnalysisSpec& an = rollout.analysis;
-      CheckKeys(a, ap,
-                {"windowS", "minRequests", "percentile", "maxTtftRatio",
-                 "maxE2eRatio", "maxTtftMs", "maxE2eMs", "maxErrorRate",
-                 "minSloAttainment"});
+      CheckKeys(
+          a, ap,
+          {"windowS", "minRequests", "confidence", "percentile", "maxTtftRatio",
+           "maxE2eRatio", "slackMs", "maxTtftMs", "maxE2eMs", "maxErrorRate",
+           "maxErrorRatio", "minSloAttainment"});
       auto num = [&](const char* key, double lo, double hi, double* out) {
         if (const YAML::Node n = a[key])
           Bounded(n, ap + "." + key, lo, hi, out);
@@ -159,12 +160,15 @@ void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
       if (const YAML::Node n = a["minRequests"]) {
         Int(n, ap + ".minRequests", 1, 1000000, &an.min_requests);
       }
+      num("confidence", 0.5, 0.9999, &an.confidence);
       num("percentile", 1, 100, &an.percentile);
       num("maxTtftRatio", 0, 1000, &an.max_ttft_ratio);
       num("maxE2eRatio", 0, 1000, &an.max_e2e_ratio);
+      num("slackMs", 0, 60000, &an.slack_ms);
       num("maxTtftMs", 0, 86400000, &an.max_ttft_ms);
       num("maxE2eMs", 0, 86400000, &an.max_e2e_ms);
       num("maxErrorRate", 0, 1, &an.max_error_rate);
+      num("maxErrorRatio", 0, 1000, &an.max_error_ratio);
       num("minSloAttainment", 0, 1, &an.min_slo_attainment);
     }
   }
@@ -286,12 +290,15 @@ nlohmann::json ModelRouteSpecJson(const ModelRouteSpec& r) {
         {"analysis",
          {{"windowS", a.window_s},
           {"minRequests", a.min_requests},
+          {"confidence", a.confidence},
           {"percentile", a.percentile},
           {"maxTtftRatio", a.max_ttft_ratio},
           {"maxE2eRatio", a.max_e2e_ratio},
+          {"slackMs", a.slack_ms},
           {"maxTtftMs", a.max_ttft_ms},
           {"maxE2eMs", a.max_e2e_ms},
           {"maxErrorRate", a.max_error_rate},
+          {"maxErrorRatio", a.max_error_ratio},
           {"minSloAttainment", a.min_slo_attainment}}},
         {"scaleDownStable", ro.scale_down_stable},
     };

@@ -43,20 +43,34 @@
 //           manual: false            #   true: wait for `rollout promote`
 //                                    #   default steps: 5, 25, 50 (60 s each);
 //                                    #   after the last, the canary gets 100
-//       analysis:
+//       analysis:                    #   docs/versions.md, "The analysis"
 //         windowS: 60                #   the comparison looks at the last
 //                                    #   windowS of the step (1..3600)
 //         minRequests: 20            #   per version in the window before a
-//                                    #   verdict (1..1000000)
+//                                    #   verdict (1..1000000); the latency
+//                                    #   tests also need what the confidence
+//                                    #   needs (at least 10 a version)
+//         confidence: 0.99           #   of every test (0.5..0.9999): a check
+//                                    #   fails only on a p-value below
+//                                    #   1 - confidence
 //         percentile: 95             #   of TTFT and end-to-end latency
-//         maxTtftRatio: 1.5          #   canary / stable percentile TTFT;
-//         maxE2eRatio: 1.5           #   0: not checked
+//         maxTtftRatio: 1.5          #   canary / stable percentile TTFT: the
+//         maxE2eRatio: 1.5           #   effect size a significantly slower
+//                                    #   canary must exceed (0..1000; 0:
+//                                    #   not checked)
+//         slackMs: 10                #   a percentile difference up to this
+//                                    #   never fails (0..60000)
 //         maxTtftMs: 0               #   absolute caps on the canary's
 //         maxE2eMs: 0                #   percentiles; 0: not checked
-//         maxErrorRate: 0.05         #   canary error share (0..1)
+//         maxErrorRate: 0.05         #   canary error share (0..1): fails
+//                                    #   when significantly above it
+//         maxErrorRatio: 1.5         #   canary / stable error rate, when
+//                                    #   significantly above the stable's
+//                                    #   (0..1000; 0: not checked)
 //         minSloAttainment: 0        #   share of canary requests within the
 //                                    #   canary deployment's spec.slo.ttftMs
-//                                    #   (0..1; 0: not checked)
+//                                    #   (0..1; 0: not checked): fails when
+//                                    #   significantly below it
 //       scaleDownStable: true        #   after promotion the stable's
 //                                    #   replicas stop (it keeps its spec; a
 //                                    #   new rollout or deleting the route
@@ -96,12 +110,15 @@ struct RolloutStepSpec {
 struct AnalysisSpec {
   double window_s = 60;
   int64_t min_requests = 20;
+  double confidence = 0.99;
   double percentile = 95;
   double max_ttft_ratio = 1.5;
   double max_e2e_ratio = 1.5;
   double max_ttft_ms = 0;
   double max_e2e_ms = 0;
+  double slack_ms = 10;
   double max_error_rate = 0.05;
+  double max_error_ratio = 1.5;
   double min_slo_attainment = 0;
   bool operator==(const AnalysisSpec&) const = default;
 };

@@ -31,7 +31,8 @@ TEST(ModelRouteTest, ParsesEveryFieldAndRoundTrips) {
       - {weight: 50, pauseS: 0, manual: true}
     analysis: {windowS: 20, minRequests: 5, percentile: 90, maxTtftRatio: 2,
                maxE2eRatio: 0, maxTtftMs: 500, maxE2eMs: 4000,
-               maxErrorRate: 0.1, minSloAttainment: 0.9}
+               maxErrorRate: 0.1, minSloAttainment: 0.9, confidence: 0.95,
+               slackMs: 25, maxErrorRatio: 3}
     scaleDownStable: false
 )";
   auto got = ParseManifests(text, "r.yaml");
@@ -54,6 +55,9 @@ TEST(ModelRouteTest, ParsesEveryFieldAndRoundTrips) {
   EXPECT_EQ(r.rollout->analysis.min_requests, 5);
   EXPECT_EQ(r.rollout->analysis.max_ttft_ms, 500);
   EXPECT_EQ(r.rollout->analysis.min_slo_attainment, 0.9);
+  EXPECT_EQ(r.rollout->analysis.confidence, 0.95);
+  EXPECT_EQ(r.rollout->analysis.slack_ms, 25);
+  EXPECT_EQ(r.rollout->analysis.max_error_ratio, 3);
   EXPECT_FALSE(r.rollout->scale_down_stable);
   ASSERT_TRUE(r.shadow);
   EXPECT_EQ(r.shadow->deployment, "chat-v3");
@@ -81,6 +85,9 @@ TEST(ModelRouteTest, Defaults) {
   const RolloutSpec& s = *ro->front().route.rollout;
   EXPECT_EQ(s.steps, DefaultRolloutSteps());
   EXPECT_EQ(s.analysis, AnalysisSpec{});
+  EXPECT_EQ(s.analysis.confidence, 0.99);
+  EXPECT_EQ(s.analysis.slack_ms, 10);
+  EXPECT_EQ(s.analysis.max_error_ratio, 1.5);
   EXPECT_TRUE(s.scale_down_stable);
 }
 
@@ -123,6 +130,18 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
       {"  targets: [{deployment: a}, {deployment: b}]\n"
        "  rollout: {canary: b, analysis: {maxErrorRate: 2}}\n",
        "spec.rollout.analysis.maxErrorRate: must be in 0..1, got 2"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, analysis: {confidence: 1}}\n",
+       "spec.rollout.analysis.confidence: must be in 0.5..0.9999, got 1"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, analysis: {confidence: 0.2}}\n",
+       "spec.rollout.analysis.confidence: must be a number >= 0.5"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, analysis: {slackMs: -1}}\n",
+       "spec.rollout.analysis.slackMs: must be a number >= 0"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, analysis: {maxErrorRatio: 5000}}\n",
+       "spec.rollout.analysis.maxErrorRatio: must be in 0..1000, got 5000"},
       {"  targets: [{deployment: a}, {deployment: b}]\n"
        "  rollout: {canary: b, steps: [{pauseS: 5}]}\n",
        "spec.rollout.steps[0].weight: required"},

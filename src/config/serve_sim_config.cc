@@ -333,7 +333,8 @@ class Parser : public YamlReader {
               {"name", "kind", "model", "gpu", "tensor_parallel",
                "gpu_fraction", "replicas", "max_ongoing_requests", "router",
                "queue", "engine", "batching", "autoscaling", "count",
-               "priority_class", "owner", "spot"});
+               "priority_class", "owner", "spot", "latency_multiplier",
+               "error_rate"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
@@ -379,6 +380,8 @@ class Parser : public YamlReader {
     }
     OptInt(d, "replicas", d["autoscaling"] ? 0 : 1, 1000000, &spec.replicas);
     OptInt(d, "max_ongoing_requests", 1, 1000000, &spec.max_ongoing_requests);
+    OptDouble(d, "latency_multiplier", 0.01, 100, &spec.latency_multiplier);
+    OptDouble(d, "error_rate", 0, 1, &spec.error_rate);
     if (const YAML::Node r = d["router"]; r && IsMap(r, "router")) {
       CheckKeys(r, "router",
                 {"policy", "load_bound_epsilon", "affinity_blocks",

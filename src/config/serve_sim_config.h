@@ -86,6 +86,14 @@
 //       replicas: 1                # fixed replica count, >= 1 (with
 //                                  #   autoscaling: initial, >= 0)
 //       max_ongoing_requests: 64   # per-replica concurrency cap
+//       latency_multiplier: 1      # 0.01..100: scales the engine's
+//                                  #   latencies (llm: the profile's prefill
+//                                  #   and decode times; tensor: base_s and
+//                                  #   per_item_s), e.g. a slower canary
+//       error_rate: 0              # 0..1: the share of its finished
+//                                  #   requests that fail (a seeded draw per
+//                                  #   request); route analyses see them as
+//                                  #   errors, like an engine's 500
 //       router:                    # serving/router.h RouterConfig
 //         policy: least-outstanding
 //         load_bound_epsilon: 0.25
@@ -265,6 +273,8 @@ struct SimDeploymentSpec {
   // Seconds from a replica's start to ready; -1: from the model-load profile
   // (or the documented default, sim/cold_start.h).
   double cold_start_s = -1;
+  double latency_multiplier = 1;
+  double error_rate = 0;
   int line = 0;
 };
 

@@ -213,17 +213,21 @@ workload:
   EXPECT_DOUBLE_EQ(plain->deployments[0].cold_start_s, -1);
 }
 
-TEST(ServeSimConfigTest, AutoscalingErrors) {
-  const std::string base = R"(
+// One llm deployment and a trace workload, around a block of its fields.
+constexpr char kChatDeployment[] = R"(
 deployments:
   - name: chat
     model: llama-2-7b
     gpu: A100-80GB
 )";
-  const std::string tail = R"(
+constexpr char kTraceWorkload[] = R"(
 workload:
   trace: {format: azure, path: trace.csv}
 )";
+
+TEST(ServeSimConfigTest, AutoscalingErrors) {
+  const std::string base = kChatDeployment;
+  const std::string tail = kTraceWorkload;
   struct Bad {
     std::string block;
     std::string message;
@@ -242,6 +246,32 @@ workload:
     auto cfg = ParseServeSimYaml(base + b.block + tail, "sim.yaml", "");
     ASSERT_FALSE(cfg.ok()) << b.block;
     EXPECT_THAT(cfg.status().message(), HasSubstr(b.message)) << b.block;
+  }
+}
+
+TEST(ServeSimConfigTest, CanaryKnobs) {
+  const std::string base = kChatDeployment;
+  const std::string tail = kTraceWorkload;
+  auto ok = ParseServeSimYaml(
+      base + "    latency_multiplier: 1.5\n    error_rate: 0.02" + tail,
+      "sim.yaml", "");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->deployments[0].latency_multiplier, 1.5);
+  EXPECT_EQ(ok->deployments[0].error_rate, 0.02);
+  auto plain = ParseServeSimYaml(base + tail, "sim.yaml", "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->deployments[0].latency_multiplier, 1);
+  EXPECT_EQ(plain->deployments[0].error_rate, 0);
+  for (const auto& [block, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"    latency_multiplier: 0", "latency_multiplier"},
+           {"    latency_multiplier: 101", "latency_multiplier"},
+           {"    error_rate: 1.5", "error_rate"},
+           {"    error_rate: -0.1", "error_rate"},
+       }) {
+    auto cfg = ParseServeSimYaml(base + block + tail, "sim.yaml", "");
+    ASSERT_FALSE(cfg.ok()) << block;
+    EXPECT_THAT(cfg.status().message(), HasSubstr(message)) << block;
   }
 }
 

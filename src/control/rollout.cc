@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/random.h"
+#include "control/canary_stats.h"
 
 namespace gpusched::control {
 
@@ -24,42 +27,120 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 std::string Ms(double s) { return absl::StrFormat("%.0f ms", s * 1000); }
+std::string Pct(double r) { return absl::StrFormat("%.2f%%", r * 100); }
+std::string Times(double r) {
+  return std::isinf(r) ? std::string("inf") : absl::StrFormat("%.2fx", r);
+}
+std::string P(double p) { return absl::StrFormat("p = %.2g", p); }
+
+// canary / stable, infinity over a stable 0 (no 1 ms floor: the absolute
+// slack is what keeps tiny figures from failing).
+double Ratio(double canary, double stable) {
+  if (stable > 0) return canary / stable;
+  return canary > 0 ? std::numeric_limits<double>::infinity() : 1.0;
+}
+
+json Finite(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// Latency: significant (Mann-Whitney), above the ratio and above the slack.
+Check LatencyCheck(const config::AnalysisSpec& spec, const char* name,
+                   const char* label, const std::vector<double>& stable,
+                   const std::vector<double>& canary, double max_ratio,
+                   int64_t need) {
+  Check c;
+  c.name = name;
+  c.test = "mann-whitney-u";
+  c.n_stable = static_cast<int64_t>(stable.size());
+  c.n_canary = static_cast<int64_t>(canary.size());
+  c.threshold = max_ratio;
+  c.slack_ms = spec.slack_ms;
+  const std::string p = absl::StrFormat("p%g %s", spec.percentile, label);
+  if (c.n_canary < need || c.n_stable < need) {
+    c.why = absl::StrCat(label, ": waiting for ", need,
+                         " samples a version (canary ", c.n_canary, ", stable ",
+                         c.n_stable, ")");
+    return c;
+  }
+  c.stable = Percentile(stable, spec.percentile);
+  c.canary = Percentile(canary, spec.percentile);
+  c.stable_median = Percentile(stable, 50);
+  c.canary_median = Percentile(canary, 50);
+  c.effect = Ratio(c.canary, c.stable);
+  c.p_value = MannWhitneyGreater(canary, stable).p_value;
+  const double alpha = 1 - spec.confidence;
+  const bool significant = c.p_value < alpha;
+  const bool large = c.effect > max_ratio;
+  const bool beyond_slack = (c.canary - c.stable) * 1000 > spec.slack_ms;
+  const std::string figures = absl::StrFormat(
+      "%s %s vs %s = %s (max %s, slack %g ms), medians %s vs %s, "
+      "Mann-Whitney %s (%s needed) over %d/%d samples",
+      p, Ms(c.canary), Ms(c.stable), Times(c.effect), Times(max_ratio),
+      spec.slack_ms, Ms(c.canary_median), Ms(c.stable_median), P(c.p_value),
+      absl::StrFormat("< %.2g", alpha), c.n_canary, c.n_stable);
+  c.verdict =
+      significant && large && beyond_slack ? Verdict::kFail : Verdict::kPass;
+  c.why = figures;
+  return c;
+}
 
 }  // namespace
+
+void VersionWindow::Add(const VersionSample& s) {
+  ++requests;
+  if (!s.ok) {
+    ++errors;
+    return;
+  }
+  if (ttft_slo_s > 0 && s.ttft_s <= ttft_slo_s) ++within_slo;
+  const int64_t seen = requests - errors;  // ok samples so far, this one too
+  if (ttft_s.size() < kMaxWindowSamples) {
+    ttft_s.push_back(s.ttft_s);
+    e2e_s.push_back(s.e2e_s);
+    return;
+  }
+  rng = Mix64(rng);
+  const uint64_t j = rng % static_cast<uint64_t>(seen);
+  if (j < kMaxWindowSamples) {
+    ttft_s[j] = s.ttft_s;
+    e2e_s[j] = s.e2e_s;
+  }
+}
+
+VersionWindow Collect(const std::vector<VersionSample>& samples,
+                      double ttft_slo_s) {
+  VersionWindow w(ttft_slo_s);
+  for (const VersionSample& s : samples) w.Add(s);
+  return w;
+}
 
 json VersionFigures::Json() const {
   json j = {{"requests", requests},
             {"errors", errors},
             {"errorRate", error_rate},
+            {"latencySamples", latency_samples},
             {"ttftSeconds", ttft_s},
-            {"e2eSeconds", e2e_s}};
+            {"e2eSeconds", e2e_s},
+            {"ttftMedianSeconds", ttft_median_s},
+            {"e2eMedianSeconds", e2e_median_s}};
   j["sloAttainment"] =
       slo_attainment < 0 ? json(nullptr) : json(slo_attainment);
   return j;
 }
 
-VersionFigures Summarize(const std::vector<VersionSample>& samples,
-                         double percentile, double ttft_slo_s) {
+VersionFigures Summarize(const VersionWindow& w, double percentile) {
   VersionFigures f;
-  std::vector<double> ttft, e2e;
-  int64_t within = 0;
-  for (const VersionSample& s : samples) {
-    ++f.requests;
-    if (!s.ok) {
-      ++f.errors;
-      continue;
-    }
-    ttft.push_back(s.ttft_s);
-    e2e.push_back(s.e2e_s);
-    if (s.ttft_s <= ttft_slo_s) ++within;
+  f.requests = w.requests;
+  f.errors = w.errors;
+  if (w.requests > 0) {
+    f.error_rate = static_cast<double>(w.errors) / w.requests;
   }
-  if (f.requests > 0) {
-    f.error_rate = static_cast<double>(f.errors) / f.requests;
-  }
-  f.ttft_s = Percentile(std::move(ttft), percentile);
-  f.e2e_s = Percentile(std::move(e2e), percentile);
-  if (ttft_slo_s > 0 && f.requests > 0) {
-    f.slo_attainment = static_cast<double>(within) / f.requests;
+  f.latency_samples = static_cast<int64_t>(w.ttft_s.size());
+  f.ttft_s = Percentile(w.ttft_s, percentile);
+  f.e2e_s = Percentile(w.e2e_s, percentile);
+  f.ttft_median_s = Percentile(w.ttft_s, 50);
+  f.e2e_median_s = Percentile(w.e2e_s, 50);
+  if (w.ttft_slo_s > 0 && w.requests > 0) {
+    f.slo_attainment = static_cast<double>(w.within_slo) / w.requests;
   }
   return f;
 }
@@ -76,75 +157,160 @@ const char* VerdictName(Verdict v) {
   return "?";
 }
 
-json Analysis::Json() const {
-  return {{"verdict", VerdictName(verdict)},
-          {"why", why},
-          {"stable", stable.Json()},
-          {"canary", canary.Json()}};
+json Check::Json() const {
+  json j = {{"name", name},
+            {"test", test},
+            {"verdict", VerdictName(verdict)},
+            {"stableSamples", n_stable},
+            {"canarySamples", n_canary},
+            {"stable", stable},
+            {"canary", canary},
+            {"threshold", threshold},
+            {"why", why}};
+  if (test == "mann-whitney-u") {
+    j["stableMedian"] = stable_median;
+    j["canaryMedian"] = canary_median;
+    j["slackMs"] = slack_ms;
+  }
+  if (test != "cap") j["effect"] = Finite(effect);
+  j["pValue"] = p_value < 0 ? json(nullptr) : json(p_value);
+  return j;
 }
 
-Analysis Analyze(const config::AnalysisSpec& spec, const VersionFigures& stable,
-                 const VersionFigures& canary) {
+json Analysis::Json() const {
+  json cs = json::array();
+  for (const Check& c : checks) cs.push_back(c.Json());
+  return {{"verdict", VerdictName(verdict)}, {"why", why},
+          {"confidence", confidence},        {"percentile", percentile},
+          {"minSamples", min_samples},       {"checks", std::move(cs)},
+          {"stable", stable.Json()},         {"canary", canary.Json()}};
+}
+
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
+                 const VersionWindow& canary) {
   Analysis a;
-  a.stable = stable;
-  a.canary = canary;
+  a.stable = Summarize(stable, spec.percentile);
+  a.canary = Summarize(canary, spec.percentile);
+  a.confidence = spec.confidence;
+  a.percentile = spec.percentile;
+  const double alpha = 1 - spec.confidence;
+  a.min_samples = std::max(spec.min_requests, MinRankSamples(alpha));
   if (canary.requests < spec.min_requests) {
-    a.why = absl::StrCat("the canary has ", canary.requests, " of ",
-                         spec.min_requests, " requests in the window");
+    a.why = absl::StrCat("waiting for ", spec.min_requests,
+                         " canary requests in the window (", canary.requests,
+                         " so far)");
     return a;
   }
-  std::vector<std::string> failed, missing;
-  if (canary.error_rate > spec.max_error_rate) {
-    failed.push_back(
-        absl::StrFormat("error rate %.1f%% > %.1f%% (%d of %d requests)",
-                        canary.error_rate * 100, spec.max_error_rate * 100,
-                        canary.errors, canary.requests));
+  // Errors as rates: against the cap (binomial), against the stable
+  // (Fisher exact).
+  auto error_check = [&](const char* name, const char* test, double threshold) {
+    Check c;
+    c.name = name;
+    c.test = test;
+    c.n_canary = canary.requests;
+    c.n_stable = stable.requests;
+    c.canary = a.canary.error_rate;
+    c.stable = a.stable.error_rate;
+    c.threshold = threshold;
+    c.effect = Ratio(c.canary, c.stable);
+    return c;
+  };
+  {
+    Check c = error_check("errorRateCap", "binomial", spec.max_error_rate);
+    c.p_value =
+        BinomialGreater(canary.errors, canary.requests, spec.max_error_rate);
+    c.verdict = c.p_value < alpha ? Verdict::kFail : Verdict::kPass;
+    c.why = absl::StrFormat(
+        "error rate %s (%d of %d) against the cap %s: binomial %s (< %.2g "
+        "fails)",
+        Pct(c.canary), canary.errors, canary.requests, Pct(c.threshold),
+        P(c.p_value), alpha);
+    a.checks.push_back(std::move(c));
   }
-  const std::string p = absl::StrFormat("p%g", spec.percentile);
-  if (spec.max_ttft_ms > 0 && canary.ttft_s * 1000 > spec.max_ttft_ms) {
-    failed.push_back(absl::StrCat(p, " TTFT ", Ms(canary.ttft_s), " > ",
-                                  spec.max_ttft_ms, " ms"));
+  if (spec.max_error_ratio > 0) {
+    Check c = error_check("errors", "fisher-exact", spec.max_error_ratio);
+    if (stable.requests < spec.min_requests) {
+      c.why = absl::StrCat("errors: waiting for ", spec.min_requests,
+                           " stable requests (", stable.requests, ")");
+    } else {
+      c.p_value = FisherGreater(canary.errors, canary.requests, stable.errors,
+                                stable.requests);
+      c.verdict = c.p_value < alpha && c.effect > c.threshold ? Verdict::kFail
+                                                              : Verdict::kPass;
+      c.why = absl::StrFormat(
+          "error rate %s (%d of %d) vs %s (%d of %d) = %s (max %s), Fisher "
+          "%s (< %.2g needed)",
+          Pct(c.canary), canary.errors, canary.requests, Pct(c.stable),
+          stable.errors, stable.requests, Times(c.effect), Times(c.threshold),
+          P(c.p_value), alpha);
+    }
+    a.checks.push_back(std::move(c));
   }
-  if (spec.max_e2e_ms > 0 && canary.e2e_s * 1000 > spec.max_e2e_ms) {
-    failed.push_back(absl::StrCat(p, " end-to-end ", Ms(canary.e2e_s), " > ",
-                                  spec.max_e2e_ms, " ms"));
+  if (spec.max_ttft_ratio > 0) {
+    a.checks.push_back(LatencyCheck(spec, "ttft", "TTFT", stable.ttft_s,
+                                    canary.ttft_s, spec.max_ttft_ratio,
+                                    a.min_samples));
   }
-  if (spec.min_slo_attainment > 0 && canary.slo_attainment >= 0 &&
-      canary.slo_attainment < spec.min_slo_attainment) {
-    failed.push_back(absl::StrFormat("SLO attainment %.1f%% < %.1f%%",
-                                     canary.slo_attainment * 100,
-                                     spec.min_slo_attainment * 100));
+  if (spec.max_e2e_ratio > 0) {
+    a.checks.push_back(LatencyCheck(spec, "e2e", "end-to-end", stable.e2e_s,
+                                    canary.e2e_s, spec.max_e2e_ratio,
+                                    a.min_samples));
   }
-  const bool ratios = spec.max_ttft_ratio > 0 || spec.max_e2e_ratio > 0;
-  if (ratios && stable.requests < spec.min_requests) {
-    missing.push_back(absl::StrCat("the stable has ", stable.requests, " of ",
-                                   spec.min_requests,
-                                   " requests in the window"));
-  } else {
-    auto ratio = [&](const char* what, double c, double s, double max) {
-      // A stable that answered in ~0 s: compare against 1 ms.
-      const double r = c / std::max(s, 0.001);
-      if (max > 0 && r > max) {
-        failed.push_back(
-            absl::StrFormat("%s %s %s = %.2fx the stable's %s (max %.2fx)", p,
-                            what, Ms(c), r, Ms(s), max));
-      }
-    };
-    ratio("TTFT", canary.ttft_s, stable.ttft_s, spec.max_ttft_ratio);
-    ratio("end-to-end", canary.e2e_s, stable.e2e_s, spec.max_e2e_ratio);
+  // Absolute caps on the canary's percentiles (the stable is not needed).
+  auto cap = [&](const char* name, const char* label, double value,
+                 double max_ms) {
+    if (max_ms <= 0) return;
+    Check c;
+    c.name = name;
+    c.test = "cap";
+    c.n_canary = a.canary.latency_samples;
+    c.canary = value;
+    c.threshold = max_ms / 1000;
+    if (c.n_canary < spec.min_requests) {
+      c.why = absl::StrCat(label, " cap: waiting for ", spec.min_requests,
+                           " ok canary requests (", c.n_canary, ")");
+    } else {
+      c.verdict = value * 1000 > max_ms ? Verdict::kFail : Verdict::kPass;
+      c.why = absl::StrFormat("p%g %s %s (cap %g ms)", spec.percentile, label,
+                              Ms(value), max_ms);
+    }
+    a.checks.push_back(std::move(c));
+  };
+  cap("ttftCap", "TTFT", a.canary.ttft_s, spec.max_ttft_ms);
+  cap("e2eCap", "end-to-end", a.canary.e2e_s, spec.max_e2e_ms);
+  if (spec.min_slo_attainment > 0 && a.canary.slo_attainment >= 0) {
+    Check c;
+    c.name = "slo";
+    c.test = "binomial";
+    c.n_canary = canary.requests;
+    c.canary = a.canary.slo_attainment;
+    c.threshold = spec.min_slo_attainment;
+    c.effect = c.canary / c.threshold;
+    // Misses (late or failed) significantly above the allowed share.
+    c.p_value = BinomialGreater(canary.requests - canary.within_slo,
+                                canary.requests, 1 - spec.min_slo_attainment);
+    c.verdict = c.p_value < alpha ? Verdict::kFail : Verdict::kPass;
+    c.why = absl::StrFormat(
+        "SLO attainment %s of %d requests (min %s): binomial %s (< %.2g "
+        "fails)",
+        Pct(c.canary), canary.requests, Pct(c.threshold), P(c.p_value), alpha);
+    a.checks.push_back(std::move(c));
+  }
+  std::vector<std::string> failed, waiting, passed;
+  for (const Check& c : a.checks) {
+    (c.verdict == Verdict::kFail   ? failed
+     : c.verdict == Verdict::kPass ? passed
+                                   : waiting)
+        .push_back(c.why);
   }
   if (!failed.empty()) {
     a.verdict = Verdict::kFail;
     a.why = absl::StrJoin(failed, "; ");
-  } else if (!missing.empty()) {
-    a.why = absl::StrJoin(missing, "; ");
+  } else if (!waiting.empty()) {
+    a.why = absl::StrJoin(waiting, "; ");
   } else {
     a.verdict = Verdict::kPass;
-    a.why = absl::StrFormat(
-        "canary %s TTFT %s, end-to-end %s, errors %.1f%% over %d requests; "
-        "stable %s, %s over %d",
-        p, Ms(canary.ttft_s), Ms(canary.e2e_s), canary.error_rate * 100,
-        canary.requests, Ms(stable.ttft_s), Ms(stable.e2e_s), stable.requests);
+    a.why = absl::StrJoin(passed, "; ");
   }
   return a;
 }
@@ -273,8 +439,8 @@ RolloutChange Rollout::Advance(Micros now, const std::string& why) {
 }
 
 std::vector<RolloutChange> Rollout::Step(Micros now,
-                                         const VersionFigures& stable,
-                                         const VersionFigures& canary) {
+                                         const VersionWindow& stable,
+                                         const VersionWindow& canary) {
   std::vector<RolloutChange> out;
   if (done()) return out;
   last_ = Analyze(spec_.analysis, stable, canary);

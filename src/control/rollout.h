@@ -12,9 +12,15 @@
 // Abort() is a manual rollback; Retry() starts again from the first step.
 //
 // The analysis (Analyze) compares the canary with the stable over the same
-// window: error share, percentile TTFT and end-to-end latency (ratios to
-// the stable's, and absolute caps), and SLO attainment; a verdict needs
-// minRequests of each version the check reads.
+// window and rolls back only on evidence (docs/versions.md, "The
+// analysis"): latencies with a one-sided Mann-Whitney U test at the
+// configured confidence, failing only when the difference is significant,
+// the percentile ratio is above its threshold (maxTtftRatio, maxE2eRatio:
+// the effect size) and the difference is above the absolute slack
+// (slackMs); error rates with exact tests (Fisher against the stable's,
+// binomial against the maxErrorRate cap); SLO attainment with a binomial
+// test. Before the samples the confidence needs, the verdict is
+// inconclusive, never a rollback.
 // Thread-compatible.
 #ifndef GPUSCHED_CONTROL_ROLLOUT_H_
 #define GPUSCHED_CONTROL_ROLLOUT_H_
@@ -37,33 +43,76 @@ struct VersionSample {
   bool ok = true;
 };
 
-// A version's figures over a window.
+// The latency samples kept per version and window (a uniform reservoir
+// beyond it); counts stay exact.
+inline constexpr size_t kMaxWindowSamples = 2048;
+
+// A version's requests in an analysis window: exact counts, and the ok
+// requests' latencies as a uniform reservoir of at most kMaxWindowSamples
+// (Algorithm R with a fixed seed: the same samples in the same order give
+// the same reservoir, so simulations stay reproducible).
+struct VersionWindow {
+  explicit VersionWindow(double ttft_slo_s = 0) : ttft_slo_s(ttft_slo_s) {}
+  void Add(const VersionSample& s);
+
+  double ttft_slo_s = 0;  // 0: no SLO
+  int64_t requests = 0, errors = 0;
+  int64_t within_slo = 0;                // ok requests with TTFT <= the SLO
+  std::vector<double> ttft_s, e2e_s;     // ok requests (the reservoir)
+  uint64_t rng = 0x9e3779b97f4a7c15ULL;  // the reservoir's draws
+};
+// The window of `samples`; `ttft_slo_s` 0: no SLO.
+VersionWindow Collect(const std::vector<VersionSample>& samples,
+                      double ttft_slo_s);
+
+// A version's figures over a window, for people.
 struct VersionFigures {
   int64_t requests = 0;
   int64_t errors = 0;
   double error_rate = 0;
-  double ttft_s = 0;  // percentile of the ok requests (0 without any)
+  int64_t latency_samples = 0;  // ok requests in the reservoir
+  double ttft_s = 0;            // percentile of the ok requests (0 without)
   double e2e_s = 0;
+  double ttft_median_s = 0, e2e_median_s = 0;
   double slo_attainment = -1;  // share with TTFT within the SLO; -1: no SLO
   nlohmann::json Json() const;
 };
 
-// `percentile` in 1..100 (nearest rank); `ttft_slo_s` 0: no SLO.
-VersionFigures Summarize(const std::vector<VersionSample>& samples,
-                         double percentile, double ttft_slo_s);
+// `percentile` in 1..100 (nearest rank).
+VersionFigures Summarize(const VersionWindow& w, double percentile);
 
 enum class Verdict { kInconclusive, kPass, kFail };
 const char* VerdictName(Verdict v);
+
+// One check of the analysis and the numbers behind its verdict.
+struct Check {
+  std::string name;  // ttft, e2e, errors, errorRateCap, ttftCap, e2eCap, slo
+  std::string test;  // mann-whitney-u, fisher-exact, binomial, cap
+  Verdict verdict = Verdict::kInconclusive;
+  int64_t n_stable = 0, n_canary = 0;           // samples (latency) or requests
+  double stable = 0, canary = 0;                // percentile seconds, or rates
+  double stable_median = 0, canary_median = 0;  // latency checks
+  double effect = 0;     // canary / stable (infinity over a stable 0)
+  double threshold = 0;  // the max ratio, the cap or the min attainment
+  double slack_ms = 0;   // latency ratio checks
+  double p_value = -1;   // -1: no test
+  std::string why;
+  nlohmann::json Json() const;
+};
 
 struct Analysis {
   Verdict verdict = Verdict::kInconclusive;
   std::string why;  // the failed checks, or what data is missing
   VersionFigures stable, canary;
+  double confidence = 0;
+  double percentile = 0;
+  int64_t min_samples = 0;  // per version, what the confidence needs
+  std::vector<Check> checks;
   nlohmann::json Json() const;
 };
 
-Analysis Analyze(const config::AnalysisSpec& spec, const VersionFigures& stable,
-                 const VersionFigures& canary);
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
+                 const VersionWindow& canary);
 
 enum class RolloutPhase {
   kProgressing,
@@ -99,8 +148,8 @@ class Rollout {
   // One evaluation: rolls back on a failed analysis, moves to the next step
   // when the step's pause is over and its analysis passed. Returns the
   // changes (usually none).
-  std::vector<RolloutChange> Step(Micros now, const VersionFigures& stable,
-                                  const VersionFigures& canary);
+  std::vector<RolloutChange> Step(Micros now, const VersionWindow& stable,
+                                  const VersionWindow& canary);
   // When Step can next change something by itself (the step's pause end),
   // or kNever. The analysis can fail at any time, so drivers also call
   // Step whenever samples arrive (the live controller: every pass).

@@ -1,7 +1,10 @@
 #include "control/rollout.h"
 
+#include <cmath>
+#include <string>
 #include <vector>
 
+#include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -12,10 +15,25 @@ using ::testing::HasSubstr;
 
 constexpr Micros kS = kMicrosPerSecond;
 
-std::vector<VersionSample> Samples(int n, double ttft, int errors = 0) {
-  std::vector<VersionSample> v;
-  for (int i = 0; i < n; ++i) v.push_back({ttft, ttft * 4, i >= errors});
-  return v;
+// n requests around `ttft` (spread over +-45% so that ranks differ), the
+// first `errors` of them failed; end-to-end is 4x TTFT.
+VersionWindow Samples(int n, double ttft, int errors = 0, double slo = 0) {
+  VersionWindow w(slo);
+  for (int i = 0; i < n; ++i) {
+    const double t = ttft * (0.55 + 0.1 * (i % 10));
+    w.Add({t, t * 4, i >= errors});
+  }
+  return w;
+}
+
+// n draws of an exponential-ish latency with mean `ttft` from `rng`.
+VersionWindow Noisy(int n, double ttft, Rng& rng) {
+  VersionWindow w;
+  for (int i = 0; i < n; ++i) {
+    const double t = -ttft * std::log(1 - rng.UniformDouble());
+    w.Add({t, t * 4, true});
+  }
+  return w;
 }
 
 config::RolloutSpec Spec() {
@@ -27,61 +45,184 @@ config::RolloutSpec Spec() {
   return s;
 }
 
+const Check* Find(const Analysis& a, const std::string& name) {
+  for (const Check& c : a.checks) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
 TEST(AnalysisTest, Summarize) {
-  std::vector<VersionSample> v;
-  for (int i = 1; i <= 100; ++i) v.push_back({i / 1000.0, i / 100.0, i > 5});
-  const VersionFigures f = Summarize(v, 95, 0.050);
+  VersionWindow w(0.050);
+  for (int i = 1; i <= 100; ++i) w.Add({i / 1000.0, i / 100.0, i > 5});
+  const VersionFigures f = Summarize(w, 95);
   EXPECT_EQ(f.requests, 100);
   EXPECT_EQ(f.errors, 5);
   EXPECT_DOUBLE_EQ(f.error_rate, 0.05);
+  EXPECT_EQ(f.latency_samples, 95);
   // 95 ok samples 6..100 ms: nearest rank ceil(0.95 * 95) = 91 -> 96 ms.
   EXPECT_DOUBLE_EQ(f.ttft_s, 0.096);
+  EXPECT_DOUBLE_EQ(f.ttft_median_s, 0.053);  // rank 48 of 6..100
   // Within 50 ms: 6..50 = 45 of 100 requests.
   EXPECT_DOUBLE_EQ(f.slo_attainment, 0.45);
-  EXPECT_EQ(Summarize({}, 95, 0).requests, 0);
-  EXPECT_EQ(Summarize({}, 95, 0).slo_attainment, -1);
+  EXPECT_EQ(Summarize(VersionWindow(), 95).requests, 0);
+  EXPECT_EQ(Summarize(VersionWindow(), 95).slo_attainment, -1);
+}
+
+TEST(AnalysisTest, TheReservoirIsBoundedAndCountsStayExact) {
+  VersionWindow w;
+  const int n = 10 * static_cast<int>(kMaxWindowSamples);
+  for (int i = 0; i < n; ++i) w.Add({i * 1e-6, i * 1e-6, i % 100 != 0});
+  EXPECT_EQ(w.requests, n);
+  EXPECT_EQ(w.errors, (n + 99) / 100);  // i = 0, 100, 200, ...
+  EXPECT_EQ(w.ttft_s.size(), kMaxWindowSamples);
+  EXPECT_EQ(w.e2e_s.size(), kMaxWindowSamples);
+  // A uniform sample of 0..n: its median is near n/2 (not the first 2048).
+  const double median = Summarize(w, 50).ttft_median_s / 1e-6;
+  EXPECT_GT(median, 0.4 * n);
+  EXPECT_LT(median, 0.6 * n);
 }
 
 TEST(AnalysisTest, Verdicts) {
   config::AnalysisSpec spec;
   spec.min_requests = 10;
-  const VersionFigures stable = Summarize(Samples(50, 0.1), 95, 0);
-  EXPECT_EQ(Analyze(spec, stable, Summarize(Samples(9, 0.1), 95, 0)).verdict,
-            Verdict::kInconclusive);
-  EXPECT_EQ(Analyze(spec, stable, Summarize(Samples(20, 0.12), 95, 0)).verdict,
-            Verdict::kPass);
-  const Analysis slow =
-      Analyze(spec, stable, Summarize(Samples(20, 0.3), 95, 0));
-  EXPECT_EQ(slow.verdict, Verdict::kFail);
-  EXPECT_THAT(slow.why,
-              HasSubstr("p95 TTFT 300 ms = 3.00x the stable's 100 ms"));
-  const Analysis errors =
-      Analyze(spec, stable, Summarize(Samples(20, 0.1, 2), 95, 0));
-  EXPECT_EQ(errors.verdict, Verdict::kFail);
-  EXPECT_THAT(errors.why, HasSubstr("error rate 10.0% > 5.0%"));
-  // Ratios need the stable's data; absolute checks do not.
-  EXPECT_EQ(Analyze(spec, Summarize(Samples(3, 0.1), 95, 0),
-                    Summarize(Samples(20, 0.1), 95, 0))
-                .verdict,
-            Verdict::kInconclusive);
-  spec.max_ttft_ratio = spec.max_e2e_ratio = 0;
-  spec.max_ttft_ms = 200;
-  EXPECT_EQ(Analyze(spec, {}, Summarize(Samples(20, 0.1), 95, 0)).verdict,
-            Verdict::kPass);
-  EXPECT_EQ(Analyze(spec, {}, Summarize(Samples(20, 0.3), 95, 0)).verdict,
+  struct Case {
+    const char* name;
+    VersionWindow stable, canary;
+    Verdict want;
+    const char* why;  // a part of the verdict's why
+  };
+  const std::vector<Case> cases = {
+      {"too few canary requests", Samples(50, 0.1), Samples(9, 0.1),
+       Verdict::kInconclusive, "waiting for 10 canary requests"},
+      {"too few stable samples for the rank test", Samples(3, 0.1),
+       Samples(20, 0.1), Verdict::kInconclusive,
+       "waiting for 10 samples a version (canary 20, stable 3)"},
+      {"identical", Samples(50, 0.1), Samples(50, 0.1), Verdict::kPass,
+       "Mann-Whitney"},
+      {"a little slower: below the effect size", Samples(50, 0.1),
+       Samples(20, 0.12), Verdict::kPass, "1.20x (max 1.50x"},
+      {"clearly slower", Samples(50, 0.1), Samples(20, 0.3), Verdict::kFail,
+       "p95 TTFT 435 ms vs 145 ms = 3.00x (max 1.50x, slack 10 ms), medians "
+       "285 ms vs 95 ms"},
+      {"0 errors of 10 is not better, just no evidence", Samples(50, 0.1, 5),
+       Samples(10, 0.1), Verdict::kPass, "Fisher p = 1"},
+      {"2 errors of 20 against a 5% cap: no evidence", Samples(50, 0.1),
+       Samples(20, 0.1, 2), Verdict::kPass, "against the cap 5.00%"},
+      {"12 errors of 40: above the 5% cap and the stable's 0", Samples(50, 0.1),
+       Samples(40, 0.1, 12), Verdict::kFail, "error rate 30.00% (12 of 40)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Analysis a = Analyze(spec, c.stable, c.canary);
+    EXPECT_EQ(a.verdict, c.want) << a.why;
+    EXPECT_THAT(a.why, HasSubstr(c.why));
+  }
+}
+
+TEST(AnalysisTest, NoiseOfAFewMillisecondsNeverFails) {
+  // The case that rolled back an identical canary: maxTtftRatio 3 and
+  // minRequests 10, the stable at ~1 ms, the canary at ~5 ms. 5x, and
+  // significant, but the 5.8 ms difference is within the 10 ms slack.
+  config::AnalysisSpec spec;
+  spec.min_requests = 10;
+  spec.max_ttft_ratio = 3;
+  spec.max_e2e_ratio = 0;
+  const Analysis a = Analyze(spec, Samples(10, 0.001), Samples(10, 0.005));
+  EXPECT_EQ(a.verdict, Verdict::kPass) << a.why;
+  const Check* ttft = Find(a, "ttft");
+  ASSERT_NE(ttft, nullptr);
+  EXPECT_LT(ttft->p_value, 0.01);
+  EXPECT_DOUBLE_EQ(ttft->effect, 5);
+  EXPECT_THAT(ttft->why, HasSubstr("slack 10 ms"));
+  // Without the slack the same samples fail: the slack is what passes them.
+  spec.slack_ms = 0;
+  EXPECT_EQ(Analyze(spec, Samples(10, 0.001), Samples(10, 0.005)).verdict,
             Verdict::kFail);
-  spec.max_ttft_ms = 0;
-  spec.min_slo_attainment = 0.9;
-  const Analysis slo = Analyze(spec, {}, Summarize(Samples(20, 0.3), 95, 0.2));
-  EXPECT_EQ(slo.verdict, Verdict::kFail);
-  EXPECT_THAT(slo.why, HasSubstr("SLO attainment 0.0% < 90.0%"));
+  // A stable at 0 ms: no 1 ms floor, the slack decides.
+  spec.slack_ms = 10;
+  EXPECT_EQ(Analyze(spec, Samples(10, 0), Samples(10, 0.004)).verdict,
+            Verdict::kPass);
+}
+
+TEST(AnalysisTest, ErrorsAgainstTheStableNeedSignificanceAndTheRatio) {
+  config::AnalysisSpec spec;
+  spec.min_requests = 10;
+  spec.max_error_rate = 1;  // only the comparison with the stable
+  auto errors = [](int n, int e) { return Samples(n, 0.1, e); };
+  // 2% vs 1% over 500 each: a ratio of 2 but p ~ 0.1: not evidence.
+  Analysis a = Analyze(spec, errors(500, 5), errors(500, 10));
+  EXPECT_EQ(a.verdict, Verdict::kPass) << a.why;
+  ASSERT_NE(Find(a, "errors"), nullptr);
+  EXPECT_GT(Find(a, "errors")->p_value, 0.01);
+  // 2% vs 1% over 10,000 each: significant and above 1.5x.
+  a = Analyze(spec, errors(10000, 100), errors(10000, 200));
+  EXPECT_EQ(a.verdict, Verdict::kFail) << a.why;
+  EXPECT_DOUBLE_EQ(Find(a, "errors")->effect, 2);
+  // Significant but below the ratio: 1.2% vs 1% over 200,000.
+  a = Analyze(spec, errors(200000, 2000), errors(200000, 2400));
+  EXPECT_LT(Find(a, "errors")->p_value, 0.01);
+  EXPECT_EQ(a.verdict, Verdict::kPass) << a.why;
+  // Fewer errors than the stable never fail.
+  a = Analyze(spec, errors(1000, 100), errors(1000, 0));
+  EXPECT_EQ(a.verdict, Verdict::kPass) << a.why;
+  EXPECT_EQ(Find(a, "errors")->p_value, 1);
+}
+
+TEST(AnalysisTest, IdenticalDistributionsRarelyFail) {
+  // 1,000 windows of 30 canary and 200 stable draws from one distribution:
+  // the rank test at 99% with the 1.5x effect size fails well under 1%.
+  config::AnalysisSpec spec;
+  spec.min_requests = 10;
+  spec.slack_ms = 0;  // the test and the effect size alone
+  const uint64_t seed = 7;
+  Rng rng(seed);
+  int failed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const VersionWindow stable = Noisy(200, 0.1, rng);
+    const VersionWindow canary = Noisy(30, 0.1, rng);
+    failed += Analyze(spec, stable, canary).verdict == Verdict::kFail;
+  }
+  EXPECT_LE(failed, 5) << "seed " << seed;
+  // The same windows with a canary 3x slower fail nearly always.
+  failed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const VersionWindow stable = Noisy(200, 0.1, rng);
+    const VersionWindow canary = Noisy(30, 0.3, rng);
+    failed += Analyze(spec, stable, canary).verdict == Verdict::kFail;
+  }
+  EXPECT_GE(failed, 900) << "seed " << seed;
+}
+
+TEST(AnalysisTest, TheJsonCarriesTheNumbers) {
+  config::AnalysisSpec spec;
+  spec.min_requests = 10;
+  const Analysis a = Analyze(spec, Samples(50, 0.1), Samples(20, 0.3));
+  const nlohmann::json j = a.Json();
+  EXPECT_EQ(j["verdict"], "fail");
+  EXPECT_EQ(j["confidence"], 0.99);
+  EXPECT_EQ(j["minSamples"], 10);
+  const nlohmann::json* ttft = nullptr;
+  for (const nlohmann::json& c : j["checks"]) {
+    if (c["name"] == "ttft") ttft = &c;
+  }
+  ASSERT_NE(ttft, nullptr);
+  EXPECT_EQ((*ttft)["test"], "mann-whitney-u");
+  EXPECT_EQ((*ttft)["verdict"], "fail");
+  EXPECT_EQ((*ttft)["canarySamples"], 20);
+  EXPECT_EQ((*ttft)["stableSamples"], 50);
+  EXPECT_EQ((*ttft)["threshold"], 1.5);
+  EXPECT_EQ((*ttft)["slackMs"], 10);
+  EXPECT_LT((*ttft)["pValue"].get<double>(), 0.01);
+  EXPECT_DOUBLE_EQ((*ttft)["canaryMedian"].get<double>(), 0.3 * 0.95);
+  EXPECT_DOUBLE_EQ((*ttft)["effect"].get<double>(), 3);
 }
 
 TEST(RolloutTest, PromotesStepByStepWhenHealthy) {
   Rollout r(Spec(), 0);
   EXPECT_EQ(r.canary_weight(), 10);
   EXPECT_EQ(r.NextDeadline(), 30 * kS);
-  const VersionFigures good = Summarize(Samples(20, 0.1), 95, 0);
+  const VersionWindow good = Samples(20, 0.1);
   // Before the pause ends nothing moves, even with a passing analysis.
   EXPECT_TRUE(r.Step(10 * kS, good, good).empty());
   EXPECT_EQ(r.WindowStart(25 * kS), 5 * kS);
@@ -100,8 +241,8 @@ TEST(RolloutTest, PromotesStepByStepWhenHealthy) {
 
 TEST(RolloutTest, RollsBackAtOnceOnABadCanary) {
   Rollout r(Spec(), 0);
-  const VersionFigures good = Summarize(Samples(40, 0.1), 95, 0);
-  const VersionFigures slow = Summarize(Samples(12, 0.5), 95, 0);
+  const VersionWindow good = Samples(40, 0.1);
+  const VersionWindow slow = Samples(12, 0.5);
   auto c = r.Step(5 * kS, good, slow);  // mid-pause
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].kind, "rollout.rolled_back");
@@ -119,7 +260,7 @@ TEST(RolloutTest, RollsBackAtOnceOnABadCanary) {
 
 TEST(RolloutTest, InconclusiveHoldsTheStepAndSaysSoOnce) {
   Rollout r(Spec(), 0);
-  const VersionFigures few = Summarize(Samples(3, 0.1), 95, 0);
+  const VersionWindow few = Samples(3, 0.1);
   auto c = r.Step(31 * kS, few, few);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].kind, "rollout.analysis");
@@ -132,14 +273,14 @@ TEST(RolloutTest, ManualActions) {
   spec.steps[0].manual = true;
   Rollout r(spec, 0);
   EXPECT_EQ(r.NextDeadline(), kNever);
-  const VersionFigures good = Summarize(Samples(20, 0.1), 95, 0);
+  const VersionWindow good = Samples(20, 0.1);
   EXPECT_TRUE(r.Step(100 * kS, good, good).empty());  // waits for promote
   ASSERT_TRUE(r.Pause(100 * kS).ok());
   EXPECT_FALSE(r.Pause(100 * kS).ok());
   // A failing analysis rolls back even while paused.
   Rollout paused(Spec(), 0);
   ASSERT_TRUE(paused.Pause(1 * kS).ok());
-  EXPECT_EQ(paused.Step(2 * kS, good, Summarize(Samples(20, 1), 95, 0))[0].kind,
+  EXPECT_EQ(paused.Step(2 * kS, good, Samples(20, 1))[0].kind,
             "rollout.rolled_back");
   ASSERT_TRUE(r.Resume(101 * kS).ok());
   auto p = r.Promote(102 * kS, false);
@@ -159,7 +300,7 @@ TEST(RolloutTest, ManualActions) {
 
 TEST(RolloutTest, StateRoundTrips) {
   Rollout r(Spec(), 0);
-  const VersionFigures good = Summarize(Samples(20, 0.1), 95, 0);
+  const VersionWindow good = Samples(20, 0.1);
   r.Step(30 * kS, good, good);
   auto back = Rollout::Restore(Spec(), r.State(), 500 * kS);
   ASSERT_TRUE(back.ok()) << back.status();

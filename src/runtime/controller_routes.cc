@@ -269,16 +269,15 @@ void Controller::ProgressRollouts(Micros now) {
     const std::string canary = r.spec.rollout->canary;
     const std::string stable = r.spec.Stable();
     const Micros since = r.rollout->WindowStart(now);
-    const config::AnalysisSpec& a = r.spec.rollout->analysis;
     double slo_s = 0;
     if (auto d = deployments_.find(canary); d != deployments_.end()) {
       slo_s = d->second.spec.ttft_slo_ms / 1000.0;
     }
-    const control::VersionFigures fs = control::Summarize(
-        gateway_->SamplesSince(stable, since), a.percentile, slo_s);
-    const control::VersionFigures fc = control::Summarize(
-        gateway_->SamplesSince(canary, since), a.percentile, slo_s);
-    for (const control::RolloutChange& c : r.rollout->Step(now, fs, fc)) {
+    const control::VersionWindow ws =
+        control::Collect(gateway_->SamplesSince(stable, since), slo_s);
+    const control::VersionWindow wc =
+        control::Collect(gateway_->SamplesSince(canary, since), slo_s);
+    for (const control::RolloutChange& c : r.rollout->Step(now, ws, wc)) {
       NoteRollout(name, r, c);
     }
     // Woken for the step's end; the analysis runs every pass anyway.

@@ -18,6 +18,7 @@
 #include "autoscale/autoscaler.h"
 #include "autoscale/swap.h"
 #include "common/check.h"
+#include "common/random.h"
 #include "common/status.h"
 #include "control/capacity.h"
 #include "control/prices.h"
@@ -168,9 +169,18 @@ class Simulation : public ReplicaSimListener, public FleetHost {
       if (o.first_token < 0) o.first_token = now;
       dispatcher_.OnFinished(r->req, rep, r->output_tokens, now);
     }
-    routes_->Record(o.deployment, now,
-                    {ToSeconds(o.first_token - o.arrival),
-                     ToSeconds(now - o.arrival), !r->rejected_too_long});
+    // An injected engine error (the deployment's error_rate): a seeded
+    // draw per request, so every run of a seed fails the same requests.
+    const double error_rate = deps_[o.deployment].spec->error_rate;
+    const bool injected =
+        error_rate > 0 &&
+        static_cast<double>(Mix64(cfg_.seed ^ Mix64(r->req.id)) >> 11) *
+                0x1.0p-53 <
+            error_rate;
+    routes_->Record(
+        o.deployment, now,
+        {ToSeconds(o.first_token - o.arrival), ToSeconds(now - o.arrival),
+         !r->rejected_too_long && !injected});
     ++completions_[o.deployment];
     Left(rep, now);
   }
@@ -225,6 +235,10 @@ class Simulation : public ReplicaSimListener, public FleetHost {
             serving::BuiltinLatencyModels(), d.model, d.gpu, d.tensor_parallel);
         if (!found.ok()) return DeploymentError(d, found.status().message());
         latency = *found;
+        for (double* c : {&latency.p0, &latency.p1, &latency.p2, &latency.d0,
+                          &latency.d1, &latency.d2}) {
+          *c *= d.latency_multiplier;
+        }
         if (d.engine.kv_capacity_tokens > 0) {
           latency.kv_capacity_tokens = d.engine.kv_capacity_tokens;
         }
@@ -466,8 +480,8 @@ class Simulation : public ReplicaSimListener, public FleetHost {
           d.batching.max_queue_delay_microseconds;
       tc.batcher.preferred_batch_sizes = d.batching.preferred_batch_size;
       tc.instances = d.batching.instances;
-      tc.base_s = d.batching.base_s;
-      tc.per_item_s = d.batching.per_item_s;
+      tc.base_s = d.batching.base_s * d.latency_multiplier;
+      tc.per_item_s = d.batching.per_item_s * d.latency_multiplier;
       auto sim = TensorReplicaSim::Create(tc);
       if (!sim.ok()) return DeploymentError(d, sim.status().message());
       rep.tensor = *std::move(sim);

@@ -78,24 +78,26 @@ uint32_t SimRoutes::Pick(int route, uint64_t id, const std::string& tenant) {
 }
 
 void SimRoutes::Record(uint32_t d, Micros t, const control::VersionSample& s) {
-  if (d < samples_.size() && !routes_.empty()) samples_[d].push_back({t, s});
+  // Only a running rollout reads samples (Step keeps its windows only).
+  if (d < samples_.size() && next_ != kNever) samples_[d].push_back({t, s});
 }
 
-std::vector<control::VersionSample> SimRoutes::Since(uint32_t d,
-                                                     Micros since) const {
-  std::vector<control::VersionSample> out;
+control::VersionWindow SimRoutes::Window(uint32_t d, Micros since,
+                                         double slo_s) const {
+  control::VersionWindow w(slo_s);
   const auto& v = samples_[d];
   auto it = std::upper_bound(
       v.begin(), v.end(), since,
       [](Micros t, const auto& sample) { return t < sample.first; });
-  for (; it != v.end(); ++it) out.push_back(it->second);
-  return out;
+  for (; it != v.end(); ++it) w.Add(it->second);
+  return w;
 }
 
 Micros SimRoutes::NextStep() const { return next_; }
 
 void SimRoutes::Step(Micros now) {
   bool running = false;
+  Micros keep_from = now;  // the earliest window still read
   for (Route& r : routes_) {
     if (!r.rollout || r.rollout->done()) continue;
     const std::string& canary = r.spec.rollout->canary;
@@ -104,16 +106,25 @@ void SimRoutes::Step(Micros now) {
       (r.spec.targets[i].deployment == canary ? c : s) = r.targets[i];
     }
     const Micros since = r.rollout->WindowStart(now);
-    const config::AnalysisSpec& a = r.spec.rollout->analysis;
     const double slo = slo_s_[c];
-    for (const control::RolloutChange& ch : r.rollout->Step(
-             now, control::Summarize(Since(s, since), a.percentile, slo),
-             control::Summarize(Since(c, since), a.percentile, slo))) {
+    for (const control::RolloutChange& ch :
+         r.rollout->Step(now, Window(s, since, slo), Window(c, since, slo))) {
       SetWeights(r);
       events_.push_back({now, r.spec.name, ch.kind, ch.message,
                          ch.canary_weight, ch.details});
     }
-    running |= !r.rollout->done();
+    if (!r.rollout->done()) {
+      running = true;
+      keep_from = std::min(keep_from, r.rollout->WindowStart(now));
+    }
+  }
+  // Windows only move forward (the simulator has no Retry): older samples
+  // are never read again, so memory stays bounded by the windows.
+  for (auto& v : samples_) {
+    auto it = std::upper_bound(
+        v.begin(), v.end(), running ? keep_from : kNever,
+        [](Micros t, const auto& sample) { return t < sample.first; });
+    v.erase(v.begin(), it);
   }
   next_ = running ? now + interval_ : kNever;
 }

@@ -71,11 +71,13 @@ class SimRoutes {
     std::vector<int64_t> requests;
   };
   void SetWeights(Route& r);
-  std::vector<control::VersionSample> Since(uint32_t d, Micros since) const;
+  // Deployment `d`'s samples finished after `since`.
+  control::VersionWindow Window(uint32_t d, Micros since, double slo_s) const;
 
   std::vector<Route> routes_;
   std::vector<double> slo_s_;
-  // Per deployment id: (finish time, sample), in time order.
+  // Per deployment id: (finish time, sample), in time order, within the
+  // running rollouts' windows.
   std::vector<std::vector<std::pair<Micros, control::VersionSample>>> samples_;
   uint64_t seed_ = 0;
   Micros interval_ = kMicrosPerSecond;
