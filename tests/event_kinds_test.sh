@@ -2,9 +2,9 @@
 # docs/control-api.md's table of event kinds (between the event-kinds
 # markers) against the kinds the code records: every string literal of the
 # form "object.what" (object: deployment, tenant, route, rollout, replica,
-# node, manager, request, server, leader) in the non-test sources of the
-# modules that record events, comments left out. A kind in one and not the
-# other fails, naming it.
+# node, manager, request, server, leader, capacity, spot, pool) in the
+# non-test sources of the modules that record events, comments left out. A
+# kind in one and not the other fails, naming it.
 # Usage: event_kinds_test.sh SOURCE_DIR
 set -u
 src="$1"
@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 python3 - "$src" >"$tmp/diff" <<'PY'
 import pathlib, re, sys
 src = pathlib.Path(sys.argv[1])
-kind = re.compile(r'"((?:deployment|tenant|route|rollout|replica|node|manager|request|server|leader)\.[a-z_]+)"')
+kind = re.compile(r'"((?:deployment|tenant|route|rollout|replica|node|manager|request|server|leader|capacity|spot|pool)\.[a-z_]+)"')
 code = set()
 for module in ["runtime", "gateway", "control", "api", "store", "main"]:
     for f in sorted((src / "src" / module).glob("*.[ch]*")):

@@ -838,24 +838,6 @@ serving::Request Gateway::Requeued(Pending& p, const serving::Request& req) {
   return again;
 }
 
-void Gateway::FailPending(const Pending& p, http::status status,
-                          const std::string& message, const std::string& type,
-                          Micros retry_after) {
-  if (p.resume != nullptr && p.resume->migrations() > 0) {
-    EndWithError(p.responder,
-                 absl::StrCat("the stream could not continue: ", message));
-    NoteMigration(p.deployment, p.tenant, "", false, message);
-    return;
-  }
-  Reject(p.protocol, p.responder, status, message, type, retry_after);
-}
-
-void Gateway::EndWithError(const std::shared_ptr<net::Responder>& r,
-                           const std::string& why) {
-  r->SendChunk(StreamResume::ErrorEvent(why));
-  r->EndStream();
-}
-
 void Gateway::NoteMigration(const std::string& deployment,
                             const std::string& tenant, const std::string& from,
                             bool migrated, const std::string& why) {

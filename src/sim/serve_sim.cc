@@ -30,6 +30,7 @@
 #include "sim/replica_sim.h"
 #include "sim/serve_trace.h"
 #include "sim/sim_fleet.h"
+#include "sim/sim_pools.h"
 #include "sim/sim_routes.h"
 
 namespace gpusched::sim {
@@ -302,7 +303,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         // Where it can run when capacity is added: the pools whose GPUs
         // have a latency model of its model and meet its SLO, at their
         // cost per token there.
-        const control::SloTarget slo = SloFor(d);
+        const control::SloTarget slo = SloTargetFor(cfg_, d);
         for (const FleetPool& fp : pools_) {
           auto on = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
                                               d.model, fp.pool.gpu,
@@ -349,104 +350,15 @@ class Simulation : public ReplicaSimListener, public FleetHost {
     return absl::OkStatus();
   }
 
-  // cluster.pools with their prices (the table's unless the pool sets
-  // one) and spot losses; the planner's options from `capacity:`.
+  // cluster.pools (sim/sim_pools.h) and the planner's options.
   absl::Status BuildPools() {
     if (cfg_.pools.empty()) return absl::OkStatus();
-    std::vector<control::GpuPrice> table = control::BuiltinGpuPrices();
-    if (!cfg_.capacity.prices.empty()) {
-      ASSIGN_OR_RETURN(table, control::LoadGpuPrices(cfg_.capacity.prices));
-    }
-    for (const config::PoolSpec& p : cfg_.pools) {
-      auto where = [&] {
-        return absl::StrCat(cfg_.source, ":", p.line, ": pool '", p.name,
-                            "': ");
-      };
-      FleetPool fp;
-      fp.pool.name = p.name;
-      fp.pool.gpu = p.gpu;
-      fp.pool.gpus_per_node = p.gpus_per_node;
-      fp.pool.spot = p.spot;
-      fp.pool.provisioning_delay = FromSeconds(p.provisioning_delay_s);
-      fp.pool.min_nodes = p.min_nodes;
-      fp.pool.max_nodes = p.max_nodes;
-      fp.pool.price_per_node_hour = p.price_per_node_hour;
-      if (p.price_per_node_hour < 0) {
-        auto price = control::FindGpuPrice(table, p.gpu, p.spot);
-        if (!price.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), price.status().message()));
-        }
-        // The table's node may differ in size: its price per GPU counts.
-        fp.pool.price_per_node_hour =
-            price->usd_per_gpu_hour() * p.gpus_per_node;
-      }
-      fp.preemptions_per_node_hour = p.preemptions_per_node_hour;
-      if (!p.preemption_trace.empty()) {
-        std::ifstream in(p.preemption_trace);
-        if (!in) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where(), "cannot read preemption_trace ", p.preemption_trace));
-        }
-        std::string line;
-        int n = 0;
-        while (std::getline(in, line)) {
-          ++n;
-          if (line.empty() || line[0] == '#') continue;
-          double t = 0;
-          if (!absl::SimpleAtod(line, &t) || t < 0) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(p.preemption_trace, ":", n,
-                             ": a time in seconds >= 0, not '", line, "'"));
-          }
-          if (fp.preemption_times.size() >= 1000000) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                p.preemption_trace, ": more than 1000000 preemptions"));
-          }
-          fp.preemption_times.push_back(FromSeconds(t));
-        }
-        std::sort(fp.preemption_times.begin(), fp.preemption_times.end());
-      }
-      pools_.push_back(std::move(fp));
-    }
+    ASSIGN_OR_RETURN(pools_, FleetPoolsFor(cfg_));
     const config::CapacitySpec& k = cfg_.capacity;
-    const control::CapacityOptions o = control::CapacityOptionsFrom(k);
-    fleet_.SetCapacity(pools_, o, FromSeconds(k.interval_s),
-                       cfg_.price_per_gpu_hour);
+    fleet_.SetCapacity(pools_, control::CapacityOptionsFrom(k),
+                       FromSeconds(k.interval_s), cfg_.price_per_gpu_hour);
     run_.elastic = true;
     return absl::OkStatus();
-  }
-
-  // The SLO a deployment's cost per token is judged at: the strictest TTFT
-  // and TPOT targets of the tenants, and the token counts of the synthetic
-  // tenants that send to it (else SloTarget's defaults).
-  control::SloTarget SloFor(const config::SimDeploymentSpec& d) const {
-    control::SloTarget slo;
-    auto tighten = [](double& target, double v) {
-      if (v > 0 && (target <= 0 || v < target)) target = v;
-    };
-    tighten(slo.ttft_s, cfg_.tenant_defaults.slo.ttft_s);
-    tighten(slo.tpot_s, cfg_.tenant_defaults.slo.tpot_s);
-    for (const config::SimTenantSpec& t : cfg_.tenants) {
-      tighten(slo.ttft_s, t.slo.ttft_s);
-      tighten(slo.tpot_s, t.slo.tpot_s);
-    }
-    for (const config::SyntheticTenant& t : cfg_.workload.synthetic_tenants) {
-      if (t.model == d.name) {
-        slo.input_tokens = std::max(t.input_tokens, t.input_max / 2);
-        slo.output_tokens = std::max(t.output_tokens, t.output_max / 2);
-        break;
-      }
-    }
-    // A replica runs at the concurrency its deployment keeps it at (the
-    // autoscaler's target, else its cap), whatever the GPU: a faster GPU
-    // gives more tokens per second only through faster steps there.
-    slo.max_batch = std::min<int>(
-        d.engine.max_num_seqs,
-        d.autoscaling ? static_cast<int>(std::ceil(
-                            d.autoscaling_config.target_ongoing_requests))
-                      : d.max_ongoing_requests);
-    return slo;
   }
 
   void Log(Micros t, const char* kind, ModelId m, std::string message) {
