@@ -329,12 +329,12 @@ class Parser : public YamlReader {
                        SimDeploymentSpec& spec) {
     if (!IsMap(d, "a deployment")) return false;
     spec.line = d.Mark().line + 1;
-    CheckKeys(d, "a deployment",
-              {"name", "kind", "model", "gpu", "tensor_parallel",
-               "gpu_fraction", "replicas", "max_ongoing_requests", "router",
-               "queue", "engine", "batching", "autoscaling", "count",
-               "priority_class", "owner", "spot", "latency_multiplier",
-               "error_rate"});
+    CheckKeys(
+        d, "a deployment",
+        {"name", "kind", "model", "gpu", "tensor_parallel", "gpu_fraction",
+         "replicas", "max_ongoing_requests", "router", "queue", "engine",
+         "batching", "autoscaling", "count", "priority_class", "owner", "spot",
+         "latency_multiplier", "error_rate"});
     if (!d["name"]) {
       Error(d, "a deployment needs a name");
       return false;
