@@ -164,8 +164,13 @@ bool Controller::Cordoned(const std::string& node) const {
 }
 
 void Controller::PlanCapacity(Micros now) {
-  backends::CapacityManager* cap = launcher_->capacity();
-  if (cap == nullptr || pools_.empty() || now < next_capacity_) return;
+  if (pools_.empty() || now < next_capacity_) return;
+  backends::CapacityManager* cap = nullptr;
+  {
+    absl::MutexLock l(&launcher_mu_);
+    cap = launcher_->capacity();
+  }
+  if (cap == nullptr) return;
   next_capacity_ =
       now + std::max<Micros>(kMicrosPerMilli * 10,
                              FromSeconds(options_.capacity.interval_s));
