@@ -98,6 +98,7 @@ FleetOptions FleetOptionsFor(const config::ServeSimConfig& cfg) {
   o.cluster_gpus = cfg.cluster_gpus;
   o.gpus_per_node = cfg.gpus_per_node;
   o.swap_min_idle = FromSeconds(cfg.swap_min_idle_s);
+  o.static_usd_per_gpu_hour = cfg.price_per_gpu_hour;
   o.lifecycle.drain_grace = kNever;
   o.lifecycle.health_period = 0;
   o.lifecycle.startup_timeout = kNever / 4;
