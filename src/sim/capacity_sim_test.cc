@@ -189,6 +189,20 @@ TEST(CapacitySimTest, SpotLossReplacesReplicasOnOnDemandWithFallback) {
             overall["requests"].get<int64_t>());
 }
 
+TEST(CapacitySimTest, AStaticClusterIsPaidForTheWholeRun) {
+  std::string yaml = Config("", "");
+  // No pools: a static cluster of 8 GPUs at $3.60 per GPU-hour.
+  yaml =
+      absl::StrReplaceAll(yaml, {{"  gpus: 0\n  pools:\n\ncapacity:\n\n",
+                                  "  gpus: 8\n  price_per_gpu_hour: 3.6\n"}});
+  Outcome o = RunSim(yaml);
+  const json& cost = o.report["cost"];
+  const double hours = o.report["simulated_seconds"].get<double>() / 3600;
+  EXPECT_NEAR(cost["static_usd"].get<double>(), 8 * 3.6 * hours, 1e-3);
+  EXPECT_NEAR(cost["usd"].get<double>(), 8 * 3.6 * hours, 1e-3);
+  EXPECT_TRUE(cost["pools"].empty());
+}
+
 TEST(CapacitySimTest, ConfigErrorsNameTheField) {
   struct Case {
     std::string pools, capacity, error;
