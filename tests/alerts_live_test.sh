@@ -172,10 +172,13 @@ set_gpus 0 3
 ) &
 pids+=($!)
 
-# The webhook's last word on an alert: firing, resolved, or nothing yet.
+# The webhook's last word on an alert: firing, resolved, or nothing yet;
+# with HOOK_EVER=1, "firing" once it has fired at all (an alert that fired
+# and resolved while the others were still coming reached the webhook).
 hook_state() {  # python condition over an alert's labels `l`
-  python3 - "$tmp/hook.jsonl" "$1" <<'PY'
-import json, sys
+  HOOK_EVER=${HOOK_EVER:-0} python3 - "$tmp/hook.jsonl" "$1" <<'PY'
+import json, os, sys
+ever = os.environ.get("HOOK_EVER") == "1"
 last = "none"
 try:
     lines = open(sys.argv[1]).read().splitlines()
@@ -184,7 +187,7 @@ except FileNotFoundError:
 for line in lines:
     for a in json.loads(line).get("alerts", []):
         l = a["labels"]
-        if eval(sys.argv[2]):
+        if eval(sys.argv[2]) and not (ever and last == "firing"):
             last = a["status"]
 print(last)
 PY
@@ -204,7 +207,7 @@ wait_hook() {  # want seconds queries...
   return 1
 }
 started=$SECONDS
-if wait_hook firing 240 "$crash_q" "$slo_q" "$gpu_q"; then
+if HOOK_EVER=1 wait_hook firing 240 "$crash_q" "$slo_q" "$gpu_q"; then
   echo "all three alerts reached the webhook after $((SECONDS - started)) s"
 else
   fail "not every alert reached the webhook in 240 s: crash-loop $(hook_state "$crash_q"), SLO $(hook_state "$slo_q"), GPU $(hook_state "$gpu_q"); webhook:
@@ -215,7 +218,12 @@ fi
 [ "$(hook_state "l['alertname'] == 'GpuschedGpuUnhealthy' and l.get('gpu') == '0'")" = none ] ||
   fail "GpuschedGpuUnhealthy fired for the healthy GPU 0"
 
-# gpusched shows what Prometheus fires, with the runbook links.
+# gpusched shows what Prometheus fires, with the runbook links: the alerts
+# that stay firing while their fault lasts. The crash loop is checked where
+# it is shown (it fired at the webhook above): with the windows divided by
+# 20 and the restart backoff not (1 s doubling to 60 s), its 45 s window
+# soon holds fewer than 3 failures, and it may have resolved by now (seen
+# on a loaded machine).
 curl -s -m 20 "$url/api/v1/alerts" -H "Authorization: Bearer $admin" >"$tmp/api_alerts.json"
 python3 - "$tmp/api_alerts.json" >"$tmp/api_alerts.out" 2>&1 <<'PY'
 import json, sys
@@ -225,6 +233,8 @@ for key, anchor in [(("GpuschedReplicaCrashLooping", "crashy"), "gpuschedreplica
                     (("GpuschedSloBurnFast", "slow"), "gpuschedsloburnfast"),
                     (("GpuschedGpuUnhealthy", "1"), "gpuschedgpuunhealthy")]:
     a = names.get(key)
+    if a is None and key[0] == "GpuschedReplicaCrashLooping":
+        continue  # may have resolved already (see above)
     if a is None:
         print("missing", key)
     elif a["runbookUrl"] != "https://runbooks.example/gpusched/docs/runbooks.md#" + anchor:
@@ -238,8 +248,8 @@ grep -q "^missing\|^runbook\|^no summary" "$tmp/api_alerts.out" &&
 expect_contains "$tmp/api_alerts.out" "configured True source http://127.0.0.1:$prom_port"
 GPUSCHED_SERVER="$url" GPUSCHED_KEY="$admin" "$bin" get alerts >"$tmp/get_alerts.out" 2>&1 ||
   fail "gpusched get alerts: $(cat "$tmp/get_alerts.out")"
-for want in GpuschedReplicaCrashLooping GpuschedSloBurnFast GpuschedGpuUnhealthy \
-  "deployment=crashy" "tenant=demo" "gpu=1" "#gpuschedsloburnfast"; do
+for want in GpuschedSloBurnFast GpuschedGpuUnhealthy \
+  "tenant=demo" "gpu=1" "#gpuschedsloburnfast"; do
   expect_contains "$tmp/get_alerts.out" "$want"
 done
 
@@ -251,9 +261,7 @@ for c in /usr/bin/chromium /usr/bin/chromium-browser; do
 done
 if command -v node >/dev/null 2>&1 && [ -n "$chromium" ] &&
   [ -f "$src/tests/e2e/node_modules/playwright-core/package.json" ]; then
-  # Not the crash loop: with the windows divided by 20 and the restart
-  # backoff not (1 s doubling to 60 s), its 45 s window soon holds fewer
-  # than 3 failures and it may already have resolved by now.
+  # Not the crash loop, for the reason above.
   node "$src/tests/e2e/alerts_dashboard.mjs" "$url" "$admin" "$chromium" \
     GpuschedSloBurnFast GpuschedGpuUnhealthy >"$tmp/browser.out" 2>&1 ||
     fail "the dashboard's alerts card: $(cat "$tmp/browser.out")"
