@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   if (c->options_.wall_clock == nullptr) {
     c->options_.wall_clock = &runtime::WallClock::Get();
   }
+  RETURN_IF_ERROR(c->LoadGpuPrices());
   c->planner_ = control::CapacityPlanner(
       control::CapacityOptionsFrom(c->options_.capacity));
   c->cluster_ = std::move(cluster);

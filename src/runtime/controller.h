@@ -65,6 +65,7 @@
 #include "control/capacity.h"
 #include "control/lifecycle.h"
 #include "control/place.h"
+#include "control/prices.h"
 #include "control/rollout.h"
 #include "control/scaling.h"
 #include "inventory/cluster_state.h"
@@ -439,6 +440,8 @@ class Controller {
                         const std::vector<backends::PoolNodeReport>& nodes,
                         Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanCapacity(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pools' price table: capacity.prices, else the shipped one.
+  absl::Status LoadGpuPrices();
   std::vector<control::NodePool> NodePools() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Costs accrued since the last call (pool nodes and priced static GPUs):
@@ -656,6 +659,8 @@ class Controller {
     double usd = 0;                // accrued
   };
   control::CapacityPlanner planner_ ABSL_GUARDED_BY(mu_);
+  // The pools' price table: set in Create, read-only after.
+  std::vector<control::GpuPrice> gpu_prices_;
   std::map<std::string, PoolInfo> pools_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, PoolNodeInfo> pool_nodes_ ABSL_GUARDED_BY(mu_);
   // Replicas that fit on no node, since when (the planner's backlog).

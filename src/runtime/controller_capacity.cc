@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "control/prices.h"
+#include "common/status.h"
 #include "inventory/gpu_catalog.h"
 #include "runtime/controller.h"
 #include "runtime/controller_internal.h"
@@ -36,6 +36,16 @@ double Median(std::vector<double> v) {
 }
 
 }  // namespace
+
+absl::Status Controller::LoadGpuPrices() {
+  if (options_.capacity.prices.empty()) {
+    gpu_prices_ = control::BuiltinGpuPrices();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(gpu_prices_,
+                   control::LoadGpuPrices(options_.capacity.prices));
+  return absl::OkStatus();
+}
 
 void Controller::ApplyPoolReports(
     std::vector<backends::PoolReport> pools,
@@ -135,8 +145,7 @@ std::vector<control::NodePool> Controller::NodePools() const {
     const double measured = Median(info.delays_s);
     p.provisioning_delay =
         measured >= 0 ? FromSeconds(measured) : kDefaultProvisioningDelay;
-    auto price =
-        control::FindGpuPrice(control::BuiltinGpuPrices(), p.gpu, p.spot);
+    auto price = control::FindGpuPrice(gpu_prices_, p.gpu, p.spot);
     p.price_per_node_hour =
         price.ok() ? price->usd_per_gpu_hour() * p.gpus_per_node : 0;
     // The serve config's overrides, by pool name.
