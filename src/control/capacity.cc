@@ -293,10 +293,9 @@ void CapacityPlanner::PlanAdds(const CapacityInput& in, Micros now,
       *room -= w->gpus;
       fresh_for[p->name].push_back(w->replica);
       if (!p->spot) ++ondemand_planned[w->deployment];
-      taken = true;
       break;
     }
-    (void)taken;  // a replica no pool takes waits; the driver reports it
+    // A replica no pool takes waits (placement's event says why).
   }
   for (const NodePool& p : in.pools) {
     auto it = fresh.find(p.name);
