@@ -19,6 +19,10 @@ using ::testing::HasSubstr;
 
 // An instance: its own store (copy and watch) and election.
 struct Instance {
+  // The store's watch calls the election until its callback is cleared.
+  ~Instance() {
+    if (store) store->SetChangeCallback(nullptr);
+  }
   std::unique_ptr<EtcdStore> store;
   std::unique_ptr<EtcdElection> election;
 };

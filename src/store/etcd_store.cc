@@ -73,8 +73,7 @@ std::string EtcdStore::Key(std::string_view relative) const {
 }
 
 void EtcdStore::SetChangeCallback(std::function<void()> callback) {
-  absl::MutexLock l(&callbacks_mu_);
-  on_change_ = std::move(callback);
+  on_change_.Set(std::move(callback));
 }
 
 void EtcdStore::SetRoundTripObserver(RoundTripObserver observer) {
@@ -186,14 +185,7 @@ void EtcdStore::Apply(const json& events, int64_t header_revision) {
   notified_revision_ = std::max(notified_revision_, header_revision);
 }
 
-void EtcdStore::Notify() {
-  std::function<void()> callback;
-  {
-    absl::MutexLock l(&callbacks_mu_);
-    callback = on_change_;
-  }
-  if (callback) callback();
-}
+void EtcdStore::Notify() { on_change_.Notify(); }
 
 void EtcdStore::WatchLoop() {
   Micros backoff = 50 * kMicrosPerMilli;

@@ -37,6 +37,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "store/change_notifier.h"
 #include "store/etcd_client.h"
 #include "store/store.h"
 
@@ -210,10 +211,11 @@ class EtcdStore final : public Store {
   std::atomic<int64_t> revision_{0};
   std::atomic<int64_t> desired_revision_{0};
   std::atomic<int64_t> keys_version_{0};
-  // The callbacks, under a lock of their own (a leaf: nothing is taken
-  // while it is held but to copy them).
+  // Called from the watch thread only; clearing it waits for a call.
+  ChangeNotifier on_change_;
+  // The observer, under a lock of its own (a leaf: nothing is taken while
+  // it is held but to copy it).
   mutable absl::Mutex callbacks_mu_;
-  std::function<void()> on_change_ ABSL_GUARDED_BY(callbacks_mu_);
   RoundTripObserver observer_ ABSL_GUARDED_BY(callbacks_mu_);
   std::thread watcher_;
 };

@@ -601,17 +601,11 @@ absl::StatusOr<int64_t> SqliteStore::PruneEvents(int64_t max_rows,
 
 void SqliteStore::Changed() {
   revision_.fetch_add(1, std::memory_order_acq_rel);
-  std::function<void()> callback;
-  {
-    absl::MutexLock l(&callback_mu_);
-    callback = on_change_;
-  }
-  if (callback) callback();
+  on_change_.Notify();
 }
 
 void SqliteStore::SetChangeCallback(std::function<void()> callback) {
-  absl::MutexLock l(&callback_mu_);
-  on_change_ = std::move(callback);
+  on_change_.Set(std::move(callback));
 }
 
 void SqliteStore::SetRoundTripObserver(RoundTripObserver observer) {

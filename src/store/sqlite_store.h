@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "store/change_notifier.h"
 #include "store/store.h"
 
 struct sqlite3;
@@ -163,9 +164,10 @@ class SqliteStore final : public Store {
   std::atomic<int64_t> keys_version_{0};
   std::atomic<int64_t> revision_{0};
   std::atomic<int64_t> desired_revision_{0};
+  // Called by writers; clearing it waits for a call to end.
+  ChangeNotifier on_change_;
   // Under a lock of its own (a leaf), called without any lock.
   mutable absl::Mutex callback_mu_;
-  std::function<void()> on_change_ ABSL_GUARDED_BY(callback_mu_);
   RoundTripObserver observer_ ABSL_GUARDED_BY(callback_mu_);
 };
 

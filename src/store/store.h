@@ -297,7 +297,8 @@ class Store {
   // Called (on a thread of the store's, or the writer's) after each change
   // that revision() counts, with no lock of the store held; it must not
   // block (a writer may be waiting for it): it should only note the change
-  // and wake its owner. Null clears it.
+  // and wake its owner. Null clears it. Once it returns, the previous
+  // callback is neither running nor called again.
   virtual void SetChangeCallback(std::function<void()> callback) = 0;
   virtual StoreHealth Health() const = 0;
   // Every round trip to the store: what (e.g. "txn"), seconds, success.
