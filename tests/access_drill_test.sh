@@ -210,9 +210,11 @@ cat "$tmp/err" >>"$out/serve.err"
 cp -r "$tmp/logs" "$out/engine-logs" 2>/dev/null
 
 # --- Secrets ------------------------------------------------------------------
-# serve prints a tenant's new key once at start, on its own "key:" line: that
-# line is how the key is handed out. Nothing else may hold a secret.
-sed -i '/key: gs-/d' "$out/serve.out"
+# serve hands a tenant's new key out once at start, on stdout: its
+# "tenant T key:" line and the "try: curl" line that shows its use. Those are
+# how the key is given, like the answer of POST .../keys; nothing else may
+# hold a secret.
+sed -i -e '/^tenant .* key: gs-/d' -e '/^try: curl /d' "$out/serve.out"
 secrets=("$admin" "$tenant_key" "$made" "$tok_user" "$tok_ec" "$tok_ops" "$tok_badsig"
   "$tok_none" "$tok_iss" "$tok_aud" "$tok_expired" "$tok_kid" "$tok_nothing")
 for t in "$tok_user" "$tok_ec" "$tok_ops"; do secrets+=("${t##*.}"); done  # signatures
