@@ -6,7 +6,8 @@
 #  2. The reference engine (src/engine) builds on net/, serving/ and common/
 #     only: not api/, runtime/, gateway/ or SQLite.
 #  3. net/ sits on common/ only; store/ on common/, config/ and net/ (the
-#     etcd client rides net::HttpClient); backends/
+#     etcd client rides net::HttpClient); auth/ (roles, tokens, the audit
+#     recorder) on store/, config/, net/ and common/; backends/
 #     (one folder per cluster manager) on inventory/, net/, config/ and
 #     common/.
 #  4. The live driver (runtime/) reaches the data plane and the metrics
@@ -55,6 +56,8 @@ out=$(includes_outside net net common)
 [ -z "$out" ] || bad "src/net includes modules above common/: $out"
 out=$(includes_outside store store config net common)
 [ -z "$out" ] || bad "src/store includes modules it must not: $out"
+out=$(includes_outside auth auth store config net common)
+[ -z "$out" ] || bad "src/auth includes modules it must not: $out"
 out=$(includes_outside backends backends inventory net config common)
 [ -z "$out" ] || bad "src/backends includes modules it must not: $out"
 grep -qE 'gpusched_(api|runtime|gateway)|SQLite' "$src/engine/CMakeLists.txt" &&
@@ -91,4 +94,4 @@ if [ "$failures" -gt 0 ]; then
   echo "layering: $failures problem(s)"
   exit 1
 fi
-echo "layering: ok (core: $core; engine on net, serving, common; net on common; store on config, net, common; backends on inventory, net, config, common; runtime not on gateway or api)"
+echo "layering: ok (core: $core; engine on net, serving, common; net on common; store on config, net, common; auth on store, config, net, common; backends on inventory, net, config, common; runtime not on gateway or api)"

@@ -12,7 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "api/control_forward.h"
+#include "api/control_internal.h"
 #include "api/control_query.h"
 #include "config/manifest.h"
 #include "nlohmann/json.hpp"
@@ -75,28 +78,16 @@ net::HttpResponse Error(http::status status, const std::string& message,
   return Json(status, json{{"error", err}});
 }
 
-// A tenant key on an admin endpoint, or on another tenant's object.
-net::HttpResponse Forbidden() {
-  return Error(http::status::forbidden,
-               "this endpoint needs an admin key; tenant keys may read their "
-               "deployments and their own tenant",
-               "permission_error");
-}
-
 net::HttpResponse Error(const absl::Status& st) {
-  net::HttpResponse res = Error(StatusOf(st), std::string(st.message()));
+  net::HttpResponse res = Error(StatusOf(st), std::string(st.message()),
+                                st.code() == absl::StatusCode::kPermissionDenied
+                                    ? "permission_error"
+                                    : "");
   // The store is away (or another transient state): retry shortly.
   if (st.code() == absl::StatusCode::kUnavailable) {
     res.set(http::field::retry_after, "1");
   }
   return res;
-}
-
-json KeyJson(const store::KeyInfo& k) {
-  json j = {{"id", k.key_id},   {"tenant", k.tenant},   {"name", k.name},
-            {"admin", k.admin}, {"created", k.created}, {"revoked", nullptr}};
-  if (k.revoked) j["revoked"] = *k.revoked;
-  return j;
 }
 
 json EventJson(const store::Event& e) {
@@ -150,74 +141,234 @@ absl::Status Located(const absl::Status& st,
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
 }
 
-// Parses an optional JSON body {"name": "..."} (the key's name).
-std::string KeyName(const std::string& body, const std::string& fallback) {
-  json j = json::parse(body.empty() ? "{}" : body, nullptr, false);
-  if (j.is_object() && j.contains("name") && j["name"].is_string()) {
-    return j["name"].get<std::string>();
-  }
-  return fallback;
-}
-
 json ApplyJson(const ApplyResult& x) {
   return {{"kind", x.kind}, {"name", x.name}, {"action", x.action}};
 }
 
 }  // namespace
 
-// One control request being answered.
-struct ControlApi::Call {
-  net::HttpRequest& req;
-  std::shared_ptr<net::Responder>& r;
-  ControlTarget target;  // path segments and query, decoded
-  store::KeyInfo key;
-  // The {name} segment of the route (parts[1]).
-  const std::string& name() const { return target.parts.at(1); }
-  void Send(http::status s, const json& j) { r->Send(Json(s, j)); }
-  void Fail(const absl::Status& st) { r->Send(Error(st)); }
-  void Fail(http::status s, const std::string& message) {
-    r->Send(Error(s, message));
-  }
-};
+net::HttpResponse ControlJson(http::status status, const json& body) {
+  return Json(status, body);
+}
+net::HttpResponse ControlError(const absl::Status& st) { return Error(st); }
+net::HttpResponse ControlError(http::status status,
+                               const std::string& message) {
+  return Error(status, message);
+}
 
-// The route table: method, path under /api/v1 ("{}" is one segment), who
-// may call it, and its handler. docs/control-api.md lists the same routes.
+// The route table: method, path under /api/v1 ("{}" is one segment), the
+// permission it needs and on what, and its handler. docs/control-api.md
+// lists the same routes; docs/access.md their permissions (checked by
+// access_routes_test.cc).
 const std::vector<ControlApi::Route>& ControlApi::Routes() {
   using V = http::verb;
+  using R = auth::Resource;
+  using A = auth::Verb;
+  using S = RouteScope;
   static const std::vector<Route> kRoutes = {
-      {V::post, "apply", kAdmin, &ControlApi::PostApply},
-      {V::post, "delete", kAdmin, &ControlApi::PostDelete},
-      {V::get, "deployments", kTenant, &ControlApi::ListDeployments},
-      {V::get, "deployments/{}", kTenant, &ControlApi::GetDeployment},
-      {V::delete_, "deployments/{}", kAdmin, &ControlApi::DeleteDeployment},
-      {V::post, "deployments/{}/scale", kAdmin, &ControlApi::ScaleDeployment},
-      {V::get, "deployments/{}/logs", kAdmin, &ControlApi::DeploymentLogs,
-       kLeader, "replica stream tail"},
-      {V::get, "replicas", kAdmin, &ControlApi::ListReplicas},
-      {V::get, "gpus", kAdmin, &ControlApi::ListGpus},
-      {V::get, "nodes", kAdmin, &ControlApi::ListNodes},
-      {V::get, "pools", kAdmin, &ControlApi::ListPools},
-      {V::get, "queues", kAdmin, &ControlApi::ListQueues},
-      {V::get, "routes", kAdmin, &ControlApi::ListRoutes},
-      {V::get, "routes/{}", kAdmin, &ControlApi::GetRoute},
-      {V::delete_, "routes/{}", kAdmin, &ControlApi::DeleteRoute},
-      {V::post, "routes/{}/rollout", kAdmin, &ControlApi::PostRollout, kLeader},
-      {V::get, "stats", kAdmin, &ControlApi::GetStats},
-      {V::get, "cluster", kAdmin, &ControlApi::GetCluster},
-      {V::get, "instances", kAdmin, &ControlApi::ListInstances},
-      {V::get, "alerts", kAdmin, &ControlApi::ListAlerts},
-      {V::get, "events", kAdmin, &ControlApi::ListEvents, kAny,
+      {V::post,
+       "apply",
+       {R::kDeployments, A::kApply},
+       S::kBody,
+       &ControlApi::PostApply},
+      {V::post,
+       "delete",
+       {R::kDeployments, A::kDelete},
+       S::kBody,
+       &ControlApi::PostDelete},
+      {V::get,
+       "deployments",
+       {R::kDeployments, A::kList},
+       S::kListing,
+       &ControlApi::ListDeployments},
+      {V::get,
+       "deployments/{}",
+       {R::kDeployments, A::kGet},
+       S::kDeployment,
+       &ControlApi::GetDeployment},
+      {V::delete_,
+       "deployments/{}",
+       {R::kDeployments, A::kDelete},
+       S::kDeployment,
+       &ControlApi::DeleteDeployment},
+      {V::post,
+       "deployments/{}/scale",
+       {R::kDeployments, A::kScale},
+       S::kDeployment,
+       &ControlApi::ScaleDeployment},
+      {V::get,
+       "deployments/{}/logs",
+       {R::kDeployments, A::kLogs},
+       S::kDeployment,
+       &ControlApi::DeploymentLogs,
+       kLeader,
+       "replica stream tail"},
+      {V::get,
+       "replicas",
+       {R::kReplicas, A::kList},
+       S::kCluster,
+       &ControlApi::ListReplicas},
+      {V::get,
+       "gpus",
+       {R::kGpus, A::kList},
+       S::kCluster,
+       &ControlApi::ListGpus},
+      {V::get,
+       "nodes",
+       {R::kNodes, A::kList},
+       S::kCluster,
+       &ControlApi::ListNodes},
+      {V::get,
+       "pools",
+       {R::kPools, A::kList},
+       S::kCluster,
+       &ControlApi::ListPools},
+      {V::get,
+       "queues",
+       {R::kQueues, A::kList},
+       S::kCluster,
+       &ControlApi::ListQueues},
+      {V::get,
+       "routes",
+       {R::kRoutes, A::kList},
+       S::kListing,
+       &ControlApi::ListRoutes},
+      {V::get,
+       "routes/{}",
+       {R::kRoutes, A::kGet},
+       S::kRoute,
+       &ControlApi::GetRoute},
+      {V::delete_,
+       "routes/{}",
+       {R::kRoutes, A::kDelete},
+       S::kRoute,
+       &ControlApi::DeleteRoute},
+      {V::post,
+       "routes/{}/rollout",
+       {R::kRoutes, A::kRollout},
+       S::kRoute,
+       &ControlApi::PostRollout,
+       kLeader},
+      {V::get,
+       "stats",
+       {R::kStats, A::kGet},
+       S::kCluster,
+       &ControlApi::GetStats},
+      {V::get,
+       "cluster",
+       {R::kCluster, A::kGet},
+       S::kCluster,
+       &ControlApi::GetCluster},
+      {V::get,
+       "instances",
+       {R::kInstances, A::kList},
+       S::kCluster,
+       &ControlApi::ListInstances},
+      {V::get,
+       "alerts",
+       {R::kAlerts, A::kList},
+       S::kCluster,
+       &ControlApi::ListAlerts},
+      {V::get,
+       "events",
+       {R::kEvents, A::kList},
+       S::kCluster,
+       &ControlApi::ListEvents,
+       kAny,
        "deployment tenant kind since limit"},
-      {V::get, "tenants", kAdmin, &ControlApi::ListTenants},
-      {V::get, "tenants/{}", kTenant, &ControlApi::GetTenant},
-      {V::delete_, "tenants/{}", kAdmin, &ControlApi::DeleteTenant},
-      {V::get, "tenants/{}/keys", kAdmin, &ControlApi::ListTenantKeys},
-      {V::post, "tenants/{}/keys", kAdmin, &ControlApi::CreateTenantKey},
-      {V::get, "keys", kAdmin, &ControlApi::ListAdminKeys},
-      {V::post, "keys", kAdmin, &ControlApi::CreateAdminKey},
-      {V::delete_, "keys/{}", kAdmin, &ControlApi::RevokeKey},
+      {V::get,
+       "tenants",
+       {R::kTenants, A::kList},
+       S::kListing,
+       &ControlApi::ListTenants},
+      {V::get,
+       "tenants/{}",
+       {R::kTenants, A::kGet},
+       S::kTenant,
+       &ControlApi::GetTenant},
+      {V::delete_,
+       "tenants/{}",
+       {R::kTenants, A::kDelete},
+       S::kTenant,
+       &ControlApi::DeleteTenant},
+      {V::get,
+       "tenants/{}/keys",
+       {R::kKeys, A::kList},
+       S::kTenant,
+       &ControlApi::ListTenantKeys},
+      {V::post,
+       "tenants/{}/keys",
+       {R::kKeys, A::kApply},
+       S::kTenant,
+       &ControlApi::CreateTenantKey},
+      {V::get,
+       "keys",
+       {R::kKeys, A::kList},
+       S::kCluster,
+       &ControlApi::ListAdminKeys},
+      {V::post,
+       "keys",
+       {R::kKeys, A::kApply},
+       S::kCluster,
+       &ControlApi::CreateAdminKey},
+      {V::delete_,
+       "keys/{}",
+       {R::kKeys, A::kDelete},
+       S::kKey,
+       &ControlApi::RevokeKey},
+      {V::get,
+       "roles",
+       {R::kRoles, A::kList},
+       S::kCluster,
+       &ControlApi::ListRoles},
+      {V::get,
+       "roles/{}",
+       {R::kRoles, A::kGet},
+       S::kCluster,
+       &ControlApi::GetRole},
+      {V::delete_,
+       "roles/{}",
+       {R::kRoles, A::kDelete},
+       S::kCluster,
+       &ControlApi::DeleteRole},
+      {V::get,
+       "rolebindings",
+       {R::kRoleBindings, A::kList},
+       S::kCluster,
+       &ControlApi::ListRoleBindings},
+      {V::get,
+       "rolebindings/{}",
+       {R::kRoleBindings, A::kGet},
+       S::kCluster,
+       &ControlApi::GetRoleBinding},
+      {V::delete_,
+       "rolebindings/{}",
+       {R::kRoleBindings, A::kDelete},
+       S::kCluster,
+       &ControlApi::DeleteRoleBinding},
+      {V::get,
+       "audit",
+       {R::kAudit, A::kList},
+       S::kCluster,
+       &ControlApi::ListAudit,
+       kAny,
+       "since until who resource verb outcome limit after order"},
+      {V::get,
+       "audit/verify",
+       {R::kAudit, A::kGet},
+       S::kCluster,
+       &ControlApi::VerifyAudit},
   };
   return kRoutes;
+}
+
+std::vector<RouteInfo> ControlApi::RouteTable() {
+  std::vector<RouteInfo> out;
+  for (const Route& r : Routes()) {
+    out.push_back({std::string(http::to_string(r.method)), r.path, r.permission,
+                   r.scope});
+  }
+  return out;
 }
 
 bool ControlApi::Handle(net::HttpRequest& req,
@@ -249,14 +400,32 @@ void ControlApi::Answer(net::HttpRequest& req,
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
     r->Send(Error(http::status::unauthorized,
-                  "missing API key: send 'Authorization: Bearer <key>'",
+                  "missing API key or token: send 'Authorization: Bearer "
+                  "<key or token>'",
                   "authentication_error"));
     return;
   }
-  auto key = keys_->Authenticate(auth.substr(7));
-  if (!key.ok()) {
-    r->Send(Error(http::status::unauthorized,
-                  std::string(key.status().message()), "authentication_error"));
+  auto who = access_.authenticator->Authenticate(auth.substr(7));
+  if (!who.ok()) {
+    const bool denied =
+        who.status().code() == absl::StatusCode::kPermissionDenied;
+    r->Send(Error(denied ? http::status::forbidden : http::status::unauthorized,
+                  std::string(who.status().message()),
+                  denied ? "permission_error" : "authentication_error"));
+    // A refused attempt at a change is recorded (reads are not: a wrong
+    // key polling must not fill the log).
+    if (access_.audit != nullptr && req.method() != http::verb::get) {
+      store::AuditRecord a;
+      a.time = absl::ToUnixMicros(absl::Now());
+      a.who = "unauthenticated";
+      a.verb = std::string(http::to_string(req.method()));
+      a.resource = std::string(path);
+      a.peer = r->peer();
+      a.outcome = "denied";
+      a.status = denied ? 403 : 401;
+      a.message = std::string(who.status().message());
+      (void)access_.audit->Record(std::move(a));
+    }
     return;
   }
   auto target = ParseControlTarget(full);
@@ -266,7 +435,7 @@ void ControlApi::Answer(net::HttpRequest& req,
                   "invalid_request_error"));
     return;
   }
-  Call call{req, r, *std::move(target), *key};
+  Call call{req, r, *std::move(target), *std::move(who)};
   std::vector<std::string> allowed;  // methods of the routes of this path
   for (const Route& route : Routes()) {
     if (!MatchesRoute(route.path, call.target.parts)) continue;
@@ -274,7 +443,12 @@ void ControlApi::Answer(net::HttpRequest& req,
       allowed.emplace_back(http::to_string(route.method));
       continue;
     }
-    if (route.access == kAdmin && !key->admin) break;
+    if (absl::Status st = Authorize(call, route); !st.ok()) {
+      Audit(call, std::string(auth::VerbName(route.permission.verb)),
+            std::string(path), st);
+      r->Send(Error(st));
+      return;
+    }
     if (absl::Status st =
             CheckQuery(route.method, route.path, route.query, call.target);
         !st.ok()) {
@@ -300,10 +474,6 @@ void ControlApi::Answer(net::HttpRequest& req,
     (this->*route.handler)(call);
     return;
   }
-  if (!key->admin) {
-    r->Send(Forbidden());
-    return;
-  }
   if (!allowed.empty()) {
     net::HttpResponse res =
         Error(http::status::method_not_allowed,
@@ -324,19 +494,106 @@ void ControlApi::Answer(net::HttpRequest& req,
 
 // --- apply and delete -------------------------------------------------------
 
+namespace {
+
+store::DocKind DocKindOf(config::Manifest::Kind kind) {
+  switch (kind) {
+    case config::Manifest::Kind::kDeployment:
+      return store::DocKind::kDeployment;
+    case config::Manifest::Kind::kTenant:
+      return store::DocKind::kTenant;
+    case config::Manifest::Kind::kModelRoute:
+      return store::DocKind::kRoute;
+  }
+  return store::DocKind::kDeployment;
+}
+
+std::string ObjectName(config::Manifest::Kind kind, const std::string& name) {
+  return absl::StrCat(store::DocKindName(DocKindOf(kind)), "/", name);
+}
+
+Micros WallNow() { return absl::ToUnixMicros(absl::Now()); }
+
+}  // namespace
+
 void ControlApi::PostApply(Call& c) {
-  auto manifests = ParseBody(c);
+  config::AccessManifests access;
+  auto manifests = ParseBody(c, &access);
   if (!manifests.has_value()) return;
-  auto results = controller_->Apply(*manifests);
-  if (!results.ok()) return c.Fail(Located(results.status(), *manifests));
+  if (absl::Status st =
+          AuthorizeBody(c, *manifests, access, auth::Verb::kApply);
+      !st.ok()) {
+    Audit(c, "apply", "manifests", st);
+    return c.Fail(st);
+  }
+  // Everything is validated before anything changes: the access manifests
+  // as a whole with the stored ones, then the rest by the controller.
+  if (!access.empty()) {
+    if (absl::Status st =
+            access_.access->Apply(access, WallNow(), /*dry_run=*/true).status();
+        !st.ok()) {
+      return c.Fail(st);
+    }
+  }
+  std::vector<json> before;
+  for (const config::Manifest& m : *manifests) {
+    before.push_back(StoredManifest(DocKindOf(m.kind), m.name()));
+  }
   json items = json::array();
-  for (const ApplyResult& x : *results) items.push_back(ApplyJson(x));
+  if (!manifests->empty()) {
+    auto results = controller_->Apply(*manifests);
+    if (!results.ok()) {
+      if (results.status().code() != absl::StatusCode::kInvalidArgument) {
+        Audit(c, "apply", "manifests", results.status());
+      }
+      return c.Fail(Located(results.status(), *manifests));
+    }
+    for (const ApplyResult& x : *results) {
+      items.push_back(ApplyJson(x));
+      if (x.action == "unchanged") continue;
+      for (size_t i = 0; i < manifests->size(); ++i) {
+        const config::Manifest& m = (*manifests)[i];
+        if (config::KindName(m.kind) != x.kind || m.name() != x.name) continue;
+        Audit(c, "apply", ObjectName(m.kind, m.name()), absl::OkStatus(),
+              auth::ManifestDiff(before[i],
+                                 StoredManifest(DocKindOf(m.kind), m.name())));
+      }
+    }
+  }
+  if (!access.empty()) {
+    auto applied = access_.access->Apply(access, WallNow());
+    if (!applied.ok()) {
+      Audit(c, "apply", "roles", applied.status());
+      return c.Fail(applied.status());
+    }
+    for (const auth::AccessControl::Applied& a : *applied) {
+      items.push_back(
+          {{"kind", a.kind}, {"name", a.name}, {"action", a.action}});
+      if (a.action == "unchanged") continue;
+      const store::DocKind kind = a.kind == "Role"
+                                      ? store::DocKind::kRole
+                                      : store::DocKind::kRoleBinding;
+      Audit(c, "apply", absl::StrCat(store::DocKindName(kind), "/", a.name),
+            absl::OkStatus(),
+            auth::ManifestDiff(a.before_json.empty()
+                                   ? json()
+                                   : json::parse(a.before_json, nullptr, false),
+                               StoredManifest(kind, a.name)));
+    }
+  }
   c.Send(http::status::ok, json{{"items", items}});
 }
 
 void ControlApi::PostDelete(Call& c) {
-  auto manifests = ParseBody(c);
+  config::AccessManifests access;
+  auto manifests = ParseBody(c, &access);
   if (!manifests.has_value()) return;
+  if (absl::Status st =
+          AuthorizeBody(c, *manifests, access, auth::Verb::kDelete);
+      !st.ok()) {
+    Audit(c, "delete", "manifests", st);
+    return c.Fail(st);
+  }
   std::vector<std::string> missing;
   for (const config::Manifest& m : *manifests) {
     const bool known = m.kind == config::Manifest::Kind::kTenant
@@ -349,30 +606,60 @@ void ControlApi::PostDelete(Call& c) {
           absl::AsciiStrToLower(config::KindName(m.kind)), "/", m.name()));
     }
   }
+  std::vector<std::pair<store::DocKind, std::string>> access_docs;
+  for (const config::RoleSpec& r : access.roles) {
+    access_docs.emplace_back(store::DocKind::kRole, r.name);
+  }
+  for (const config::RoleBindingSpec& b : access.bindings) {
+    access_docs.emplace_back(store::DocKind::kRoleBinding, b.name);
+  }
+  for (const auto& [kind, name] : access_docs) {
+    if (StoredManifest(kind, name).is_null()) {
+      missing.push_back(absl::StrCat(store::DocKindName(kind), "/", name));
+    }
+  }
   if (!missing.empty()) {
     return c.Fail(http::status::not_found,
                   absl::StrCat("not found: ", absl::StrJoin(missing, ", "),
                                "; nothing was deleted"));
   }
   json items = json::array();
+  // Bindings before the roles they name.
+  std::reverse(access_docs.begin(), access_docs.end());
+  for (const auto& [kind, name] : access_docs) {
+    const json before = StoredManifest(kind, name);
+    const std::string object =
+        absl::StrCat(store::DocKindName(kind), "/", name);
+    absl::Status st = access_.access->Delete(kind, name);
+    Audit(c, "delete", object, st, auth::ManifestDiff(before, json()));
+    if (!st.ok()) return c.Fail(st);
+    items.push_back(
+        {{"kind", kind == store::DocKind::kRole ? "Role" : "RoleBinding"},
+         {"name", name},
+         {"action", "deleted"}});
+  }
   for (const config::Manifest& m : *manifests) {
+    const json before = StoredManifest(DocKindOf(m.kind), m.name());
     auto x = controller_->Delete(m.kind, m.name());
+    Audit(c, "delete", ObjectName(m.kind, m.name()), x.status(),
+          auth::ManifestDiff(before, json()));
     if (!x.ok()) return c.Fail(x.status());
     items.push_back(ApplyJson(*x));
   }
   c.Send(http::status::ok, json{{"items", items}});
 }
 
-std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(Call& c) {
-  auto manifests = config::ParseManifests(c.req.body(), kBodySource);
+std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(
+    Call& c, config::AccessManifests* access) {
+  auto manifests = config::ParseManifests(c.req.body(), kBodySource, access);
   if (!manifests.ok()) {
     c.Fail(manifests.status());
     return std::nullopt;
   }
-  if (manifests->empty()) {
+  if (manifests->empty() && access->empty()) {
     c.Fail(http::status::unprocessable_entity,
            "the body holds no manifest (expected YAML or JSON documents with "
-           "kind Deployment, Tenant or ModelRoute)");
+           "kind Deployment, Tenant, ModelRoute, Role or RoleBinding)");
     return std::nullopt;
   }
   return *std::move(manifests);
@@ -381,27 +668,23 @@ std::optional<std::vector<config::Manifest>> ControlApi::ParseBody(Call& c) {
 // --- deployments ------------------------------------------------------------
 
 void ControlApi::ListDeployments(Call& c) {
-  if (c.key.admin) {
-    return c.Send(http::status::ok,
-                  json{{"items", controller_->DeploymentsJson()}});
+  const auth::Permission list{auth::Resource::kDeployments, auth::Verb::kList};
+  json all = controller_->DeploymentsJson();
+  if (auth::Allows(c.who, list)) {
+    return c.Send(http::status::ok, json{{"items", all}});
   }
   json items = json::array();
-  for (const std::string& m : controller_->TenantModels(c.key.tenant)) {
-    for (json& d : controller_->DeploymentsJson(m)) items.push_back(d);
+  for (json& d : all) {
+    const std::string name = ListedName(d);
+    const bool mine = auth::Allows(c.who, list, [&](const std::string& t) {
+      return DeploymentIn(name, t, /*read=*/true);
+    });
+    if (mine) items.push_back(std::move(d));
   }
   c.Send(http::status::ok, json{{"items", items}});
 }
 
 void ControlApi::GetDeployment(Call& c) {
-  if (!c.key.admin) {
-    const std::vector<std::string> mine =
-        controller_->TenantModels(c.key.tenant);
-    if (std::find(mine.begin(), mine.end(), c.name()) == mine.end()) {
-      return c.Fail(http::status::not_found,
-                    absl::StrCat("deployment '", c.name(),
-                                 "' not found among your models"));
-    }
-  }
   SendOne(c, controller_->DeploymentsJson(c.name()), "deployment");
 }
 
@@ -414,7 +697,12 @@ void ControlApi::SendOne(Call& c, const json& items, const char* what) {
 }
 
 void ControlApi::DeleteOne(Call& c, config::Manifest::Kind kind) {
+  const json before = StoredManifest(DocKindOf(kind), c.name());
   auto x = controller_->Delete(kind, c.name());
+  if (x.status().code() != absl::StatusCode::kNotFound) {
+    Audit(c, "delete", ObjectName(kind, c.name()), x.status(),
+          auth::ManifestDiff(before, json()));
+  }
   if (!x.ok()) return c.Fail(x.status());
   c.Send(http::status::ok, ApplyJson(*x));
 }
@@ -433,6 +721,8 @@ void ControlApi::ScaleDeployment(Call& c) {
   const int64_t n = body["replicas"].get<int64_t>();
   absl::Status st = controller_->Scale(
       c.name(), static_cast<int>(std::clamp<int64_t>(n, -1, 1 << 20)));
+  Audit(c, "scale", absl::StrCat("deployment/", c.name()), st,
+        json{{"replicas", n}});
   if (!st.ok()) return c.Fail(st);
   c.Send(http::status::ok, json{{"name", c.name()}, {"replicas", n}});
 }
@@ -526,28 +816,18 @@ void ControlApi::ListEvents(Call& c) {
   c.Send(http::status::ok, json{{"items", items}});
 }
 
-// --- tenants and keys -------------------------------------------------------
-
-void ControlApi::ListTenants(Call& c) {
-  c.Send(http::status::ok, json{{"items", controller_->TenantsJson()}});
-}
-
-void ControlApi::GetTenant(Call& c) {
-  if (!c.key.admin && c.name() != c.key.tenant) {
-    return c.r->Send(Forbidden());
-  }
-  SendOne(c, controller_->TenantsJson(c.name()), "tenant");
-}
-
-void ControlApi::DeleteTenant(Call& c) {
-  DeleteOne(c, config::Manifest::Kind::kTenant);
-}
-
-// --- routes
-// -------------------------------------------------------------------
+// --- routes ---------------------------------------------------------------
 
 void ControlApi::ListRoutes(Call& c) {
-  c.Send(http::status::ok, json{{"items", controller_->RoutesJson()}});
+  const auth::Permission list{auth::Resource::kRoutes, auth::Verb::kList};
+  json items = json::array();
+  for (json& r : controller_->RoutesJson()) {
+    const std::string name = ListedName(r);
+    const bool mine = auth::Allows(
+        c.who, list, [&](const std::string& t) { return RouteIn(name, t); });
+    if (mine) items.push_back(std::move(r));
+  }
+  c.Send(http::status::ok, json{{"items", items}});
 }
 
 void ControlApi::GetRoute(Call& c) {
@@ -577,52 +857,10 @@ void ControlApi::PostRollout(Call& c) {
   }
   auto route = controller_->RolloutAction(
       c.name(), body["action"].get<std::string>(), reason);
+  Audit(c, "rollout", absl::StrCat("route/", c.name()), route.status(),
+        json{{"action", body["action"]}, {"reason", reason}});
   if (!route.ok()) return c.Fail(route.status());
   c.Send(http::status::ok, *route);
-}
-
-void ControlApi::SendKeys(Call& c, const std::string& tenant) {
-  auto keys = controller_->ListKeys(tenant);
-  if (!keys.ok()) return c.Fail(keys.status());
-  json items = json::array();
-  for (const store::KeyInfo& k : *keys) items.push_back(KeyJson(k));
-  c.Send(http::status::ok, json{{"items", items}});
-}
-
-void ControlApi::ListTenantKeys(Call& c) {
-  if (!controller_->HasTenant(c.name())) {
-    return c.Fail(http::status::not_found,
-                  absl::StrCat("tenant '", c.name(), "' not found"));
-  }
-  SendKeys(c, c.name());
-}
-
-void ControlApi::CreateTenantKey(Call& c) {
-  if (!controller_->HasTenant(c.name())) {
-    return c.Fail(http::status::not_found,
-                  absl::StrCat("tenant '", c.name(), "' not found"));
-  }
-  auto k = controller_->CreateKey(c.name(), KeyName(c.req.body(), "api"),
-                                  /*admin=*/false);
-  if (!k.ok()) return c.Fail(k.status());
-  c.Send(http::status::created,
-         json{{"id", k->key_id}, {"secret", k->secret}, {"tenant", c.name()}});
-}
-
-void ControlApi::ListAdminKeys(Call& c) { SendKeys(c, ""); }
-
-void ControlApi::CreateAdminKey(Call& c) {
-  auto k = controller_->CreateKey("", KeyName(c.req.body(), "admin"),
-                                  /*admin=*/true);
-  if (!k.ok()) return c.Fail(k.status());
-  c.Send(http::status::created,
-         json{{"id", k->key_id}, {"secret", k->secret}, {"admin", true}});
-}
-
-void ControlApi::RevokeKey(Call& c) {
-  absl::Status st = controller_->RevokeKey(c.name());
-  if (!st.ok()) return c.Fail(st);
-  c.Send(http::status::ok, json{{"id", c.name()}, {"action", "revoked"}});
 }
 
 }  // namespace gpusched::api

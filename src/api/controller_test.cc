@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "auth/access_control.h"
 #include "config/manifest.h"
 #include "engine/engine_server.h"
 #include "gateway/gateway.h"
@@ -198,8 +199,9 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok());
     store_ = *std::move(opened);
     auto g = gateway::Gateway::Create(
-        gateway::GatewayConfig{},
-        [this](std::string_view k) { return store_->AuthenticateKey(k); });
+        gateway::GatewayConfig{}, [this](std::string_view k) {
+          return auth::KeyOnly(store_->AuthenticateKey(k));
+        });
     ASSERT_TRUE(g.ok()) << g.status();
     gateway_ = *std::move(g);
 

@@ -543,6 +543,68 @@ int RunEvents(const CtlOptions& o, const EventsQuery& q,
   return kExitOk;
 }
 
+int RunAudit(const CtlOptions& o, const AuditQuery& q,
+             const std::string& output, std::ostream& out, std::ostream& err) {
+  if (q.limit < 0) {
+    err << "error: --limit " << q.limit << ": want a count >= 0\n";
+    return kExitUsage;
+  }
+  const std::vector<std::pair<std::string, std::string>> params = {
+      {"since", q.since},
+      {"until", q.until},
+      {"who", q.who},
+      {"resource", q.resource},
+      {"verb", q.verb},
+      {"outcome", q.outcome},
+      {"limit", q.limit > 0 ? absl::StrCat(q.limit) : ""},
+      {"order", "asc"}};
+  Client c(o);
+  Json j;
+  if (int rc = GetJson(c, o, "/api/v1/audit" + Query(params), err, &j);
+      rc != kExitOk) {
+    return rc;
+  }
+  const Json* items = Find(j, {"items"});
+  if (output == "json") {
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  if (output == "jsonl") {
+    for (const Json& r : items != nullptr ? *items : Json::array()) {
+      Json line = r;
+      line.erase("timeIso");
+      out << line.dump() << "\n";
+    }
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"SEQ", "TIME", "WHO", "ROLE", "VERB", "RESOURCE", "OUTCOME", "PEER"}};
+  for (const Json& r : items != nullptr ? *items : Json::array()) {
+    rows.push_back({absl::StrCat(r.value("seq", 0)), r.value("timeIso", ""),
+                    r.value("who", ""), r.value("role", ""),
+                    r.value("verb", ""), r.value("resource", ""),
+                    r.value("outcome", ""), r.value("peer", "")});
+  }
+  out << FormatTable(rows);
+  return kExitOk;
+}
+
+int RunAuditVerify(const CtlOptions& o, std::ostream& out, std::ostream& err) {
+  Client c(o);
+  Json j;
+  if (int rc = GetJson(c, o, "/api/v1/audit/verify", err, &j); rc != kExitOk) {
+    return rc;
+  }
+  if (j.value("ok", false)) {
+    out << "audit log intact: " << j.value("records", 0) << " records, seq "
+        << j.value("firstSeq", 0) << ".." << j.value("headSeq", 0)
+        << " (anchor " << j.value("anchorSeq", 0) << ")\n";
+    return kExitOk;
+  }
+  err << "audit log TAMPERED: " << j.value("problem", "") << "\n";
+  return kExitServerError;
+}
+
 namespace {
 
 // Levenshtein distance, for flag suggestions (short strings).
@@ -600,6 +662,7 @@ namespace {
 struct CommonFlags {
   std::string server = "http://127.0.0.1:8080";
   std::string key;
+  std::string token;
 };
 
 void AddCommonFlags(CLI::App* cmd, CommonFlags* f) {
@@ -609,12 +672,16 @@ void AddCommonFlags(CLI::App* cmd, CommonFlags* f) {
       ->envname("GPUSCHED_SERVER");
   cmd->add_option("--key", f->key, "API key (default: $GPUSCHED_KEY)")
       ->envname("GPUSCHED_KEY");
+  cmd->add_option("--token", f->token,
+                  "single sign-on token, used when no key is given "
+                  "(default: $GPUSCHED_TOKEN)")
+      ->envname("GPUSCHED_TOKEN");
 }
 
 CtlOptions Options(const CommonFlags& f) {
   CtlOptions o;
   o.server = f.server;
-  o.key = f.key;
+  o.key = !f.key.empty() ? f.key : f.token;
   return o;
 }
 
@@ -630,6 +697,7 @@ void AddCtlCommands(CLI::App& app) {
     std::string file, kind, name, output = "table";
     LogsQuery logs;
     EventsQuery events;
+    AuditQuery audit;
   };
   // One set per subcommand: CLI11 binds options to storage up front.
   auto add = [&app](const std::string& name, const std::string& help) {
@@ -751,6 +819,36 @@ void AddCtlCommands(CLI::App& app) {
     cmd->callback([f = f] {
       Exit(RunEvents(Options(f->common), f->events, f->output, std::cout,
                      std::cerr));
+    });
+  }
+  {
+    auto [cmd, f] = add("audit",
+                        "Print the audit log of control actions, oldest "
+                        "first; `audit verify` checks its hash chain");
+    cmd->add_option("--since", f->audit.since,
+                    "From this time (RFC 3339 or unix seconds)");
+    cmd->add_option("--until", f->audit.until, "Before this time");
+    cmd->add_option("--who", f->audit.who, "Of this key id or token subject");
+    cmd->add_option("--resource", f->audit.resource,
+                    "Of this object (deployment/chat) or kind (deployment)");
+    cmd->add_option("--verb", f->audit.verb, "apply, delete, scale, ...");
+    cmd->add_option("--outcome", f->audit.outcome, "ok, denied or error")
+        ->check(CLI::IsMember({"ok", "denied", "error"}));
+    cmd->add_option("--limit", f->audit.limit,
+                    "At most N, at most 10000 (default: the server's, 100)")
+        ->check(CLI::Range(0, 10000));
+    cmd->add_option("-o,--output", f->output, "table, json or jsonl")
+        ->check(CLI::IsMember({"table", "json", "jsonl"}));
+    CLI::App* verify =
+        cmd->add_subcommand("verify", "Check the audit log's hash chain");
+    AddCommonFlags(verify, &f->common);
+    verify->callback([f = f] {
+      Exit(RunAuditVerify(Options(f->common), std::cout, std::cerr));
+    });
+    cmd->callback([f = f, verify] {
+      if (verify->parsed()) return;
+      Exit(RunAudit(Options(f->common), f->audit, f->output, std::cout,
+                    std::cerr));
     });
   }
 }

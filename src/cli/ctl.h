@@ -100,9 +100,26 @@ int RunRollout(const CtlOptions& o, const std::string& action,
 // when there is none.
 std::string FlagSuggestions(CLI::App& app, int argc, const char* const* argv);
 
+struct AuditQuery {
+  std::string since, until;  // RFC 3339 or unix seconds; "": unbounded
+  std::string who;           // a key id, a token subject, or "key:..."
+  std::string resource;      // "deployment/chat" or a kind ("deployment")
+  std::string verb;
+  std::string outcome;  // ok | denied | error
+  int limit = 0;        // 0: the server's default (100)
+};
+// `audit`: the matching audit records, oldest first. `output`: table, json
+// or jsonl (one record per line, as the export file has them).
+int RunAudit(const CtlOptions& o, const AuditQuery& q,
+             const std::string& output, std::ostream& out, std::ostream& err);
+// `audit verify`: whether the audit log's hash chain holds; exits
+// kExitServerError naming the first changed or removed record when not.
+int RunAuditVerify(const CtlOptions& o, std::ostream& out, std::ostream& err);
+
 // Registers the subcommands on `app`. --server defaults to
-// $GPUSCHED_SERVER, --key to $GPUSCHED_KEY. A non-zero status leaves
-// through CLI::RuntimeError.
+// $GPUSCHED_SERVER, --key to $GPUSCHED_KEY, else --token to
+// $GPUSCHED_TOKEN (a single sign-on token, docs/access.md). A non-zero status
+// leaves through CLI::RuntimeError.
 void AddCtlCommands(CLI::App& app);
 
 }  // namespace gpusched::cli

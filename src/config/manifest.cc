@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "config/access_manifest.h"
 #include "config/quantity.h"
 #include "config/spec_reader.h"
 #include "serving/model_queue.h"
@@ -99,7 +101,8 @@ std::string HostPortString(const HostPort& hp) {
 
 class Parser : public SpecReader {
  public:
-  using SpecReader::SpecReader;
+  Parser(std::string source, AccessManifests* access)
+      : SpecReader(std::move(source)), access_(access) {}
 
   absl::StatusOr<std::vector<Manifest>> Parse(absl::string_view text) {
     RETURN_IF_ERROR(
@@ -133,6 +136,7 @@ class Parser : public SpecReader {
            absl::StrCat("must be ", kApiVersion, ", got '", s, "'"));
     }
     bool kind_known = false;
+    std::string access_kind;  // Role | RoleBinding
     if (const YAML::Node kind = doc["kind"]; !kind) {
       Fail(doc, "kind", "required (Deployment, Tenant or ModelRoute)");
     } else if (String(kind, "kind", &s)) {
@@ -143,6 +147,8 @@ class Parser : public SpecReader {
         m.kind = Manifest::Kind::kTenant;
       } else if (s == KindName(Manifest::Kind::kModelRoute)) {
         m.kind = Manifest::Kind::kModelRoute;
+      } else if (access_ != nullptr && (s == "Role" || s == "RoleBinding")) {
+        access_kind = s;
       } else {
         Fail(kind, "kind",
              absl::StrCat("must be Deployment, Tenant or ModelRoute, got '", s,
@@ -163,6 +169,10 @@ class Parser : public SpecReader {
     }
     if (!kind_known) return;  // the spec's fields depend on the kind
     const YAML::Node spec = doc["spec"];
+    if (!access_kind.empty()) {
+      ParseAccess(access_kind, name, spec, doc);
+      return;
+    }
     if (m.kind == Manifest::Kind::kDeployment) {
       m.deployment.name = name;
       m.deployment.labels = std::move(labels);
@@ -193,6 +203,95 @@ class Parser : public SpecReader {
     manifests_.push_back(std::move(m));
   }
 
+  // A Role's or RoleBinding's spec (config/access_manifest.h).
+  void ParseAccess(const std::string& kind, const std::string& name,
+                   const YAML::Node& spec, const YAML::Node& doc) {
+    if (!spec) {
+      Fail(doc, "spec", "required");
+      return;
+    }
+    if (!Map(spec, "spec")) return;
+    if (!name.empty() && !access_names_.emplace(kind, name).second) {
+      Error(doc["metadata"]["name"],
+            absl::StrCat(kind, " '", name, "' is declared twice"));
+    }
+    if (kind == "Role") {
+      RoleSpec r;
+      r.name = name;
+      CheckKeys(spec, "spec", {"rules"});
+      const YAML::Node rules = spec["rules"];
+      if (!rules || !rules.IsSequence() || rules.size() == 0 ||
+          rules.size() > kMaxRoleRules) {
+        Fail(rules ? rules : spec, "spec.rules",
+             absl::StrCat("must be a list of 1..", kMaxRoleRules,
+                          " rules {verbs: [...], resources: [...]}"));
+        return;
+      }
+      for (size_t i = 0; i < rules.size(); ++i) {
+        const std::string path = absl::StrCat("spec.rules[", i, "]");
+        if (!Map(rules[i], path)) continue;
+        CheckKeys(rules[i], path, {"verbs", "resources"});
+        RoleRule rule;
+        for (auto [key, out] : {std::pair{"verbs", &rule.verbs},
+                                std::pair{"resources", &rule.resources}}) {
+          const YAML::Node n = rules[i][key];
+          if (!n) {
+            Fail(rules[i], absl::StrCat(path, ".", key),
+                 "required (a list; [\"*\"] for all)");
+          } else if (StringList(n, absl::StrCat(path, ".", key), out) &&
+                     out->empty()) {
+            Fail(n, absl::StrCat(path, ".", key), "must not be empty");
+          }
+        }
+        r.rules.push_back(std::move(rule));
+      }
+      access_->roles.push_back(std::move(r));
+      return;
+    }
+    RoleBindingSpec b;
+    b.name = name;
+    CheckKeys(spec, "spec", {"role", "tenant", "subjects"});
+    if (const YAML::Node n = spec["role"]; !n) {
+      Fail(spec, "spec.role", "required (a built-in or custom role's name)");
+    } else {
+      String(n, "spec.role", &b.role);
+    }
+    if (const YAML::Node n = spec["tenant"])
+      String(n, "spec.tenant", &b.tenant);
+    const YAML::Node subjects = spec["subjects"];
+    if (!subjects || !subjects.IsSequence() || subjects.size() == 0 ||
+        subjects.size() > kMaxBindingSubjects) {
+      Fail(subjects ? subjects : spec, "spec.subjects",
+           absl::StrCat("must be a list of 1..", kMaxBindingSubjects,
+                        " subjects {kind: Key | User | Group, name: ...}"));
+    } else {
+      for (size_t i = 0; i < subjects.size(); ++i) {
+        const std::string path = absl::StrCat("spec.subjects[", i, "]");
+        if (!Map(subjects[i], path)) continue;
+        CheckKeys(subjects[i], path, {"kind", "name"});
+        Subject s;
+        const YAML::Node k = subjects[i]["kind"];
+        const YAML::Node nm = subjects[i]["name"];
+        if (!k) {
+          Fail(subjects[i], path + ".kind", "required (Key, User or Group)");
+        } else if (String(k, path + ".kind", &s.kind) && s.kind != "Key" &&
+                   s.kind != "User" && s.kind != "Group") {
+          Fail(k, path + ".kind",
+               absl::StrCat("must be Key, User or Group, got '", s.kind, "'"));
+        }
+        if (!nm) {
+          Fail(subjects[i], path + ".name", "required");
+        } else if (String(nm, path + ".name", &s.name) && s.name.empty()) {
+          Fail(nm, path + ".name", "must not be empty");
+        }
+        b.subjects.push_back(std::move(s));
+      }
+    }
+    access_->bindings.push_back(std::move(b));
+  }
+
+  AccessManifests* const access_;
+  std::set<std::pair<std::string, std::string>> access_names_;
   int documents_ = 0;
   std::vector<Manifest> manifests_;
   std::map<std::pair<Manifest::Kind, std::string>, int> first_line_;
@@ -410,7 +509,36 @@ void CheckTenant(const TenantSpec& t, const std::vector<std::string>& classes,
 
 absl::StatusOr<std::vector<Manifest>> ParseManifests(absl::string_view text,
                                                      std::string source) {
-  return Parser(std::move(source)).Parse(text);
+  return Parser(std::move(source), nullptr).Parse(text);
+}
+
+absl::StatusOr<std::vector<Manifest>> ParseManifests(absl::string_view text,
+                                                     std::string source,
+                                                     AccessManifests* access) {
+  return Parser(std::move(source), access).Parse(text);
+}
+
+nlohmann::json RoleJson(const RoleSpec& r) {
+  nlohmann::json rules = nlohmann::json::array();
+  for (const RoleRule& x : r.rules) {
+    rules.push_back({{"verbs", x.verbs}, {"resources", x.resources}});
+  }
+  return {{"apiVersion", kApiVersion},
+          {"kind", "Role"},
+          {"metadata", {{"name", r.name}}},
+          {"spec", {{"rules", rules}}}};
+}
+
+nlohmann::json RoleBindingJson(const RoleBindingSpec& b) {
+  nlohmann::json subjects = nlohmann::json::array();
+  for (const Subject& s : b.subjects) {
+    subjects.push_back({{"kind", s.kind}, {"name", s.name}});
+  }
+  return {{"apiVersion", kApiVersion},
+          {"kind", "RoleBinding"},
+          {"metadata", {{"name", b.name}}},
+          {"spec",
+           {{"role", b.role}, {"tenant", b.tenant}, {"subjects", subjects}}}};
 }
 
 nlohmann::json ToJson(const Manifest& m) {

@@ -71,6 +71,8 @@ class Parser : public SpecReader {
                "alerts",
                "store",
                "ha",
+               "audit",
+               "oidc",
                "stop_replicas_on_exit",
                "capacity",
                "slurm",
@@ -88,6 +90,17 @@ class Parser : public SpecReader {
       }
     }
     if (const YAML::Node n = root["ha"]; n && Map(n, "ha")) ParseHa(n, cfg);
+    if (const YAML::Node n = root["audit"]; n && Map(n, "audit")) {
+      CheckKeys(n, "audit", {"export_path", "max_records", "max_age_days"});
+      if (const YAML::Node v = n["export_path"]) {
+        PathField(v, "audit.export_path", &cfg.audit.export_path);
+      }
+      OptInt(n, "max_records", 1, 10000000, &cfg.audit.max_records);
+      OptInt(n, "max_age_days", 1, 3650, &cfg.audit.max_age_days);
+    }
+    if (const YAML::Node n = root["oidc"]; n && Map(n, "oidc")) {
+      ParseOidc(n, cfg.oidc);
+    }
     if (const YAML::Node n = root["stop_replicas_on_exit"]) {
       Bool(n, "stop_replicas_on_exit", &cfg.stop_replicas_on_exit);
     }
@@ -309,6 +322,50 @@ class Parser : public SpecReader {
     }
     if (const YAML::Node v = n["max_alerts"]) {
       Int(v, "alerts.max_alerts", 1, 10000, &a.max_alerts);
+    }
+  }
+
+  void ParseOidc(const YAML::Node& n, OidcConfig& o) {
+    o.enabled = true;
+    CheckKeys(n, "oidc",
+              {"issuer", "audience", "jwks_file", "jwks_url", "jwks_refresh_s",
+               "leeway_s", "subject_claim", "groups_claim", "tenant_claim",
+               "claim_roles"});
+    OptString(n, "issuer", &o.issuer);
+    OptString(n, "audience", &o.audience);
+    if (const YAML::Node v = n["jwks_file"]) {
+      PathField(v, "oidc.jwks_file", &o.jwks_file);
+    }
+    OptString(n, "jwks_url", &o.jwks_url);
+    OptInt(n, "jwks_refresh_s", 1, 86400, &o.jwks_refresh_s);
+    OptInt(n, "leeway_s", 0, 300, &o.leeway_s);
+    OptString(n, "subject_claim", &o.subject_claim);
+    OptString(n, "groups_claim", &o.groups_claim);
+    OptString(n, "tenant_claim", &o.tenant_claim);
+    if (o.issuer.empty()) Fail(n, "oidc.issuer", "required");
+    if (o.audience.empty()) Fail(n, "oidc.audience", "required");
+    if (o.jwks_file.empty() == o.jwks_url.empty()) {
+      Fail(n, "oidc", "give one of jwks_file and jwks_url");
+    }
+    if (const YAML::Node list = n["claim_roles"]) {
+      if (!list.IsSequence() || list.size() > 256) {
+        Fail(list, "oidc.claim_roles", "must be a list of at most 256 items");
+        return;
+      }
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string path = absl::StrCat("oidc.claim_roles[", i, "]");
+        if (!Map(list[i], path)) continue;
+        CheckKeys(list[i], path, {"claim", "value", "role", "tenant"});
+        OidcClaimRole m;
+        OptString(list[i], "claim", &m.claim);
+        OptString(list[i], "value", &m.value);
+        OptString(list[i], "role", &m.role);
+        OptString(list[i], "tenant", &m.tenant);
+        if (m.claim.empty() || m.value.empty() || m.role.empty()) {
+          Fail(list[i], path, "claim, value and role are required");
+        }
+        o.claim_roles.push_back(std::move(m));
+      }
     }
   }
 

@@ -32,6 +32,24 @@
 //     renew_interval_ms: 0        # 0: 5/8 of the TTL; less than 2/3 of it
 //                                 #   (each renewal waits at most half of
 //                                 #   this for a member)
+//   audit:                        # the audit log (docs/access.md)
+//     export_path: ""             # append each record as a JSON line here
+//                                 #   ("": none); rotated to .1 at 256 MiB
+//     max_records: 100000         # kept in the store, 1..10000000
+//     max_age_days: 90            # older records go, 1..3650
+//   oidc:                         # single sign-on tokens (docs/access.md);
+//                                 #   absent: API keys only
+//     issuer: https://idp.example.com     # required: the tokens' iss
+//     audience: gpusched                  # required: one of their aud
+//     jwks_file: ""               # the provider's keys: a file, or
+//     jwks_url: ""                #   http(s)://host[:port]/path
+//     jwks_refresh_s: 300         # re-read this often, 1..86400
+//     leeway_s: 30                # clock skew allowed on exp/nbf, 0..300
+//     subject_claim: sub          # the token's subject ("User" subjects)
+//     groups_claim: groups        # its groups ("Group" subjects)
+//     tenant_claim: ""            # the tenant it acts for ("": none)
+//     claim_roles:                # at most 256: a claim value -> a role
+//     - {claim: groups, value: sre, role: operator, tenant: ""}
 //   admin_key: ""                 # optional admin API key (gs-...)
 //   admin_key_file: ""            # or read it from this file (a Secret
 //                                 #   mounted in every instance's Pod)
@@ -279,10 +297,33 @@ struct AlertsConfig {
   int64_t max_alerts = 500;
 };
 
+struct AuditConfig {
+  std::string export_path;  // resolved path; empty: none
+  int64_t max_records = 100000;
+  int64_t max_age_days = 90;
+};
+
+struct OidcClaimRole {
+  std::string claim, value, role, tenant;
+};
+
+struct OidcConfig {
+  bool enabled = false;  // the oidc: block is present
+  std::string issuer, audience, jwks_file, jwks_url;
+  int64_t jwks_refresh_s = 300;
+  int64_t leeway_s = 30;
+  std::string subject_claim = "sub";
+  std::string groups_claim = "groups";
+  std::string tenant_claim;
+  std::vector<OidcClaimRole> claim_roles;
+};
+
 struct ServeConfig {
   std::string source;
   HostPort listen{"127.0.0.1", 8080};
   std::string state = "gpusched-state.db";
+  AuditConfig audit;
+  OidcConfig oidc;
   std::string admin_key;
   std::string admin_key_file;  // resolved path; empty: none
   std::string key_dir;         // empty: keys printed, not kept

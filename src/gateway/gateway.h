@@ -51,6 +51,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "auth/access.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_stats.h"
 #include "gateway/stream_resume.h"
@@ -126,9 +127,20 @@ struct GatewayConfig {
 // What the gateway holds for one deployment now.
 using DeploymentLoad = runtime::ServingLoad;
 
-// Checks an API key; the runtime wraps its Store (thread-safe).
+// Checks a bearer credential (an API key or a token) and says who it is
+// (auth/access_control.h; thread-safe).
 using Authenticator =
-    std::function<absl::StatusOr<store::KeyInfo>(std::string_view secret)>;
+    std::function<absl::StatusOr<auth::Principal>(std::string_view bearer)>;
+
+// One data-plane route and the permission it needs (docs/access.md);
+// nullopt: public (health and server metadata, no credential).
+struct DataPlaneRoute {
+  const char* method;
+  const char* path;  // "{}" is one segment
+  std::optional<auth::Permission> permission;
+};
+// Every route the data plane answers.
+const std::vector<DataPlaneRoute>& DataPlaneRoutes();
 
 class Gateway : public runtime::DataPlane {
  public:
@@ -327,10 +339,13 @@ class Gateway : public runtime::DataPlane {
               const Tenant& tenant, std::string_view prompt = {});
   void HandleKServe(net::HttpRequest& req, std::shared_ptr<net::Responder> r,
                     const std::string& target);
-  // The tenant behind the request's key, or answers 401/403 and nullopt.
+  // The tenant behind the request's key or token, or answers 401/403 and
+  // nullopt.
+  // The caller must hold `permission` in its tenant.
   std::optional<Tenant> Authenticate(const net::HttpRequest& req,
                                      Protocol protocol,
-                                     const std::shared_ptr<net::Responder>& r);
+                                     const std::shared_ptr<net::Responder>& r,
+                                     auth::Permission permission);
   // May the tenant use the live deployment `model`? (Listed in its
   // models, or a target of a route that is.)
   bool Allowed(const Tenant& t, const std::string& model) const

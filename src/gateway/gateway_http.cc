@@ -115,9 +115,37 @@ int64_t Gateway::CreatedOf(const std::string& name) const {
   return it != models_.end() ? it->second.created : 0;
 }
 
+namespace {
+constexpr auth::Permission kListModels{auth::Resource::kModels,
+                                       auth::Verb::kList};
+constexpr auth::Permission kGetModel{auth::Resource::kModels, auth::Verb::kGet};
+constexpr auth::Permission kInfer{auth::Resource::kModels, auth::Verb::kInfer};
+}  // namespace
+
+const std::vector<DataPlaneRoute>& DataPlaneRoutes() {
+  static const std::vector<DataPlaneRoute>* const kRoutes =
+      new std::vector<DataPlaneRoute>{
+          {"GET", "/healthz", std::nullopt},
+          {"GET", "/v2/health/live", std::nullopt},
+          {"GET", "/v2/health/ready", std::nullopt},
+          {"GET", "/v2", std::nullopt},
+          {"GET", "/v1/models", kListModels},
+          {"POST", "/v1/chat/completions", kInfer},
+          {"POST", "/v1/completions", kInfer},
+          {"POST", "/v1/embeddings", kInfer},
+          {"GET", "/v2/models/{}", kGetModel},
+          {"GET", "/v2/models/{}/ready", kGetModel},
+          {"POST", "/v2/models/{}/infer", kInfer},
+          {"GET", "/v2/models/{}/versions/{}", kGetModel},
+          {"GET", "/v2/models/{}/versions/{}/ready", kGetModel},
+          {"POST", "/v2/models/{}/versions/{}/infer", kInfer},
+      };
+  return *kRoutes;
+}
+
 std::optional<Gateway::Tenant> Gateway::Authenticate(
     const net::HttpRequest& req, Protocol protocol,
-    const std::shared_ptr<net::Responder>& r) {
+    const std::shared_ptr<net::Responder>& r, auth::Permission permission) {
   const std::string_view auth(req[http::field::authorization].data(),
                               req[http::field::authorization].size());
   if (!auth.starts_with("Bearer ")) {
@@ -127,22 +155,34 @@ std::optional<Gateway::Tenant> Gateway::Authenticate(
            "authentication_error");
     return std::nullopt;
   }
-  auto key = authenticate_(auth.substr(7));
-  if (!key.ok()) {
-    Invalid("unauthenticated");
-    Reject(protocol, r, http::status::unauthorized,
-           std::string(key.status().message()), "authentication_error");
+  auto who = authenticate_(auth.substr(7));
+  if (!who.ok()) {
+    const bool denied =
+        who.status().code() == absl::StatusCode::kPermissionDenied;
+    Invalid(denied ? "forbidden" : "unauthenticated");
+    Reject(protocol, r,
+           denied ? http::status::forbidden : http::status::unauthorized,
+           std::string(who.status().message()),
+           denied ? "permission_error" : "authentication_error");
+    return std::nullopt;
+  }
+  if (who->tenant.empty() ||
+      !auth::Allows(*who, permission, {&who->tenant, 1})) {
+    Invalid("forbidden");
+    Reject(protocol, r, http::status::forbidden,
+           who->tenant.empty()
+               ? absl::StrCat(who->subject, " acts for no tenant: use a ",
+                              "tenant's key or token for inference")
+               : std::string(auth::DeniedError(*who, permission, "").message()),
+           "permission_error");
     return std::nullopt;
   }
   absl::MutexLock lock(&mu_);
-  auto it = tenants_.find(key->tenant);
+  auto it = tenants_.find(who->tenant);
   if (it == tenants_.end() || it->second.deleted) {
     Invalid("forbidden");
     Reject(protocol, r, http::status::forbidden,
-           key->admin ? "an admin key is not a tenant: use a tenant's key "
-                        "for inference"
-                      : "this key's tenant has no access to any model",
-           "permission_error");
+           "this key's tenant has no access to any model", "permission_error");
     return std::nullopt;
   }
   return it->second;
@@ -176,7 +216,8 @@ void Gateway::Handle(net::HttpRequest req, std::shared_ptr<net::Responder> r) {
     HandleKServe(req, std::move(r), target);
     return;
   }
-  const std::optional<Tenant> tenant = Authenticate(req, Protocol::kOpenAi, r);
+  const std::optional<Tenant> tenant = Authenticate(
+      req, Protocol::kOpenAi, r, target == "/v1/models" ? kListModels : kInfer);
   if (!tenant) return;
   if (target == "/v1/models") {
     json data = json::array();
@@ -301,7 +342,8 @@ void Gateway::HandleKServe(net::HttpRequest& req,
            "unknown path " + target, "not_found_error");
     return;
   }
-  const std::optional<Tenant> tenant = Authenticate(req, Protocol::kKServe, r);
+  const std::optional<Tenant> tenant = Authenticate(
+      req, Protocol::kKServe, r, action == "infer" ? kInfer : kGetModel);
   if (!tenant) return;
   // A route's name: its version `version`, else one picked by weight.
   std::string deployment = model;

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "auth/access_control.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "engine/engine_server.h"
@@ -39,7 +40,7 @@ class GatewayTest : public ::testing::Test {
     bob_ = store_->CreateApiKey("bob", "k", 0)->secret;
 
     auto g = Gateway::Create(GatewayConfig{}, [this](std::string_view k) {
-      return store_->AuthenticateKey(k);
+      return auth::KeyOnly(store_->AuthenticateKey(k));
     });
     ASSERT_TRUE(g.ok()) << g.status();
     gateway_ = *std::move(g);

@@ -17,10 +17,14 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/control_api.h"
 #include "api/controller_metrics.h"
 #include "api/ha_metrics.h"
 #include "api/static_assets.h"
+#include "auth/access_control.h"
+#include "auth/audit_log.h"
+#include "auth/token.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/kube_launcher.h"
 #include "backends/kubernetes/kube_nodes.h"
@@ -325,9 +329,44 @@ int RunServe(const ServeFlags& flags) {
   // The data plane checks keys itself, over the store (never through the
   // controller).
   gateway::KeyCache keys(st_store);
+  // Who a credential is (an API key, or a token when oidc: is set), with
+  // the roles and bindings the store holds, and the audit log.
+  auth::AccessControl access(st_store);
+  std::unique_ptr<auth::TokenVerifier> tokens;
+  if (cfg->oidc.enabled) {
+    auth::TokenConfig tc;
+    tc.issuer = cfg->oidc.issuer;
+    tc.audience = cfg->oidc.audience;
+    tc.jwks_file = cfg->oidc.jwks_file;
+    tc.jwks_url = cfg->oidc.jwks_url;
+    tc.jwks_refresh = cfg->oidc.jwks_refresh_s * kMicrosPerSecond;
+    tc.jwks_min_refresh = std::min(tc.jwks_refresh, 10 * kMicrosPerSecond);
+    tc.leeway = cfg->oidc.leeway_s * kMicrosPerSecond;
+    tc.subject_claim = cfg->oidc.subject_claim;
+    tc.groups_claim = cfg->oidc.groups_claim;
+    tc.tenant_claim = cfg->oidc.tenant_claim;
+    for (const config::OidcClaimRole& m : cfg->oidc.claim_roles) {
+      tc.claim_roles.push_back({m.claim, m.value, m.role, m.tenant});
+    }
+    auth::TokenVerifier::Fetch fetch = auth::JwksSource(tc);
+    auto v = auth::TokenVerifier::Create(std::move(tc), std::move(fetch), [] {
+      return absl::ToUnixMicros(absl::Now());
+    });
+    if (!v.ok()) return Fail(std::string(v.status().message()));
+    tokens = *std::move(v);
+  }
+  const auth::Authenticator authenticator(
+      [&keys](std::string_view secret) { return keys.Authenticate(secret); },
+      &access, tokens.get());
+  auth::AuditOptions audit_options;
+  audit_options.export_path = cfg->audit.export_path;
+  audit_options.max_records = cfg->audit.max_records;
+  audit_options.max_age = cfg->audit.max_age_days * 86400 * kMicrosPerSecond;
+  auth::AuditLog audit(st_store, audit_options);
   auto gateway = gateway::Gateway::Create(
-      gateway_config,
-      [&keys](std::string_view secret) { return keys.Authenticate(secret); });
+      gateway_config, [&authenticator](std::string_view bearer) {
+        return authenticator.Authenticate(bearer);
+      });
   if (!gateway.ok()) return Fail(std::string(gateway.status().message()));
 
   runtime::ControllerOptions options;
@@ -473,8 +512,10 @@ int RunServe(const ServeFlags& flags) {
     if (!made.ok()) return Fail(std::string(made.status().message()));
     alerts = *std::move(made);
   }
-  api::ControlApi control(controller.get(), &keys, &(*gateway)->stats(),
-                          &control_pool, &cluster_view, alerts.get());
+  api::ControlApi control(
+      controller.get(),
+      api::ControlAccess{&authenticator, &access, &audit, st_store},
+      &(*gateway)->stats(), &control_pool, &cluster_view, alerts.get());
   std::atomic<bool> draining{false};
   net::HttpServerOptions http;
   http.address = cfg->listen.host;

@@ -83,6 +83,8 @@ class Connection {
   virtual void Abort() = 0;
   virtual bool draining() const = 0;
   const std::shared_ptr<std::atomic<bool>>& gone() const { return gone_; }
+  // The client's address ("127.0.0.1:41234"), set once when accepted.
+  const std::string& peer() const { return peer_; }
 
  protected:
   static std::shared_ptr<Responder> NewResponder(
@@ -93,6 +95,7 @@ class Connection {
   }
   std::shared_ptr<std::atomic<bool>> gone_ =
       std::make_shared<std::atomic<bool>>(false);
+  std::string peer_;
 };
 
 namespace {
@@ -216,6 +219,7 @@ class Session final : public Connection,
     tcp().socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   }
   ~Session() override { --server_->connections; }
+  void SetPeer(std::string peer) { peer_ = std::move(peer); }
 
   void Start();
   void Write(std::string bytes, bool ends_response, bool keep_alive) override;
@@ -530,7 +534,15 @@ void HttpServer::Impl::Accept() {
     if (ec) {
       if (ec == asio::error::operation_aborted || draining) return;
     } else {
+      std::string peer;
+      beast::error_code pec;
+      const tcp::endpoint remote = s.remote_endpoint(pec);
+      if (!pec) {
+        peer =
+            absl::StrCat(remote.address().to_string(pec), ":", remote.port());
+      }
       auto start = [&](auto session) {
+        session->SetPeer(std::move(peer));
         {
           absl::MutexLock lock(&mu);
           // Forget connections that have gone.
@@ -556,6 +568,11 @@ Responder::Responder(std::shared_ptr<Connection> connection, unsigned version,
       keep_alive_(keep_alive),
       gone_(connection_ ? connection_->gone()
                         : std::make_shared<std::atomic<bool>>(false)) {}
+
+const std::string& Responder::peer() const {
+  static const std::string* const kNone = new std::string();
+  return connection_ != nullptr ? connection_->peer() : *kNone;
+}
 
 std::shared_ptr<Responder> Responder::Discarding() {
   return std::shared_ptr<Responder>(new Responder(nullptr, 11, false));

@@ -74,6 +74,8 @@ class Responder {
   static std::shared_ptr<Responder> Discarding();
   // The client is gone (its chunks are dropped); for cancelling work.
   bool client_gone() const { return gone_->load(); }
+  // The client's address ("127.0.0.1:41234"); "" for a discarding one.
+  const std::string& peer() const;
 
  private:
   friend class Connection;  // the only maker of Responders

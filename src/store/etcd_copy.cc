@@ -87,7 +87,9 @@ WatchApplied ApplyWatchEvents(const std::string& prefix, const json& events,
     auto old = copy->kvs.find(key);
     out.desired_changed =
         out.desired_changed || absl::StartsWith(key, "deployments/") ||
-        absl::StartsWith(key, "tenants/") || absl::StartsWith(key, "routes/");
+        absl::StartsWith(key, "tenants/") || absl::StartsWith(key, "routes/") ||
+        absl::StartsWith(key, "roles/") ||
+        absl::StartsWith(key, "rolebindings/");
     if (del) {
       if (old == copy->kvs.end()) continue;
       if (absl::StartsWith(key, "events/")) {

@@ -443,6 +443,9 @@ absl::Status EtcdStore::Delete(DocKind kind, const std::string& name) {
     case DocKind::kRoute:
       ops.push_back(DelOp(Key(absl::StrCat("routestate/", name))));
       break;
+    case DocKind::kRole:
+    case DocKind::kRoleBinding:
+      break;
     case DocKind::kTenant: {
       // Its keys, as etcd has them now (a key made meanwhile on another
       // instance belongs to this tenant object and authenticates no more:

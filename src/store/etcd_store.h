@@ -116,6 +116,12 @@ class EtcdStore final : public Store {
       const EventFilter& filter) override;
   absl::StatusOr<int64_t> PruneEvents(int64_t max_rows,
                                       Micros older_than) override;
+  absl::StatusOr<AuditRecord> AppendAudit(const AuditRecord& record) override;
+  absl::StatusOr<std::vector<AuditRecord>> QueryAudit(
+      const AuditFilter& filter) override;
+  absl::StatusOr<AuditEnds> GetAuditEnds() override;
+  absl::StatusOr<int64_t> PruneAudit(int64_t max_rows,
+                                     Micros older_than) override;
 
   absl::Status PutStatus(const std::string& name, const std::string& json,
                          const Fence* fence = nullptr) override;

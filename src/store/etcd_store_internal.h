@@ -54,6 +54,10 @@ inline const char* DocDir(DocKind kind) {
       return "tenants/";
     case DocKind::kRoute:
       return "routes/";
+    case DocKind::kRole:
+      return "roles/";
+    case DocKind::kRoleBinding:
+      return "rolebindings/";
   }
   return "?/";
 }

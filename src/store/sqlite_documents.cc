@@ -21,6 +21,10 @@ const char* SqliteStore::Table(DocKind kind) {
       return "tenants";
     case DocKind::kRoute:
       return "routes";
+    case DocKind::kRole:
+      return "roles";
+    case DocKind::kRoleBinding:
+      return "rolebindings";
   }
   return "?";
 }

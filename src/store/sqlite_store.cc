@@ -91,6 +91,38 @@ CREATE TABLE desired_replicas (
 ALTER TABLE events ADD COLUMN instance TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Schema version 4: custom roles and role bindings (docs/access.md) and the
+// hash-chained audit log with its anchor and head (store/audit.h).
+constexpr const char* kSchemaV4 = R"sql(
+CREATE TABLE roles (
+  name TEXT PRIMARY KEY,
+  manifest TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  created_us INTEGER NOT NULL,
+  updated_us INTEGER NOT NULL
+) STRICT;
+CREATE TABLE rolebindings (
+  name TEXT PRIMARY KEY,
+  manifest TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  created_us INTEGER NOT NULL,
+  updated_us INTEGER NOT NULL
+) STRICT;
+CREATE TABLE audit (
+  seq INTEGER PRIMARY KEY,
+  time_us INTEGER NOT NULL,
+  record TEXT NOT NULL
+) STRICT;
+CREATE TABLE audit_ends (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  anchor_seq INTEGER NOT NULL,
+  anchor_hash TEXT NOT NULL,
+  head_seq INTEGER NOT NULL,
+  head_hash TEXT NOT NULL
+) STRICT;
+INSERT INTO audit_ends VALUES (1, 0, '', 0, '');
+)sql";
+
 }  // namespace
 
 void SqliteStore::StmtDeleter::operator()(sqlite3_stmt* stmt) const {
@@ -231,6 +263,7 @@ absl::Status SqliteStore::InitSchema() {
           RETURN_IF_ERROR(script(kSchemaV1, "creating schema version 1"));
           RETURN_IF_ERROR(script(kSchemaV2, "creating schema version 2"));
           RETURN_IF_ERROR(script(kSchemaV3, "creating schema version 3"));
+          RETURN_IF_ERROR(script(kSchemaV4, "creating schema version 4"));
           ASSIGN_OR_RETURN(
               sqlite3_stmt * stmt,
               Prepare("INSERT INTO schema_version(version) VALUES (?)",
@@ -258,8 +291,11 @@ absl::Status SqliteStore::InitSchema() {
         if (version == 1) {
           RETURN_IF_ERROR(script(kSchemaV2, "upgrading to schema version 2"));
         }
-        if (version <= 2) {
-          RETURN_IF_ERROR(script(kSchemaV3, "upgrading to schema version 3"));
+        if (version <= 3) {
+          if (version <= 2) {
+            RETURN_IF_ERROR(script(kSchemaV3, "upgrading to schema version 3"));
+          }
+          RETURN_IF_ERROR(script(kSchemaV4, "upgrading to schema version 4"));
           ASSIGN_OR_RETURN(
               sqlite3_stmt * up,
               Prepare("INSERT INTO schema_version(version) VALUES (?)",

@@ -39,7 +39,7 @@ namespace gpusched::store {
 // The schema version this build reads and writes. A database with a newer
 // version is refused at Open (never downgraded or partially read); older
 // ones are upgraded in place.
-inline constexpr int kStoreSchemaVersion = 3;
+inline constexpr int kStoreSchemaVersion = 4;
 
 class SqliteStore final : public Store {
  public:
@@ -94,6 +94,12 @@ class SqliteStore final : public Store {
       const EventFilter& filter) override;
   absl::StatusOr<int64_t> PruneEvents(int64_t max_rows,
                                       Micros older_than) override;
+  absl::StatusOr<AuditRecord> AppendAudit(const AuditRecord& record) override;
+  absl::StatusOr<std::vector<AuditRecord>> QueryAudit(
+      const AuditFilter& filter) override;
+  absl::StatusOr<AuditEnds> GetAuditEnds() override;
+  absl::StatusOr<int64_t> PruneAudit(int64_t max_rows,
+                                     Micros older_than) override;
 
   absl::Status PutStatus(const std::string& name, const std::string& json,
                          const Fence* fence = nullptr) override;
@@ -145,6 +151,8 @@ class SqliteStore final : public Store {
   void Changed() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<Document> GetLocked(DocKind kind, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<AuditEnds> ReadAuditEndsLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertKey(const std::string& key_id, std::string_view secret,
                          const std::string& tenant, const std::string& name,

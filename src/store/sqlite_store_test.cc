@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store/api_keys.h"
@@ -141,7 +142,7 @@ TEST(SqliteStoreTest, NewerSchemaVersionIsRefused) {
   { ASSERT_NE(OpenOrDie(path), nullptr); }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 4", nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 5", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
@@ -149,7 +150,7 @@ TEST(SqliteStoreTest, NewerSchemaVersionIsRefused) {
   absl::StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(store.status().message(), HasSubstr("schema version 4"));
+  EXPECT_THAT(store.status().message(), HasSubstr("schema version 5"));
   EXPECT_THAT(store.status().message(), HasSubstr("newer"));
 }
 
@@ -161,13 +162,15 @@ TEST(SqliteStoreTest, UpgradesFromVersion1) {
     ASSERT_TRUE(store->PutDeployment("chat", "{}", 1, 10).ok());
   }
   // A version-1 database: no route tables, no desired counts, events
-  // without their instance.
+  // without their instance, no roles, bindings or audit log.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "DROP TABLE route_states; DROP TABLE routes; DROP "
                          "TABLE desired_replicas; ALTER TABLE events DROP "
-                         "COLUMN instance; DELETE FROM schema_version; INSERT "
+                         "COLUMN instance; DROP TABLE roles; DROP TABLE "
+                         "rolebindings; DROP TABLE audit; DROP TABLE "
+                         "audit_ends; DELETE FROM schema_version; INSERT "
                          "INTO schema_version(version) VALUES (1)",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -186,6 +189,12 @@ TEST(SqliteStoreTest, UpgradesFromVersion1) {
   e.instance = "a";
   ASSERT_TRUE(store->AppendEvent(e).ok());
   EXPECT_EQ((*store->QueryEvents({}))[0].instance, "a");
+  // And those of version 4: roles, bindings, the audit log and its ends.
+  ASSERT_TRUE(store->Put(DocKind::kRole, "r", "{}", 1, 9).ok());
+  AuditRecord a;
+  a.who = "key:abcdefgh";
+  a.verb = "apply";
+  EXPECT_EQ(store->AppendAudit(a)->seq, 1);
 }
 
 TEST(SqliteStoreTest, NotADatabaseIsAnError) {
@@ -314,6 +323,60 @@ TEST(SqliteStoreTest, EnsureAdminKeyIsIdempotent) {
   ASSERT_TRUE(store->RevokeApiKey(key_id, 50).ok());
   EXPECT_EQ(store->EnsureAdminKey(*secret, 60).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// The audit log on a SQLite file that someone edits behind gpusched's
+// back: a changed record, a removed one and a removed newest one are each
+// found by the chain check, naming the record.
+TEST(SqliteStoreTest, AuditTamperingIsDetected) {
+  struct Case {
+    const char* name;
+    const char* sql;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"changed",
+       "UPDATE audit SET record = replace(record, "
+       "'\"replicas\":2', '\"replicas\":0') WHERE seq = 2",
+       "record 2: changed"},
+      {"removed", "DELETE FROM audit WHERE seq = 3", "record 3: removed"},
+      {"newest removed", "DELETE FROM audit WHERE seq = 4",
+       "records 4..4: removed"},
+      {"renumbered",
+       "UPDATE audit SET record = replace(record, "
+       "'\"seq\":3', '\"seq\":2') WHERE seq = 3",
+       "record 2: out of order"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const std::string path = dir.File(absl::StrCat("audit.db"));
+    {
+      std::unique_ptr<SqliteStore> store = OpenOrDie(path);
+      for (int i = 1; i <= 4; ++i) {
+        AuditRecord r;
+        r.time = i;
+        r.who = "key:abcdefgh";
+        r.verb = "scale";
+        r.resource = "deployment/chat";
+        r.diff = {{"replicas", i}};
+        ASSERT_TRUE(store->AppendAudit(r).ok());
+      }
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, c.sql, nullptr, nullptr, nullptr), SQLITE_OK);
+    EXPECT_EQ(sqlite3_changes(db), 1);
+    sqlite3_close(db);
+    std::unique_ptr<SqliteStore> store = OpenOrDie(path);
+    AuditFilter all;
+    all.limit = 0;
+    all.oldest_first = true;
+    absl::Status st =
+        VerifyAuditChain(*store->GetAuditEnds(), *store->QueryAudit(all));
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(st.message(), HasSubstr(c.expect));
+  }
 }
 
 }  // namespace

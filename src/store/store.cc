@@ -13,6 +13,10 @@ const char* DocKindName(DocKind kind) {
       return "tenant";
     case DocKind::kRoute:
       return "route";
+    case DocKind::kRole:
+      return "role";
+    case DocKind::kRoleBinding:
+      return "rolebinding";
   }
   return "?";
 }

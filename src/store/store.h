@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
+#include "store/audit.h"
 
 namespace gpusched::store {
 
@@ -58,8 +59,10 @@ struct Document {
   Micros updated = 0;  // last successful Put
 };
 
-enum class DocKind { kDeployment, kTenant, kRoute };
-const char* DocKindName(DocKind kind);  // "deployment", "tenant", "route"
+// Roles and RoleBindings are the custom access manifests (docs/access.md).
+enum class DocKind { kDeployment, kTenant, kRoute, kRole, kRoleBinding };
+// "deployment", "tenant", "route", "role", "rolebinding"
+const char* DocKindName(DocKind kind);
 
 // A newly created API key. `secret` is shown once and never stored.
 struct NewApiKey {
@@ -272,6 +275,25 @@ class Store {
   // how many were deleted.
   virtual absl::StatusOr<int64_t> PruneEvents(int64_t max_rows,
                                               Micros older_than) = 0;
+
+  // --- Audit log (store/audit.h) -------------------------------------------
+  // Appends `record` after the newest record, atomically across every
+  // instance of a shared store: assigns its seq, prev_hash and hash (the
+  // fields given are ignored) and moves the head. Returns it as stored.
+  // InvalidArgument when `verb` or `who` is empty.
+  virtual absl::StatusOr<AuditRecord> AppendAudit(
+      const AuditRecord& record) = 0;
+  // Records passing `filter`, in seq order (newest first by default).
+  virtual absl::StatusOr<std::vector<AuditRecord>> QueryAudit(
+      const AuditFilter& filter) = 0;
+  // The chain's anchor and head, read together.
+  virtual absl::StatusOr<AuditEnds> GetAuditEnds() = 0;
+  // Bounded retention: removes the records older than `older_than` (pass
+  // std::numeric_limits<Micros>::min() to skip) and then all but the newest
+  // `max_rows` (negative: skip), oldest first, and moves the anchor to the
+  // last one removed. Returns how many were removed.
+  virtual absl::StatusOr<int64_t> PruneAudit(int64_t max_rows,
+                                             Micros older_than) = 0;
 
   // --- Status: what the leader publishes for the other instances ------------
   // JSON documents by name ("deployments/chat", "cluster/gpus"). Not part of

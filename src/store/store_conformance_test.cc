@@ -407,6 +407,132 @@ TEST_P(StoreConformance, EnsureKeyIsIdempotent) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// --- Audit log
+// ----------------------------------------------------------------
+
+AuditRecord MakeAudit(Micros time, std::string who, std::string verb,
+                      std::string resource) {
+  AuditRecord r;
+  r.time = time;
+  r.who = std::move(who);
+  r.role = "cluster-admin";
+  r.verb = std::move(verb);
+  r.resource = std::move(resource);
+  r.peer = "127.0.0.1:1234";
+  r.outcome = "ok";
+  r.status = 200;
+  r.diff = {{"after", {{"replicas", time}}}};
+  return r;
+}
+
+// Every record the store holds, oldest first, and whether they chain.
+absl::Status VerifyStore(Store* s) {
+  AuditFilter all;
+  all.limit = 0;
+  all.oldest_first = true;
+  absl::StatusOr<std::vector<AuditRecord>> records = s->QueryAudit(all);
+  if (!records.ok()) return records.status();
+  absl::StatusOr<AuditEnds> ends = s->GetAuditEnds();
+  if (!ends.ok()) return ends.status();
+  return VerifyAuditChain(*ends, *records);
+}
+
+TEST_P(StoreConformance, AuditAppendsAChainAndQueries) {
+  EXPECT_TRUE(store_->QueryAudit({})->empty());
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+  auto a = store_->AppendAudit(
+      MakeAudit(10, "key:aaaaaaaa", "apply", "deployment/chat"));
+  auto b = store_->AppendAudit(
+      MakeAudit(20, "token:alice", "scale", "deployment/chat"));
+  auto c = store_->AppendAudit(
+      MakeAudit(30, "key:aaaaaaaa", "delete", "tenant/acme"));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << a.status() << b.status();
+  EXPECT_EQ(a->seq, 1);
+  EXPECT_EQ(b->seq, 2);
+  EXPECT_EQ(c->seq, 3);
+  EXPECT_EQ(a->prev_hash, "");
+  EXPECT_EQ(b->prev_hash, a->hash);
+  EXPECT_EQ(c->prev_hash, b->hash);
+  EXPECT_EQ(c->hash, AuditHash(*c));
+  EXPECT_EQ(store_->GetAuditEnds()->head_seq, 3);
+  EXPECT_EQ(store_->GetAuditEnds()->head_hash, c->hash);
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+  EXPECT_EQ(
+      store_->AppendAudit(MakeAudit(1, "", "apply", "x/y")).status().code(),
+      absl::StatusCode::kInvalidArgument);
+
+  auto seqs = [&](const AuditFilter& f) {
+    std::vector<int64_t> out;
+    const absl::StatusOr<std::vector<AuditRecord>> records =
+        store_->QueryAudit(f);
+    for (const AuditRecord& r : *records) out.push_back(r.seq);
+    return out;
+  };
+  EXPECT_THAT(seqs({}), ElementsAre(3, 2, 1));
+  AuditFilter f;
+  f.who = "aaaaaaaa";  // a key id matches its subject
+  EXPECT_THAT(seqs(f), ElementsAre(3, 1));
+  f = {};
+  f.resource = "deployment";
+  f.oldest_first = true;
+  EXPECT_THAT(seqs(f), ElementsAre(1, 2));
+  f = {};
+  f.since = 20;
+  f.verb = "scale";
+  EXPECT_THAT(seqs(f), ElementsAre(2));
+  f = {};
+  f.limit = 1;
+  EXPECT_THAT(seqs(f), ElementsAre(3));
+  const AuditRecord back = store_->QueryAudit({})->back();
+  EXPECT_EQ(back.who, "key:aaaaaaaa");
+  EXPECT_EQ(back.peer, "127.0.0.1:1234");
+  EXPECT_EQ(back.diff, a->diff);
+}
+
+TEST_P(StoreConformance, AuditSurvivesAReopen) {
+  ASSERT_TRUE(store_->AppendAudit(MakeAudit(1, "key:a", "apply", "x/y")).ok());
+  store_.reset();
+  store_ = factory_->Open();
+  ASSERT_NE(store_, nullptr);
+  auto r = store_->AppendAudit(MakeAudit(2, "key:a", "apply", "x/y"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->seq, 2);
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+}
+
+TEST_P(StoreConformance, AuditRetentionMovesTheAnchor) {
+  for (int i = 1; i <= 6; ++i) {
+    ASSERT_TRUE(
+        store_->AppendAudit(MakeAudit(i * 10, "key:a", "apply", "x/y")).ok());
+  }
+  // By age: records at 10 and 20 go.
+  EXPECT_EQ(*store_->PruneAudit(-1, 25), 2);
+  EXPECT_EQ(store_->GetAuditEnds()->anchor_seq, 2);
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+  // By count: the newest 3 stay.
+  EXPECT_EQ(*store_->PruneAudit(3, std::numeric_limits<Micros>::min()), 1);
+  EXPECT_EQ(store_->GetAuditEnds()->anchor_seq, 3);
+  EXPECT_EQ(store_->QueryAudit({})->size(), 3u);
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+  EXPECT_EQ(*store_->PruneAudit(3, std::numeric_limits<Micros>::min()), 0);
+  // The chain goes on from the head.
+  EXPECT_EQ(store_->AppendAudit(MakeAudit(70, "key:a", "apply", "x/y"))->seq,
+            7);
+  EXPECT_TRUE(VerifyStore(store_.get()).ok());
+}
+
+TEST_P(StoreConformance, RolesAndBindingsAreDocuments) {
+  ASSERT_TRUE(store_->Put(DocKind::kRole, "deployer", "{}", 1, 5).ok());
+  ASSERT_TRUE(store_->Put(DocKind::kRoleBinding, "leads", "{}", 1, 5).ok());
+  EXPECT_THAT(Names(*store_->List(DocKind::kRole)), ElementsAre("deployer"));
+  EXPECT_THAT(Names(*store_->List(DocKind::kRoleBinding)),
+              ElementsAre("leads"));
+  EXPECT_TRUE(store_->ListDeployments()->empty());
+  ASSERT_TRUE(store_->Delete(DocKind::kRole, "deployer").ok());
+  EXPECT_EQ(store_->Get(DocKind::kRole, "deployer").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 EventFilter Filter(void (*set)(EventFilter&)) {
   EventFilter f;
   set(f);
@@ -620,6 +746,29 @@ TEST_P(SharedConformance, AKeyRevokedOnOneIsRefusedOnTheOther) {
   EXPECT_TRUE(Eventually([&] { return other_->keys_version() > version; }));
   EXPECT_EQ(other_->AuthenticateKey(key->secret).status().code(),
             absl::StatusCode::kUnauthenticated);
+}
+
+TEST_P(SharedConformance, AuditAppendsOfTwoInstancesChainAsOne) {
+  // Both instances append at once; every record gets its own seq and the
+  // chain verifies on either.
+  constexpr int kEach = 20;
+  std::thread t([&] {
+    for (int i = 0; i < kEach; ++i) {
+      EXPECT_TRUE(
+          other_->AppendAudit(MakeAudit(i, "key:other", "apply", "x/y")).ok());
+    }
+  });
+  for (int i = 0; i < kEach; ++i) {
+    EXPECT_TRUE(
+        store_->AppendAudit(MakeAudit(i, "key:this", "apply", "x/y")).ok());
+  }
+  t.join();
+  EXPECT_TRUE(Eventually([&] {
+    return store_->GetAuditEnds()->head_seq == 2 * kEach &&
+           other_->GetAuditEnds()->head_seq == 2 * kEach;
+  }));
+  EXPECT_TRUE(VerifyStore(store_.get()).ok()) << VerifyStore(store_.get());
+  EXPECT_TRUE(VerifyStore(other_.get()).ok()) << VerifyStore(other_.get());
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreConformance,
