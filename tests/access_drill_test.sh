@@ -9,7 +9,8 @@
 #    infer and act by their claims; a bad signature, alg none, a wrong
 #    issuer or audience, an expired token, a key id not in the JWKS and a
 #    token that maps to no role are each refused; the CLI sends
-#    $GPUSCHED_TOKEN;
+#    $GPUSCHED_TOKEN; the JWKS comes from a URL (an HTTP server the drill
+#    runs), and a key the IdP adds later is picked up without a restart;
 #  - audit: the scale and the refusals are recorded with who, role, peer and
 #    diff, `gpusched audit` finds them, the JSON-lines export has them, the
 #    log survives a restart, and `gpusched audit verify` passes, then fails
@@ -76,6 +77,22 @@ tok_kid=$(mint RS256 rsa-9 "$tmp/rsa.pem" "$(claims mallory '["platform"]')")
 tok_nothing=$(mint RS256 rsa-1 "$tmp/rsa.pem" "$(claims mallory '["marketing"]')")
 admin="gs-$(head -c 30 /dev/urandom | basenc --base64url -w0)"
 
+# The IdP's JWKS, served over HTTP from $tmp/idp (a key added there later is
+# a key rotation). The server is ours: ended by pid at the end.
+mkdir -p "$tmp/idp"
+cp "$tmp/jwks.json" "$tmp/idp/jwks.json"
+python3 - "$tmp/idp" "$tmp/idp.port" <<'PY' 2>"$tmp/idp.log" &
+import functools, http.server, sys
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+open(sys.argv[2], "w").write(str(server.server_address[1]))
+server.serve_forever()
+PY
+idp_pid=$!
+trap 'kill "$idp_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do [ -s "$tmp/idp.port" ] && break; sleep 0.1; done
+idp_port=$(cat "$tmp/idp.port")
+
 cat >"$tmp/serve.yaml" <<YAML
 listen: 127.0.0.1:0
 state: $tmp/state.db
@@ -85,7 +102,7 @@ audit: {export_path: $tmp/audit.jsonl}
 oidc:
   issuer: https://idp.test
   audience: gpusched
-  jwks_file: $tmp/jwks.json
+  jwks_url: http://127.0.0.1:$idp_port/jwks.json
   tenant_claim: team
   claim_roles:
   - {claim: groups, value: ml, role: tenant-user}
@@ -161,6 +178,27 @@ for t in badsig:bad\ signature none:"alg 'none' is refused" iss:"is not https://
 done
 expect "token mapping to nothing" 403 "$tok_nothing" GET /api/v1/deployments
 expect_contains "$last" "maps to no role"
+# Key rotation: the IdP adds rsa-2; a token signed with it is refused until
+# gpusched reads the JWKS again (a kid it lacks makes it read, at most once
+# per 10 s), then accepted, without a restart.
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$tmp/rsa2.pem" 2>/dev/null
+python3 - "$tmp/idp/jwks.json" "$(openssl rsa -in "$tmp/rsa2.pem" -noout -modulus | cut -d= -f2)" <<'PY'
+import base64, json, sys
+b = lambda h: base64.urlsafe_b64encode(bytes.fromhex(h)).rstrip(b"=").decode()
+j = json.load(open(sys.argv[1]))
+j["keys"].append({"kty": "RSA", "kid": "rsa-2", "alg": "RS256", "n": b(sys.argv[2]), "e": b("010001")})
+open(sys.argv[1] + ".new", "w").write(json.dumps(j))
+PY
+mv "$tmp/idp/jwks.json.new" "$tmp/idp/jwks.json"
+tok_rotated=$(mint RS256 rsa-2 "$tmp/rsa2.pem" "$(claims dave '["ml"]')")
+rotated=""
+for _ in $(seq 60); do
+  call "$tok_rotated" POST /v1/chat/completions "$chat"
+  if [ "$code" = 200 ]; then rotated=yes; break; fi
+  sleep 1
+done
+[ -n "$rotated" ] || fail "a token of the rotated-in key rsa-2 was never accepted: $code $(cat "$last")"
+grep -q '"GET /jwks.json' "$tmp/idp.log" || fail "the JWKS was not read over HTTP: $(cat "$tmp/idp.log")"
 GPUSCHED_TOKEN=$tok_ops "$bin" get deployments --server "$url" >"$out/cli-get.txt" 2>&1 ||
   fail "gpusched get with \$GPUSCHED_TOKEN: $(cat "$out/cli-get.txt")"
 expect_contains "$out/cli-get.txt" chat
@@ -217,9 +255,9 @@ cp -r "$tmp/logs" "$out/engine-logs" 2>/dev/null
 # hold a secret.
 sed -i -e '/^tenant .* key: gs-/d' -e '/^try: curl /d' "$out/serve.out"
 secrets=("$admin" "$tenant_key" "$made" "$tok_user" "$tok_ec" "$tok_ops" "$tok_badsig"
-  "$tok_none" "$tok_iss" "$tok_aud" "$tok_expired" "$tok_kid" "$tok_nothing")
+  "$tok_none" "$tok_iss" "$tok_aud" "$tok_expired" "$tok_kid" "$tok_nothing" "$tok_rotated")
 for t in "$tok_user" "$tok_ec" "$tok_ops"; do secrets+=("${t##*.}"); done  # signatures
-while read -r line; do secrets+=("$line"); done < <(grep -v -- '-----' "$tmp/rsa.pem" "$tmp/ec.pem" | cut -d: -f2)
+while read -r line; do secrets+=("$line"); done < <(grep -v -- '-----' "$tmp/rsa.pem" "$tmp/ec.pem" "$tmp/rsa2.pem" | cut -d: -f2)
 files=$(find "$out" -type f | wc -l)
 for s in "${secrets[@]}"; do
   [ ${#s} -ge 16 ] || continue
