@@ -4,7 +4,8 @@
 # diurnal peak) with every node from a pool, under
 #   - gpusched's policy (cost per token at the SLO, consolidation),
 #   - reactive provisioning (first pool that fits, idle nodes given back),
-#   - gpusched's policy with spot pools added (a stated Poisson loss rate,
+#   - gpusched's policy with spot pools added (6 nodes each, as the
+#     on-demand pools; a stated Poisson loss rate,
 #     dynamic_ondemand_fallback; base_ondemand_fallback_replicas 0: every
 #     replica may go on spot),
 #   - a static cluster sized for the peak: the most GPUs the reactive run
@@ -34,10 +35,10 @@ python3 - "$cfg" "$rate" >bench/capacity/.spot.yaml <<'PY'
 import sys
 text = open(sys.argv[1]).read()
 spot = f"""    - {{name: a100-spot, gpu: A100-80GB, gpus_per_node: 8, spot: true,
-       provisioning_delay_s: 180, max_nodes: 4,
+       provisioning_delay_s: 180, max_nodes: 6,
        preemptions_per_node_hour: {sys.argv[2]}}}
     - {{name: h100-spot, gpu: H100-SXM-80GB, gpus_per_node: 8, spot: true,
-       provisioning_delay_s: 180, max_nodes: 4,
+       provisioning_delay_s: 180, max_nodes: 6,
        preemptions_per_node_hour: {sys.argv[2]}}}
 capacity:"""
 text = text.replace("capacity:", spot, 1)

@@ -155,6 +155,17 @@ void Autoscaler::Observe(int deployment, Micros now, const Observation& o) {
   Prune(d, now);
 }
 
+double Autoscaler::OngoingMean(int deployment) const {
+  const Deployment& d = deps_[deployment];
+  return d.ongoing.empty() ? -1 : MeanOngoing(d);
+}
+
+double Autoscaler::MeanOngoing(const Deployment& d) {
+  double sum = 0;
+  for (const auto& [t, v] : d.ongoing) sum += static_cast<double>(v);
+  return sum / static_cast<double>(d.ongoing.size());
+}
+
 void Autoscaler::Prune(Deployment& d, Micros now) const {
   const Micros look_back = FromSeconds(d.config.look_back_period_s);
   while (!d.ongoing.empty() && d.ongoing.front().first <= now - look_back) {
@@ -176,12 +187,8 @@ int Autoscaler::Desired(const Deployment& d, Micros now, Signals* s) const {
   s->idle_s = d.idle_since == kNever ? -1 : ToSeconds(now - d.idle_since);
   int64_t raw = d.target;
   if (c.policy == Policy::kTargetOngoing) {
-    double mean = static_cast<double>(load);
-    if (!d.ongoing.empty()) {
-      double sum = 0;
-      for (const auto& [t, v] : d.ongoing) sum += static_cast<double>(v);
-      mean = sum / static_cast<double>(d.ongoing.size());
-    }
+    const double mean =
+        d.ongoing.empty() ? static_cast<double>(load) : MeanOngoing(d);
     s->ongoing_mean = mean;
     // The epsilon keeps an exact multiple (4 / 2) from rounding up.
     raw = static_cast<int64_t>(

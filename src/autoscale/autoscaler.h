@@ -189,6 +189,9 @@ class Autoscaler {
   const AutoscalingConfig& config(int deployment) const {
     return deps_[deployment].config;
   }
+  // The mean in_flight + queued over the look-back window at the last
+  // Observe (the target_ongoing_requests policy's signal); -1 before any.
+  double OngoingMean(int deployment) const;
 
  private:
   struct Run {
@@ -209,6 +212,7 @@ class Autoscaler {
   };
 
   void Prune(Deployment& d, Micros now) const;
+  static double MeanOngoing(const Deployment& d);  // d.ongoing not empty
   int Desired(const Deployment& d, Micros now, Signals* s) const;
   // The highest count an increase may reach now (max_concurrent_starts).
   int StartCap(const Deployment& d) const;

@@ -77,6 +77,7 @@ TokenCost CostPerToken(const serving::LatencyModel& m,
     return c;
   }
   const double tpot = slo.tpot_s > 0 ? slo.tpot_s : SloTarget::kDefaultTpotS;
+  std::vector<double> tps_at = {0};  // output tokens per second at batch b
   for (int b = 1; b <= std::max(1, slo.max_batch); ++b) {
     const int64_t kv = static_cast<int64_t>(b) * (in + outn / 2);
     if (m.kv_capacity_tokens > 0 &&
@@ -88,6 +89,7 @@ TokenCost CostPerToken(const serving::LatencyModel& m,
     // b requests: each prefills once, then they decode together.
     const double tps =
         static_cast<double>(b) * outn / (b * prefill + outn * step);
+    tps_at.push_back(tps);
     if (tps > c.tokens_per_s) {
       c.tokens_per_s = tps;
       c.batch = b;
@@ -102,8 +104,20 @@ TokenCost CostPerToken(const serving::LatencyModel& m,
     return c;
   }
   c.feasible = true;
-  c.usd_per_mtok =
-      price_per_gpu_hour * m.tensor_parallel / 3600.0 / c.tokens_per_s * 1e6;
+  // At the demand: below one request the replica is busy that share of the
+  // time; between batches, the tokens per second in between.
+  c.served_concurrency = c.batch;
+  c.served_tokens_per_s = c.tokens_per_s;
+  if (slo.demand >= 0 && slo.demand < c.batch) {
+    const double d = std::max(slo.demand, SloTarget::kMinDemand);
+    const int lo = static_cast<int>(std::floor(d));
+    const double f = d - lo;
+    c.served_concurrency = d;
+    c.served_tokens_per_s =
+        lo == 0 ? d * tps_at[1] : (1 - f) * tps_at[lo] + f * tps_at[lo + 1];
+  }
+  c.usd_per_mtok = price_per_gpu_hour * m.tensor_parallel / 3600.0 /
+                   c.served_tokens_per_s * 1e6;
   return c;
 }
 
@@ -383,38 +397,67 @@ void CapacityPlanner::PlanReleases(const CapacityInput& in, Micros now,
 void CapacityPlanner::PlanMoves(const CapacityInput& in, Micros now,
                                 CapacityPlan* plan) {
   if (!cordoned_.empty()) return;  // one node at a time
+  // USD per GPU-hour of each pool node; a static node's GPUs are paid for
+  // anyway (0).
+  std::map<std::string, double> pool_price;
+  for (const NodePool& p : in.pools) {
+    pool_price[p.name] = p.price_per_node_hour / std::max(1, p.gpus_per_node);
+  }
+  std::map<std::string, double> node_price;
+  for (const PoolNodeView& n : in.nodes)
+    node_price[n.node] = pool_price[n.pool];
+  auto price_of = [&](const std::string& node) {
+    auto it = node_price.find(node);
+    return it == node_price.end() ? 0.0 : it->second;
+  };
   std::map<std::string, int> room;
   for (const NodeRoom& r : in.room) room[r.node] = r.free_gpus;
-  for (const PoolNodeView& n : in.nodes) {
+  // The dearest GPU-hours first: they are the ones worth emptying.
+  std::vector<const PoolNodeView*> order;
+  for (const PoolNodeView& n : in.nodes) order.push_back(&n);
+  std::stable_sort(order.begin(), order.end(), [&](auto* a, auto* b) {
+    return price_of(a->node) > price_of(b->node);
+  });
+  for (const PoolNodeView* np : order) {
+    const PoolNodeView& n = *np;
     if (n.phase != PoolNodeView::Phase::kUp || n.replicas.empty() ||
         n.gpus <= 0) {
       sparse_since_.erase(n.node);
       continue;
     }
-    bool candidate = n.gpus_held <= options_.consolidate_below * n.gpus;
     std::vector<int> sizes;
+    bool movable = true;
     for (const std::string& r : n.replicas) {
       auto g = in.replica_gpus.find(r);
-      candidate =
-          candidate && in.movable.count(r) && g != in.replica_gpus.end();
-      if (candidate) sizes.push_back(g->second);
+      movable = movable && in.movable.count(r) && g != in.replica_gpus.end();
+      if (movable) sizes.push_back(g->second);
     }
-    if (candidate) {
-      // First fit, largest first, on the other nodes' free GPUs.
-      std::map<std::string, int> left = room;
-      left.erase(n.node);
-      std::sort(sizes.rbegin(), sizes.rend());
+    std::sort(sizes.rbegin(), sizes.rend());
+    // Whether its replicas fit, first fit and largest first, on the free
+    // GPUs of the other nodes that `keep` accepts.
+    auto fits = [&](auto keep) {
+      std::map<std::string, int> left;
+      for (const auto& [node, free] : room) {
+        if (node != n.node && keep(node)) left[node] = free;
+      }
       for (int s : sizes) {
         auto it = std::find_if(left.begin(), left.end(),
                                [&](const auto& kv) { return kv.second >= s; });
-        if (it == left.end()) {
-          candidate = false;
-          break;
-        }
+        if (it == left.end()) return false;
         it->second -= s;
       }
-    }
-    if (!candidate) {
+      return true;
+    };
+    // Nearly empty and its replicas fit elsewhere; or, whatever it holds,
+    // they fit on nodes whose GPU-hours cost less (a node of a dearer
+    // pool, kept up by replicas that cheaper nodes have room for).
+    const double price = price_of(n.node);
+    const bool sparse = n.gpus_held <= options_.consolidate_below * n.gpus;
+    const bool dear =
+        movable && !sparse && price > 0 &&
+        fits([&](const std::string& node) { return price_of(node) < price; });
+    if (!movable ||
+        !(dear || (sparse && fits([](const std::string&) { return true; })))) {
       sparse_since_.erase(n.node);
       continue;
     }
@@ -427,9 +470,15 @@ void CapacityPlanner::PlanMoves(const CapacityInput& in, Micros now,
     a.pool = n.pool;
     a.node = n.node;
     a.replicas = n.replicas;
-    a.why = absl::StrFormat(
-        "node %s holds %.2f of its %d GPUs and its replicas fit elsewhere",
-        n.node, n.gpus_held, n.gpus);
+    a.why = dear
+                ? absl::StrFormat(
+                      "node %s holds %.2f of its %d GPUs at $%.2f per GPU-hour "
+                      "and its replicas fit on cheaper nodes",
+                      n.node, n.gpus_held, n.gpus, price)
+                : absl::StrFormat(
+                      "node %s holds %.2f of its %d GPUs and its replicas fit "
+                      "elsewhere",
+                      n.node, n.gpus_held, n.gpus);
     plan->events.push_back(
         {"node.consolidating",
          absl::StrCat(a.why, ": moving ", absl::StrJoin(n.replicas, ", "),

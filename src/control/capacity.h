@@ -9,8 +9,9 @@
 // Plan() returns what the driver must do:
 //   - kAdd: ask a pool for more nodes, when replicas have waited for
 //     `scale_up_delay` and the nodes already coming do not take them. The
-//     pool is the cheapest per output token at the deployment's SLO
-//     (CostPerToken below, from the latency models) among the pools whose
+//     pool is the cheapest per output token at the deployment's SLO and
+//     demand (CostPerToken below, from the latency models: a lightly loaded
+//     replica pays for its GPU-hours, not its tokens) among the pools whose
 //     GPUs meet it, that are below their max_nodes and did not fail to come
 //     up in the last `failed_pool_backoff`; with `cost_aware` off (the
 //     "reactive" policy of the comparisons), the first pool in the
@@ -83,25 +84,41 @@ struct CapacityOptions {
 CapacityOptions CapacityOptionsFrom(const config::CapacitySpec& spec);
 
 // What one replica of a model costs per output token on a GPU while it
-// meets an SLO, from the fitted latency model: the largest batch whose
-// decode step stays within the TPOT target (default_tpot_s without one)
-// and whose KV fits, each request prefilling `input_tokens` within the TTFT
-// target and decoding `output_tokens`. Infeasible (< 0) when one prompt's
+// meets an SLO, from the fitted latency model. Its capacity at the SLO is
+// the batch (at most max_batch) with the most output tokens per second
+// whose decode step stays within the TPOT target (default_tpot_s without
+// one) and whose KV fits, each request prefilling `input_tokens` within the
+// TTFT target and decoding `output_tokens`. Infeasible when one prompt's
 // prefill alone misses the TTFT target.
+//
+// The cost is judged at the replica's demand: it serves
+// min(capacity, demand) concurrent requests, and pays its GPU-hours
+// whatever it serves. So a lightly loaded replica costs least on the
+// cheapest GPU-hour that meets the SLO, and a busy one on the GPU with the
+// most tokens per dollar at its capacity. Without a demand (< 0) the
+// replica is judged full (at its capacity).
 struct SloTarget {
   double ttft_s = 0;  // 0: none
   double tpot_s = 0;  // 0: default_tpot_s
   int input_tokens = 512;
   int output_tokens = 128;
   int max_batch = 256;
+  // Ongoing requests per replica the deployment has (the autoscaler's
+  // look-back mean over its replicas: Scaling::DemandPerReplica); < 0:
+  // unknown. Below kMinDemand it counts as kMinDemand (the ranking of
+  // GPUs is the same for every demand below one request).
+  double demand = -1;
   static constexpr double kDefaultTpotS = 0.1;
+  static constexpr double kMinDemand = 0.01;
 };
 struct TokenCost {
   bool feasible = false;
-  int batch = 0;
-  double tokens_per_s = 0;  // output tokens per replica
-  double usd_per_mtok = 0;  // USD per million output tokens
-  std::string why;          // infeasible: the figures
+  int batch = 0;                   // the capacity at the SLO (concurrency)
+  double tokens_per_s = 0;         // output tokens per replica at that batch
+  double served_concurrency = 0;   // min(batch, demand)
+  double served_tokens_per_s = 0;  // output tokens per replica at it
+  double usd_per_mtok = 0;         // USD per million output tokens served
+  std::string why;                 // infeasible: the figures
 };
 TokenCost CostPerToken(const serving::LatencyModel& model,
                        double price_per_gpu_hour, const SloTarget& slo);
@@ -125,8 +142,9 @@ struct WaitingReplica {
   int gpus = 1;         // whole GPUs on one node (a fraction counts 1)
   Micros since = 0;     // waiting since
   bool spot_ok = true;  // the deployment may run on spot nodes
-  // USD per million output tokens at its SLO on each pool's GPU; a pool
-  // absent here cannot serve it (no latency model, or it misses the SLO).
+  // USD per million output tokens at its SLO and its deployment's demand
+  // per replica on each pool's GPU (CostPerToken); a pool absent here
+  // cannot serve it (no latency model, or it misses the SLO).
   std::map<std::string, double> usd_per_mtok;
 };
 

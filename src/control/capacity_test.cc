@@ -130,6 +130,71 @@ TEST(CostPerToken, FromTheLatencyModel) {
               2 * CostPerToken(Model(), 3.6, slo).usd_per_mtok, 1e-9);
 }
 
+TEST(CostPerToken, AtTheDemandPerReplica) {
+  SloTarget slo;
+  slo.ttft_s = 1;
+  slo.max_batch = 8;
+  const TokenCost full = CostPerToken(Model(), 3.6, slo);
+  ASSERT_TRUE(full.feasible) << full.why;
+  ASSERT_EQ(full.batch, 8);
+  EXPECT_EQ(full.served_concurrency, 8);
+  EXPECT_EQ(full.served_tokens_per_s, full.tokens_per_s);
+  auto tps = [](int b) {
+    return b * 128.0 / (b * 0.0612 + 128 * (0.01 + 0.0002 * b));
+  };
+  struct Case {
+    double demand;
+    double concurrency;
+    double tokens_per_s;
+  };
+  for (const Case& k : std::vector<Case>{
+           {0.5, 0.5, 0.5 * tps(1)},  // busy half the time
+           {0, SloTarget::kMinDemand, SloTarget::kMinDemand * tps(1)},
+           {1, 1, tps(1)},
+           {2.25, 2.25, 0.75 * tps(2) + 0.25 * tps(3)},
+           {8, 8, tps(8)},      // at capacity
+           {30, 8, tps(8)}}) {  // over it: judged full
+    slo.demand = k.demand;
+    const TokenCost c = CostPerToken(Model(), 3.6, slo);
+    ASSERT_TRUE(c.feasible) << k.demand;
+    EXPECT_EQ(c.batch, 8) << "the capacity does not depend on the demand";
+    EXPECT_NEAR(c.served_concurrency, k.concurrency, 1e-12) << k.demand;
+    EXPECT_NEAR(c.served_tokens_per_s, k.tokens_per_s, 1e-9) << k.demand;
+    // It pays for its GPU-hour whatever it serves: $0.001 per second.
+    EXPECT_NEAR(c.usd_per_mtok, 0.001 / k.tokens_per_s * 1e6, 1e-6) << k.demand;
+  }
+}
+
+// The bench's case (bench/capacity_sim.sh): Llama-2-7B with 768-token
+// prompts and 192-token answers, TTFT <= 1 s, at most 12 per replica, on
+// an A100-80GB at $5.12 per GPU-hour or an H100 at $12.29. A lightly
+// loaded replica costs least on the A100 (the cheaper GPU-hour); a full
+// one on the H100 (more tokens per dollar at its capacity).
+TEST(CostPerToken, LightlyLoadedGoesToTheCheaperGpuHour) {
+  auto a100 = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                        "llama-2-7b", "A100-80GB", 1);
+  auto h100 = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                        "llama-2-7b", "H100-SXM-80GB", 1);
+  ASSERT_TRUE(a100.ok()) << a100.status();
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  SloTarget slo;
+  slo.ttft_s = 1;
+  slo.input_tokens = 768;
+  slo.output_tokens = 192;
+  slo.max_batch = 12;
+  auto cheaper = [&](double demand) {
+    slo.demand = demand;
+    const TokenCost a = CostPerToken(*a100, 5.12, slo);
+    const TokenCost h = CostPerToken(*h100, 12.29, slo);
+    EXPECT_TRUE(a.feasible && h.feasible) << a.why << h.why;
+    return a.usd_per_mtok < h.usd_per_mtok ? "A100" : "H100";
+  };
+  EXPECT_STREQ(cheaper(-1), "H100") << "judged full";
+  EXPECT_STREQ(cheaper(12), "H100");
+  EXPECT_STREQ(cheaper(0.2), "A100");
+  EXPECT_STREQ(cheaper(1), "A100");
+}
+
 TEST(CapacityPlanner, AddsTheCheapestPoolPerTokenAfterTheDelay) {
   CapacityOptions o;
   o.scale_up_delay = 30 * kS;
@@ -282,6 +347,44 @@ TEST(CapacityPlanner, ConsolidatesANearlyEmptyNodeThenReleasesIt) {
   in.nodes[1].gpus_held = 0;
   EXPECT_THAT(Summary(planner.Plan(in, 70 * kS)), ElementsAre("release p-2"));
   EXPECT_TRUE(planner.Cordoned().empty());
+}
+
+TEST(CapacityPlanner, EmptiesADearerNodeWhoseReplicasFitOnCheaperOnes) {
+  CapacityOptions o;
+  o.scale_down_delay = 60 * kS;
+  CapacityPlanner planner(o);
+  CapacityInput in;
+  // $10 and $5 per GPU-hour. The H100 node is 6/8 held: not nearly empty,
+  // but its replicas fit on the A100 node's free GPUs.
+  in.pools = {Pool("h100", "H100", 80, false), Pool("a100", "A100", 40, false)};
+  in.nodes = {{"a100-1", "a100", Phase::kUp, 0, 8, 2, {"b-0"}},
+              {"h100-1", "h100", Phase::kUp, 0, 8, 6, {"a-0", "a-1", "a-2"}}};
+  in.room = {{"a100-1", 6}, {"h100-1", 2}};
+  in.replica_gpus = {{"a-0", 2}, {"a-1", 2}, {"a-2", 2}, {"b-0", 2}};
+  in.movable = {"a-0", "a-1", "a-2", "b-0"};
+  EXPECT_TRUE(planner.Plan(in, 0).actions.empty()) << "before the delay";
+  CapacityPlan plan = planner.Plan(in, 60 * kS);
+  // The dearer node goes first, though the A100 node is the emptier one.
+  EXPECT_THAT(Summary(plan), ElementsAre("move h100-1"));
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_THAT(plan.events[0].message,
+              HasSubstr("node h100-1 holds 6.00 of its 8 GPUs at $10.00 per "
+                        "GPU-hour and its replicas fit on cheaper nodes"));
+
+  // Not when they fit only on nodes as dear, or do not fit at all.
+  CapacityPlanner same(o);
+  in.pools[1].price_per_node_hour = 80;
+  EXPECT_TRUE(same.Plan(in, 0).actions.empty());
+  EXPECT_THAT(Summary(same.Plan(in, 60 * kS)), ElementsAre("move a100-1"))
+      << "only the nearly empty one";
+  CapacityPlanner full(o);
+  in.pools[1].price_per_node_hour = 40;
+  in.room = {{"a100-1", 5}, {"h100-1", 2}};
+  in.nodes[0].gpus_held = 3;
+  in.replica_gpus["b-0"] = 3;
+  EXPECT_TRUE(full.Plan(in, 0).actions.empty());
+  EXPECT_TRUE(full.Plan(in, 60 * kS).actions.empty())
+      << "6 GPUs do not fit in 5; 3 do not fit in 2";
 }
 
 TEST(CapacityPlanner, NoConsolidationWhenItDoesNotFitOrCannotMove) {

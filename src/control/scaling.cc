@@ -49,6 +49,14 @@ int Scaling::target(const std::string& name) const {
   return it == index_.end() ? -1 : autoscaler_->target(it->second);
 }
 
+double Scaling::DemandPerReplica(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return -1;
+  const double mean = autoscaler_->OngoingMean(it->second);
+  if (mean < 0) return -1;
+  return mean / std::max(1, autoscaler_->target(it->second));
+}
+
 bool Scaling::WantsTtft(const std::string& name) const {
   auto it = index_.find(name);
   return it != index_.end() &&

@@ -78,6 +78,11 @@ class Scaling {
   bool has(const std::string& name) const { return index_.contains(name); }
   // The count last decided; -1 when `name` is not autoscaled.
   int target(const std::string& name) const;
+  // The demand per replica the autoscaler sees: the mean ongoing requests
+  // (in flight and queued) over its look-back window, over the count last
+  // decided (at least 1). -1 when `name` is not autoscaled or was never
+  // observed. Capacity on demand judges pools at it (control/capacity.h).
+  double DemandPerReplica(const std::string& name) const;
   int size() const { return static_cast<int>(index_.size()); }
   // The slo policy: the driver passes TTFT samples in ScalingLoad.
   bool WantsTtft(const std::string& name) const;

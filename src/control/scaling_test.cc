@@ -72,6 +72,31 @@ TEST(ScalingTest, HeldRequestsStartOneReplicaAtOnce) {
   EXPECT_FALSE(s.Held("chat", 6 * kS));
 }
 
+TEST(ScalingTest, DemandPerReplicaIsTheLookBackMeanOverTheTarget) {
+  Scaling s;
+  autoscale::AutoscalingConfig c = ZeroToN(10);
+  c.target_ongoing_requests = 4;
+  c.look_back_period_s = 10;
+  c.max_concurrent_starts = 8;
+  ASSERT_TRUE(s.Set("chat", c, 1, 0).ok());
+  EXPECT_EQ(s.DemandPerReplica("chat"), -1) << "never observed";
+  EXPECT_EQ(s.DemandPerReplica("other"), -1) << "not autoscaled";
+  ReplicaSet set("chat");
+  set.SetDesired(1);
+  // 2 then 4 ongoing: mean 3 on the one replica.
+  s.Observe("chat", 1 * kS, Load(2, 0), set);
+  s.Observe("chat", 2 * kS, Load(3, 1), set);
+  EXPECT_DOUBLE_EQ(s.DemandPerReplica("chat"), 3.0);
+  // 12, 12, 12 with the first two gone from the window (10 s): mean 12,
+  // the target becomes 3 replicas: 4 per replica.
+  s.Observe("chat", 12 * kS, Load(12, 0), set);
+  s.Observe("chat", 12 * kS + 1, Load(12, 0), set);
+  std::vector<ScaleStep> steps;
+  s.Evaluate(12 * kS + 1, &steps);
+  ASSERT_EQ(s.target("chat"), 3);
+  EXPECT_DOUBLE_EQ(s.DemandPerReplica("chat"), 4.0);
+}
+
 TEST(ScalingTest, StartingReplicasOfTheSetCapTheIncrease) {
   Scaling s;
   ASSERT_TRUE(s.Set("chat", ZeroToN(10), 2, 0).ok());

@@ -4,6 +4,7 @@
 // nodes, which pool, what to move off nearly empty nodes and what to give
 // back; this file carries that out and keeps the cost accounts.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,24 @@ double Median(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The SLO a deployment's cost per token is judged at (as the simulator's
+// sim::SloTargetFor): its TTFT and TPOT targets, the concurrency its
+// replicas run at (the autoscaler's target, else max_ongoing_requests), and
+// `demand`, the ongoing requests per replica the autoscaler sees.
+control::SloTarget SloTargetOf(const config::DeploymentSpec& spec,
+                               double demand) {
+  control::SloTarget slo;
+  slo.ttft_s = spec.ttft_slo_ms / 1000.0;
+  slo.tpot_s = spec.tpot_slo_ms / 1000.0;
+  slo.max_batch = spec.autoscaling
+                      ? static_cast<int>(std::ceil(
+                            spec.autoscaling->target_ongoing_requests))
+                      : spec.max_ongoing_requests;
+  slo.max_batch = std::max(1, slo.max_batch);
+  slo.demand = demand;
+  return slo;
 }
 
 }  // namespace
@@ -248,8 +267,9 @@ void Controller::PlanCapacity(Micros now) {
     }
   }
   // The backlog: replicas that found no node, with what each pool would
-  // cost them (per token at the SLO where the latency models know the
-  // model on the pool's GPU, else per GPU-hour for every pool).
+  // cost them (per token at the deployment's SLO and demand per replica,
+  // as the simulator judges them, where the latency models know the model
+  // on the pool's GPU; else per GPU-hour for every pool).
   for (auto it = waiting_since_.begin(); it != waiting_since_.end();) {
     auto o = owner.find(it->first);
     const Deployment* d = nullptr;
@@ -276,6 +296,8 @@ void Controller::PlanCapacity(Micros now) {
     w.since = it->second;
     const config::ResourceSpec& res = d->spec.resources;
     w.gpus = res.kind == "whole" ? std::max(1, res.gpus) : 1;
+    const control::SloTarget slo =
+        SloTargetOf(d->spec, scaling_.DemandPerReplica(d->spec.name));
     std::map<std::string, double> per_token, per_hour;
     for (const control::NodePool& p : in.pools) {
       if (p.gpus_per_node < w.gpus) continue;
@@ -294,7 +316,7 @@ void Controller::PlanCapacity(Micros now) {
                                              d->spec.model, p.gpu, w.gpus);
       if (model.ok()) {
         const control::TokenCost c =
-            control::CostPerToken(*model, gpu_hour, control::SloTarget{});
+            control::CostPerToken(*model, gpu_hour, slo);
         if (c.feasible) per_token[p.name] = c.usd_per_mtok;
       }
     }

@@ -156,6 +156,26 @@ TEST(CapacitySimTest, ReactiveTakesTheFirstPoolThatFits) {
             reactive.report["cost"]["usd"].get<double>() + 1e-9);
 }
 
+TEST(CapacitySimTest, ALightlyLoadedDeploymentGoesToTheCheaperGpuHour) {
+  // 0.2 requests per second: well under one request per replica. Judged
+  // full, an H100 costs less per token here; judged at its demand the
+  // replica pays for GPU-hours, and the A100's is cheaper.
+  std::string yaml =
+      absl::StrReplaceAll(Config(kTwoPools, "  scale_up_delay_s: 5\n"),
+                          {{"rate: 20", "rate: 0.2"}});
+  Outcome o = RunSim(yaml);
+  std::string used;
+  for (const json& p : o.report["cost"]["pools"]) {
+    if (p["requested"].get<int64_t>() > 0) used += p["pool"].get<std::string>();
+  }
+  EXPECT_EQ(used, "a100") << o.report["cost"].dump();
+  EXPECT_THAT(o.First("capacity.requested"), HasSubstr("pool a100"));
+  const json& overall = o.report["overall"];
+  EXPECT_GT(overall["requests"].get<int64_t>(), 0);
+  EXPECT_EQ(overall["completed"].get<int64_t>(),
+            overall["requests"].get<int64_t>());
+}
+
 TEST(CapacitySimTest, SpotLossReplacesReplicasOnOnDemandWithFallback) {
   const std::string trace =
       std::string(::testing::TempDir()) + "/capacity_sim_spot_trace.txt";

@@ -305,6 +305,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
         // have a latency model of its model and meet its SLO, at their
         // cost per token there.
         const control::SloTarget slo = SloTargetFor(cfg_, d);
+        fd.slo = slo;
         for (const FleetPool& fp : pools_) {
           auto on = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
                                               d.model, fp.pool.gpu,
@@ -317,6 +318,7 @@ class Simulation : public ReplicaSimListener, public FleetHost {
               *on, fp.pool.price_per_node_hour / fp.pool.gpus_per_node, slo);
           if (!cost.feasible) continue;
           fd.usd_per_mtok[fp.pool.name] = cost.usd_per_mtok;
+          fd.pool_latency[fp.pool.name] = *on;
           dep.latency_on[fp.pool.gpu] = *on;
         }
       }
@@ -463,6 +465,9 @@ class Simulation : public ReplicaSimListener, public FleetHost {
   }
   bool Queued(int m) const override {
     return dispatcher_.queue(static_cast<ModelId>(m)).size() > 0;
+  }
+  double DemandPerReplica(int m) const override {
+    return scaling_.DemandPerReplica(run_.deployment_names[m]);
   }
   int SwappedOut(int m) override {
     return scaling_.SwappedOut(run_.deployment_names[m]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -638,6 +639,23 @@ void SimFleet::PoolEvents(Micros now) {
   }
 }
 
+std::map<std::string, double> SimFleet::PoolCosts(const FleetDeployment& d,
+                                                  double demand) const {
+  std::map<std::string, double> costs = d.usd_per_mtok;
+  if (demand < 0) return costs;
+  for (const FleetPool& fp : options_.pools) {
+    auto model = d.pool_latency.find(fp.pool.name);
+    if (model == d.pool_latency.end() || !costs.count(fp.pool.name)) continue;
+    control::SloTarget slo = d.slo;
+    slo.demand = demand;
+    const control::TokenCost c = control::CostPerToken(
+        model->second, fp.pool.price_per_node_hour / fp.pool.gpus_per_node,
+        slo);
+    if (c.feasible) costs[fp.pool.name] = c.usd_per_mtok;
+  }
+  return costs;
+}
+
 void SimFleet::PlanCapacity(Micros now) {
   next_capacity_ = now + std::max<Micros>(1, options_.capacity_interval);
   control::CapacityInput in;
@@ -670,7 +688,9 @@ void SimFleet::PlanCapacity(Micros now) {
     const int idle = cluster_.state(node).idle_gpus;
     if (idle > 0) in.room.push_back({name, idle});
   }
-  for (const Dep& d : deps_) {
+  for (size_t m = 0; m < deps_.size(); ++m) {
+    const Dep& d = deps_[m];
+    std::optional<std::map<std::string, double>> costs;  // once per pass
     for (const auto& [name, p] : d.procs) {
       const control::Replica* r = d.life.Find(name);
       if (r == nullptr) continue;
@@ -693,7 +713,11 @@ void SimFleet::PlanCapacity(Micros now) {
         w.gpus = d.spec.gpu_milli > 0 ? 1 : d.spec.tensor_parallel;
         w.since = p.waiting_since;
         w.spot_ok = d.spec.spot_ok;
-        w.usd_per_mtok = d.spec.usd_per_mtok;
+        if (!costs) {
+          costs =
+              PoolCosts(d.spec, host_->DemandPerReplica(static_cast<int>(m)));
+        }
+        w.usd_per_mtok = *costs;
         in.waiting.push_back(std::move(w));
       }
     }

@@ -106,9 +106,13 @@ struct FleetDeployment {
   // they were loaded before are tried first (control/place.h).
   std::string weights;
   // Capacity on demand: USD per million output tokens at its SLO on each
-  // pool's GPU (a pool absent: it cannot serve there), and whether its
-  // replicas may run on spot nodes.
+  // pool's GPU with the replica judged full (a pool absent: it cannot serve
+  // there), the latency model on each such pool's GPU and the SLO, to judge
+  // a waiting replica at its deployment's demand (FleetHost::
+  // DemandPerReplica), and whether its replicas may run on spot nodes.
   std::map<std::string, double> usd_per_mtok;
+  std::map<std::string, serving::LatencyModel> pool_latency;
+  control::SloTarget slo;
   bool spot_ok = true;
 };
 
@@ -133,6 +137,9 @@ class FleetHost {
   virtual int64_t InFlight(serving::ReplicaId id) const = 0;
   virtual Micros LastUsed(serving::ReplicaId id) const = 0;
   virtual bool Queued(int deployment) const = 0;
+  // The ongoing requests per replica the autoscaler sees for `deployment`
+  // (control::Scaling::DemandPerReplica); < 0: unknown.
+  virtual double DemandPerReplica(int deployment) const = 0;
   // An idle replica of `deployment` was swapped out: its count drops; the
   // host returns the new desired count.
   virtual int SwappedOut(int deployment) = 0;
@@ -240,6 +247,10 @@ class SimFleet {
   // the planner's pass when due.
   void PoolEvents(Micros now);
   void PlanCapacity(Micros now);
+  // USD per million output tokens on each pool that can serve `d`, at
+  // `demand` ongoing requests per replica (< 0: judged full).
+  std::map<std::string, double> PoolCosts(const FleetDeployment& d,
+                                          double demand) const;
   void SetNodeUp(PoolNode& n, bool up);
   void Bill(PoolNode& n, Micros now);
   Micros NextLoss(int pool, Micros now);
