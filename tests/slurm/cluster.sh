@@ -274,6 +274,22 @@ DebugFlags=Power
 EOF
 }
 
+# The capacity drills' cluster (slurm_capacity, slurm_capacity_live): a
+# static node n1 (2 H100s) and three CLOUD nodes, c1 and c2 (2 H100s each) in
+# pool "h100" and c3 (2 L4s) in pool "broken", whose ResumeProgram fails;
+# ResumeTimeout 20 s. On failure the test fails with the logs and finishes
+# (`fail`, `finish` and `tmp` of tests/lib.sh).
+slurm_capacity_cluster_up() {  # dir test-name
+  export SLURM_CLOUD_NODES="c1:h100:2:8:16000:pool=h100 c2:h100:2:8:16000:pool=h100 c3:l4:2:8:16000:pool=broken"
+  export SLURM_RESUME_TIMEOUT=20
+  if ! slurm_cluster_up "$1" n1:h100:2:8:16000 >"$tmp/cluster.log" 2>&1; then
+    fail "the Slurm cluster did not start: $(cat "$tmp/cluster.log")"
+    tail -20 "$1"/log/*.log
+    finish "$2"
+  fi
+  echo c3 >"$1/resume-fail"
+}
+
 # slurmctld alone, stopped and started again (its state survives): Slurm's
 # controller going away under a running cluster.
 slurm_ctld_stop() { _slurm_kill_pidfile "$1/slurmctld.pid"; }
