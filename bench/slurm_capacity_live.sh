@@ -109,7 +109,8 @@ for e in sorted(json.load(sys.stdin)["items"], key=lambda e: e["id"]):
     print(e["time"], e["kind"], e["message"])' >&2
     sinfo -N >&2
     squeue >&2
-    tail -30 "$cluster/log/power.log" "$cluster/log/slurmctld.log" >&2
+    tail -n 30 "$cluster/log/power.log" >&2
+    grep -E "c1|reboot" "$cluster/log/slurmctld.log" | tail -n 60 >&2
     exit 1
   fi
   job=$(squeue -h -o '%i %j' | awk '$2 ~ /^gpusched\.lazy/ {print $1; exit}')
