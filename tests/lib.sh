@@ -141,9 +141,10 @@ chat() {  # deployment -> status code
     -H "Authorization: Bearer $demo" -H 'Content-Type: application/json' \
     -d "{\"model\":\"$1\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 }
-# Applies a deployment of the reference engine on one MIG slice through the
-# control API; prints the HTTP status, the body goes to $tmp/apply.out.
-apply_mig() {  # name profile replicas
+# Applies a deployment of the reference engine with RESOURCES (a YAML map)
+# through the control API; prints the HTTP status, the body goes to
+# $tmp/apply.out.
+apply_reference() {  # name resources replicas
   curl -s -o "$tmp/apply.out" -w '%{http_code}' -m 10 -X POST "$url/api/v1/apply" \
     -H "Authorization: Bearer $admin" --data-binary "apiVersion: gpusched.io/v1
 kind: Deployment
@@ -151,9 +152,11 @@ metadata: {name: $1}
 spec:
   model: $1
   engine: {template: reference, args: [\"--hidden\", \"20\"]}
-  resources: {mig: $2}
+  resources: $2
   replicas: $3"
 }
+# The same on one MIG slice of PROFILE.
+apply_mig() { apply_reference "$1" "{mig: $2}" "$3"; }  # name profile replicas
 ready_count() {  # deployment
   api GET "/api/v1/deployments/$1" | jq_py "j['status']['readyReplicas']" 2>/dev/null
 }
@@ -171,8 +174,39 @@ wait_event() {  # kind seconds [text]: until an event of `kind` (with text)
   done
   return 1
 }
+# The Slurm drills' views (slurm_live, slurm_capacity_live), for
+# wait_views_agree. One line per replica of gpusched's view: name node gpus
+# job, sorted.
+replicas_view() {
+  api GET /api/v1/deployments | python3 -c '
+import json, sys
+for d in json.load(sys.stdin)["items"]:
+    for r in d["status"]["replicaStatus"]:
+        if r["state"] in ("ready", "starting"):
+            print(r["name"], r["node"], ",".join(map(str, sorted(r["gpus"]))), r["pid"])
+' | sort
+}
+# The same from Slurm: gpusched's running jobs.
+manager_view() {
+  scontrol show job -d --oneliner | python3 -c '
+import re, sys
+def idx(s):
+    out = []
+    for part in s.split(","):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+for line in sys.stdin:
+    f = dict(re.findall(r"(\S+?)=(\S*)", line))
+    if not f.get("JobName", "").startswith("gpusched.") or f.get("JobState") != "RUNNING":
+        continue
+    m = re.search(r" GRES=(?:gpu|shard):[^(]*\(IDX:([^)]*)\)", line)
+    print(f["JobName"][len("gpusched."):], f["BatchHost"], ",".join(map(str, idx(m.group(1)))) if m else "", f["JobId"])
+' | sort
+}
+
 # Until replicas_view (gpusched's) and manager_view (the cluster manager's),
-# both defined by the test, print the same `count` lines.
+# Slurm's above or the test's own, print the same `count` lines.
 wait_views_agree() {  # seconds count
   for _ in $(seq 1 $(($1 * 5))); do
     replicas_view >"$tmp/ours"

@@ -41,14 +41,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-export SLURM_CLOUD_NODES="c1:h100:2:8:16000:pool=h100 c2:h100:2:8:16000:pool=h100 c3:l4:2:8:16000:pool=broken"
-export SLURM_RESUME_TIMEOUT=20
-if ! slurm_cluster_up "$cluster" n1:h100:2:8:16000 >"$tmp/cluster.log" 2>&1; then
-  fail "the Slurm cluster did not start: $(cat "$tmp/cluster.log")"
-  tail -20 "$cluster"/log/*.log
-  finish slurm_capacity
-fi
-echo c3 >"$cluster/resume-fail"
+slurm_capacity_cluster_up "$cluster" slurm_capacity
 
 # The capacity state of NODE as the launcher reads it now.
 state() { "$tool" states | awk -v n="$1" '$2 == n {print $4}'; }

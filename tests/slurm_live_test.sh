@@ -91,35 +91,6 @@ tenants:
 YAML
 
 serve() { serve_live "$tmp/serve.yaml" "$@"; }
-# One line per replica of gpusched's view: name node gpus job, sorted.
-replicas_view() {
-  api GET /api/v1/deployments | python3 -c '
-import json, sys
-for d in json.load(sys.stdin)["items"]:
-    for r in d["status"]["replicaStatus"]:
-        if r["state"] in ("ready", "starting"):
-            print(r["name"], r["node"], ",".join(map(str, sorted(r["gpus"]))), r["pid"])
-' | sort
-}
-# The same from Slurm: gpusched's running jobs.
-manager_view() {
-  scontrol show job -d --oneliner | python3 -c '
-import re, sys
-def idx(s):
-    out = []
-    for part in s.split(","):
-        a, _, b = part.partition("-")
-        out += range(int(a), int(b or a) + 1)
-    return out
-for line in sys.stdin:
-    f = dict(re.findall(r"(\S+?)=(\S*)", line))
-    if not f.get("JobName", "").startswith("gpusched.") or f.get("JobState") != "RUNNING":
-        continue
-    m = re.search(r" GRES=(?:gpu|shard):[^(]*\(IDX:([^)]*)\)", line)
-    print(f["JobName"][len("gpusched."):], f["BatchHost"], ",".join(map(str, idx(m.group(1)))) if m else "", f["JobId"])
-' | sort
-}
-
 # --- 1. Replicas as Slurm jobs ----------------------------------------------
 serve
 wait_ready solo 2 60 || fail "solo: not 2 ready replicas"

@@ -149,6 +149,16 @@ class CtlTest : public ::testing::Test {
            return Json{{"items", items}}.dump();
          }()},
         {"GET /api/v1/gpus", kGpus},
+        // A static node and a pool node (capacity on demand).
+        {"GET /api/v1/nodes",
+         R"({"items": [
+           {"name": "n1", "gpus": 2, "gpuModel": "H100-SXM-80GB",
+            "cpuMilli": 8000, "memoryMiB": 16000, "allocatedGpuMilli": 2000,
+            "simulated": false},
+           {"name": "c1", "gpus": 2, "gpuModel": "H100-SXM-80GB",
+            "cpuMilli": 8000, "memoryMiB": 16000, "allocatedGpuMilli": 0,
+            "simulated": false, "pool": "h100",
+            "capacityState": "powering_up"}]})"},
         {"GET /api/v1/alerts",
          R"({"configured": true, "source": "http://p:9090", "omitted": 1,
              "items": [{"name": "GpuschedGpuUnhealthy",
@@ -308,6 +318,15 @@ TEST_F(CtlTest, GetReplicasGpusTenantsTables) {
             "NODE   INDEX  MODEL          MEMORY  ALLOCATED  REPLICAS\n"
             "local  0      H100-SXM-80GB  79.6Gi  250m 10Gi  chat-0\n"
             "local  1      H100-SXM-80GB  79.6Gi  -          -\n");
+  // A pool node says its pool and capacity state; a static node "-".
+  ASSERT_EQ(Get("nodes"), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "NAME  GPUS  GPU-MODEL      CPU  MEMORY  GPU-ALLOCATED  SIMULATED  "
+            "POOL\n"
+            "n1    2     H100-SXM-80GB  8    15.6Gi  2000m          false      "
+            "-\n"
+            "c1    2     H100-SXM-80GB  8    15.6Gi  0m             false      "
+            "h100/powering_up\n");
   ASSERT_EQ(Get("tenants"), kExitOk) << err_;
   EXPECT_EQ(out_,
             "NAME    MODELS      WEIGHT  PRIORITY\n"

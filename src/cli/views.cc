@@ -263,14 +263,18 @@ Rows GpuRows(const Json& items, absl::Time) {
 
 Rows NodeRows(const Json& items, absl::Time) {
   Rows rows = {{"NAME", "GPUS", "GPU-MODEL", "CPU", "MEMORY", "GPU-ALLOCATED",
-                "SIMULATED"}};
+                "SIMULATED", "POOL"}};
   for (const Json& n : items) {
-    rows.push_back({Text(n, {"name"}), Text(n, {"gpus"}, "0"),
-                    Cell(n, {"gpuModel"}),
-                    absl::StrCat(Number(n, {"cpuMilli"}) / 1000),
-                    FormatMiB(Number(n, {"memoryMiB"})),
-                    absl::StrCat(Number(n, {"allocatedGpuMilli"}), "m"),
-                    Text(n, {"simulated"}, "false")});
+    // A pool node (capacity on demand): its pool and capacity state.
+    const std::string pool = Text(n, {"pool"});
+    rows.push_back(
+        {Text(n, {"name"}), Text(n, {"gpus"}, "0"), Cell(n, {"gpuModel"}),
+         absl::StrCat(Number(n, {"cpuMilli"}) / 1000),
+         FormatMiB(Number(n, {"memoryMiB"})),
+         absl::StrCat(Number(n, {"allocatedGpuMilli"}), "m"),
+         Text(n, {"simulated"}, "false"),
+         pool.empty() ? "-"
+                      : absl::StrCat(pool, "/", Cell(n, {"capacityState"}))});
   }
   return rows;
 }

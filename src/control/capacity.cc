@@ -330,8 +330,14 @@ void CapacityPlanner::PlanAdds(const CapacityInput& in, Micros now,
         if (w.replica == a.replicas.front()) first = &w;
       }
       if (first != nullptr) {
-        cost = absl::StrFormat(", $%.3f per million tokens at the SLO",
-                               first->usd_per_mtok.at(p.name));
+        cost = first->per_hour
+                   ? absl::StrFormat(
+                         ", $%.3f per hour for its %d GPU%s (no latency "
+                         "model on every pool: priced per GPU-hour)",
+                         first->usd_per_mtok.at(p.name), first->gpus,
+                         first->gpus == 1 ? "" : "s")
+                   : absl::StrFormat(", $%.3f per million tokens at the SLO",
+                                     first->usd_per_mtok.at(p.name));
       }
     }
     a.why = a.replicas.empty()

@@ -146,6 +146,10 @@ struct WaitingReplica {
   // per replica on each pool's GPU (CostPerToken); a pool absent here
   // cannot serve it (no latency model, or it misses the SLO).
   std::map<std::string, double> usd_per_mtok;
+  // usd_per_mtok holds USD per hour of the replica's GPUs instead (live,
+  // where the latency models do not know its model on every pool's GPU):
+  // the same order, another unit, which capacity.requested names.
+  bool per_hour = false;
 };
 
 // Free GPUs on an up node that is not cordoned (static or pool), for

@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Phase = PoolNodeView::Phase;
 
 constexpr Micros kS = kMicrosPerSecond;
@@ -211,6 +212,21 @@ TEST(CapacityPlanner, AddsTheCheapestPoolPerTokenAfterTheDelay) {
   EXPECT_THAT(plan.events[0].message,
               HasSubstr("1 node of pool h100 (8 x H100, on-demand, $98.00 "
                         "per node-hour, $0.800 per million tokens"));
+
+  // Priced per GPU-hour (live, a model the latency models do not know):
+  // the event names that unit.
+  CapacityPlanner hourly(o);
+  in.waiting = {Waiting("m-0", "m", {{"h100", 24.5}, {"a100", 10.2}}, 2, 0)};
+  in.waiting[0].per_hour = true;
+  plan = hourly.Plan(in, 30 * kS);
+  EXPECT_THAT(Summary(plan), ElementsAre("add a100 x1"));
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_THAT(plan.events[0].message,
+              HasSubstr("$41.00 per node-hour, $10.200 per hour for its 2 "
+                        "GPUs (no latency model on every pool: priced per "
+                        "GPU-hour)"));
+  EXPECT_THAT(plan.events[0].message, Not(HasSubstr("million tokens")));
+  in.waiting = {Waiting("m-0", "m", {{"h100", 0.8}, {"a100", 1.1}}, 1, 0)};
 
   // Reactive: the first pool in the configured order that fits.
   o.cost_aware = false;

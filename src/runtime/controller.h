@@ -667,6 +667,7 @@ class Controller {
   std::map<std::string, Micros> waiting_since_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Micros> asked_at_ ABSL_GUARDED_BY(mu_);  // node
   Micros next_capacity_ ABSL_GUARDED_BY(mu_) = 0;
+  Micros last_capacity_ ABSL_GUARDED_BY(mu_) = -1;  // the last planner pass
   int64_t capacity_requests_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, double> cost_usd_ ABSL_GUARDED_BY(mu_);  // deploym.
   std::map<std::string, double> tenant_cost_usd_ ABSL_GUARDED_BY(mu_);

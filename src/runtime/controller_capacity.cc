@@ -75,8 +75,9 @@ void Controller::ApplyPoolReports(
     info.report = std::move(p);
     if (fresh) {
       Event("pool.discovered", "",
-            absl::StrFormat("pool %s: up to %d nodes of %d x %s%s",
+            absl::StrFormat("pool %s: up to %d node%s of %d x %s%s",
                             info.report.pool, info.report.max_nodes,
+                            info.report.max_nodes == 1 ? "" : "s",
                             info.report.gpus_per_node, info.report.gpu_model,
                             info.report.spot ? ", spot" : ""),
             json{{"pool", info.report.pool},
@@ -94,6 +95,7 @@ void Controller::ApplyPoolReports(
     if (known && was == n.state) continue;
     pn.since = now;
     pn.state = n.state;
+    next_capacity_ = now;  // the planner sees the change at this pass
     const std::string name = n.node;
     switch (n.state) {
       case PoolNodeState::kUp: {
@@ -192,13 +194,23 @@ bool Controller::Cordoned(const std::string& node) const {
 }
 
 void Controller::PlanCapacity(Micros now) {
-  if (pools_.empty() || now < next_capacity_) return;
+  if (pools_.empty()) return;
+  // Every interval_s, and at once when a waiting replica's scale_up_delay_s
+  // has run out since the last pass: an ask is never an interval late.
+  bool due = now >= next_capacity_;
+  const Micros up_delay = FromSeconds(options_.capacity.scale_up_delay_s);
+  for (const auto& [replica, since] : waiting_since_) {
+    const Micros ripe = since + up_delay;
+    due = due || (ripe > last_capacity_ && ripe <= now);
+  }
+  if (!due) return;
   backends::CapacityManager* cap = nullptr;
   {
     absl::MutexLock l(&launcher_mu_);
     cap = launcher_->capacity();
   }
   if (cap == nullptr) return;
+  last_capacity_ = now;
   next_capacity_ =
       now + std::max<Micros>(kMicrosPerMilli * 10,
                              FromSeconds(options_.capacity.interval_s));
@@ -320,7 +332,8 @@ void Controller::PlanCapacity(Micros now) {
         if (c.feasible) per_token[p.name] = c.usd_per_mtok;
       }
     }
-    w.usd_per_mtok = per_token.size() == per_hour.size() ? per_token : per_hour;
+    w.per_hour = per_token.size() != per_hour.size();
+    w.usd_per_mtok = w.per_hour ? per_hour : per_token;
     in.waiting.push_back(std::move(w));
     ++it;
   }

@@ -203,13 +203,21 @@ void Controller::ApplyNodeReport(const backends::NodeReport& n, Micros now) {
     was_usable = known->second.usable;
     was_foreign = known->second.foreign_gpus;
   }
+  bool gained = false;  // GPUs that take replicas now and did not
   for (int g = 0; g < static_cast<int>(st.gpus.size()); ++g) {
     const bool healthy = n.usable && !Cordoned(n.node) &&
                          std::find(n.foreign_gpus.begin(), n.foreign_gpus.end(),
                                    g) == n.foreign_gpus.end();
     if (st.gpus[g].healthy != healthy) {
       (void)cluster_state_.SetGpuHealth(node, g, healthy);
+      gained = gained || healthy;
     }
+  }
+  // Replicas that found no room try the new GPUs at once (a node powered up
+  // for them, one back in service), not at their next retry.
+  if (gained) {
+    for (auto& [name, d] : deployments_) d.life.Retry(now);
+    dirty_ = true;
   }
   // MIG instances other work holds: their slots take no slice.
   const inventory::NodeSpec& spec = cluster_state_.spec(node);
