@@ -301,11 +301,9 @@ class Simulation : public ReplicaSimListener, public FleetHost {
               : 0;
       fd.spot_ok = d.spot;
       if (d.kind == "llm") {
-        // Where it can run when capacity is added: the pools whose GPUs
-        // have a latency model of its model and meet its SLO, at their
-        // cost per token there.
-        const control::SloTarget slo = SloTargetFor(cfg_, d);
-        fd.slo = slo;
+        // Where it can run when capacity is added: pools whose GPUs have
+        // its latency model and meet its SLO, with their cost per token.
+        const control::SloTarget& slo = fd.slo = SloTargetFor(cfg_, d);
         for (const FleetPool& fp : pools_) {
           auto on = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
                                               d.model, fp.pool.gpu,
