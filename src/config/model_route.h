@@ -54,8 +54,8 @@
 //                                    #   fails only on a p-value below
 //                                    #   1 - confidence
 //         percentile: 95             #   of TTFT and end-to-end latency
-//         maxTtftRatio: 1.5          #   canary / stable percentile TTFT: the
-//         maxE2eRatio: 1.5           #   effect size a significantly slower
+//         maxTtftRatio: 1.25         #   canary / stable percentile TTFT: the
+//         maxE2eRatio: 1.25          #   effect size a significantly slower
 //                                    #   canary must exceed (0..1000; 0:
 //                                    #   not checked)
 //         slackMs: 10                #   a percentile difference up to this
@@ -112,8 +112,8 @@ struct AnalysisSpec {
   int64_t min_requests = 20;
   double confidence = 0.99;
   double percentile = 95;
-  double max_ttft_ratio = 1.5;
-  double max_e2e_ratio = 1.5;
+  double max_ttft_ratio = 1.25;
+  double max_e2e_ratio = 1.25;
   double max_ttft_ms = 0;
   double max_e2e_ms = 0;
   double slack_ms = 10;

@@ -172,6 +172,10 @@ json Check::Json() const {
     j["canaryMedian"] = canary_median;
     j["slackMs"] = slack_ms;
   }
+  if (name == "errors" || name == "errorRateCap") {
+    j["look"] = look;
+    j["alpha"] = alpha;
+  }
   if (test != "cap") j["effect"] = Finite(effect);
   j["pValue"] = p_value < 0 ? json(nullptr) : json(p_value);
   return j;
@@ -186,8 +190,89 @@ json Analysis::Json() const {
           {"stable", stable.Json()},         {"canary", canary.Json()}};
 }
 
-Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
-                 const VersionWindow& canary) {
+ErrorCounts ErrorCounts::operator+(const ErrorCounts& o) const {
+  return {stable_requests + o.stable_requests, stable_errors + o.stable_errors,
+          canary_requests + o.canary_requests, canary_errors + o.canary_errors};
+}
+
+ErrorCounts Counts(const VersionWindow& stable, const VersionWindow& canary) {
+  return {stable.requests, stable.errors, canary.requests, canary.errors};
+}
+
+double LookAlpha(double alpha, int look) {
+  // (m + 1) / ((k + m) (k + m + 1)) sums to 1 over k >= 1 for any m; m = 4
+  // keeps a share for the late looks, where the counts are.
+  const double k = std::max(1, look) + 4.0;
+  return alpha * 5 / (k * (k + 1));
+}
+
+namespace {
+
+// The error checks over `n` (the rollout's requests so far) at look `look`
+// with `alpha` (its share of 1 - confidence).
+std::vector<Check> ErrorChecks(const config::AnalysisSpec& spec,
+                               const ErrorCounts& n, int look, double alpha) {
+  auto rate = [](int64_t errors, int64_t requests) {
+    return requests > 0 ? static_cast<double>(errors) / requests : 0.0;
+  };
+  auto check = [&](const char* name, const char* test, double threshold) {
+    Check c;
+    c.name = name;
+    c.test = test;
+    c.look = look;
+    c.alpha = alpha;
+    c.n_canary = n.canary_requests;
+    c.n_stable = n.stable_requests;
+    c.canary = rate(n.canary_errors, n.canary_requests);
+    c.stable = rate(n.stable_errors, n.stable_requests);
+    c.threshold = threshold;
+    c.effect = Ratio(c.canary, c.stable);
+    return c;
+  };
+  const std::string at =
+      look > 1 ? absl::StrFormat(" at look %d", look) : std::string();
+  std::vector<Check> out;
+  {
+    Check c = check("errorRateCap", "binomial", spec.max_error_rate);
+    c.p_value = BinomialGreater(n.canary_errors, n.canary_requests,
+                                spec.max_error_rate);
+    c.verdict = c.p_value < alpha ? Verdict::kFail : Verdict::kPass;
+    c.why = absl::StrFormat(
+        "error rate %s (%d of %d) against the cap %s: binomial %s (< %.2g "
+        "fails%s)",
+        Pct(c.canary), n.canary_errors, n.canary_requests, Pct(c.threshold),
+        P(c.p_value), alpha, at);
+    out.push_back(std::move(c));
+  }
+  if (spec.max_error_ratio > 0) {
+    Check c = check("errors", "fisher-exact", spec.max_error_ratio);
+    if (n.stable_requests < spec.min_requests) {
+      c.why = absl::StrCat("errors: waiting for ", spec.min_requests,
+                           " stable requests (", n.stable_requests, ")");
+    } else {
+      c.p_value = FisherGreater(n.canary_errors, n.canary_requests,
+                                n.stable_errors, n.stable_requests);
+      c.verdict = c.p_value < alpha && c.effect > c.threshold ? Verdict::kFail
+                                                              : Verdict::kPass;
+      c.why = absl::StrFormat(
+          "error rate %s (%d of %d) vs %s (%d of %d) = %s (max %s), Fisher "
+          "%s (< %.2g needed%s)",
+          Pct(c.canary), n.canary_errors, n.canary_requests, Pct(c.stable),
+          n.stable_errors, n.stable_requests, Times(c.effect),
+          Times(c.threshold), P(c.p_value), alpha, at);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void AddWindowChecks(const config::AnalysisSpec& spec,
+                     const VersionWindow& stable, const VersionWindow& canary,
+                     Analysis* out);
+
+Analysis AnalyzeWith(const config::AnalysisSpec& spec,
+                     const VersionWindow& stable, const VersionWindow& canary,
+                     std::vector<Check> error_checks) {
   Analysis a;
   a.stable = Summarize(stable, spec.percentile);
   a.canary = Summarize(canary, spec.percentile);
@@ -195,57 +280,67 @@ Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
   a.percentile = spec.percentile;
   const double alpha = 1 - spec.confidence;
   a.min_samples = std::max(spec.min_requests, MinRankSamples(alpha));
-  if (canary.requests < spec.min_requests) {
-    a.why = absl::StrCat("waiting for ", spec.min_requests,
-                         " canary requests in the window (", canary.requests,
-                         " so far)");
-    return a;
+  a.checks = std::move(error_checks);
+  // The window's checks need its canary requests; the error checks judge
+  // their own counts (they may fail while the window fills).
+  const bool window_ready = canary.requests >= spec.min_requests;
+  if (window_ready) AddWindowChecks(spec, stable, canary, &a);
+  std::vector<std::string> failed, waiting, passed;
+  for (const Check& c : a.checks) {
+    (c.verdict == Verdict::kFail   ? failed
+     : c.verdict == Verdict::kPass ? passed
+                                   : waiting)
+        .push_back(c.why);
   }
-  // Errors as rates: against the cap (binomial), against the stable
-  // (Fisher exact).
-  auto error_check = [&](const char* name, const char* test, double threshold) {
-    Check c;
-    c.name = name;
-    c.test = test;
-    c.n_canary = canary.requests;
-    c.n_stable = stable.requests;
-    c.canary = a.canary.error_rate;
-    c.stable = a.stable.error_rate;
-    c.threshold = threshold;
-    c.effect = Ratio(c.canary, c.stable);
-    return c;
-  };
-  {
-    Check c = error_check("errorRateCap", "binomial", spec.max_error_rate);
-    c.p_value =
-        BinomialGreater(canary.errors, canary.requests, spec.max_error_rate);
-    c.verdict = c.p_value < alpha ? Verdict::kFail : Verdict::kPass;
-    c.why = absl::StrFormat(
-        "error rate %s (%d of %d) against the cap %s: binomial %s (< %.2g "
-        "fails)",
-        Pct(c.canary), canary.errors, canary.requests, Pct(c.threshold),
-        P(c.p_value), alpha);
-    a.checks.push_back(std::move(c));
+  if (!window_ready) {
+    waiting.insert(waiting.begin(),
+                   absl::StrCat("waiting for ", spec.min_requests,
+                                " canary requests in the window (",
+                                canary.requests, " so far)"));
   }
-  if (spec.max_error_ratio > 0) {
-    Check c = error_check("errors", "fisher-exact", spec.max_error_ratio);
-    if (stable.requests < spec.min_requests) {
-      c.why = absl::StrCat("errors: waiting for ", spec.min_requests,
-                           " stable requests (", stable.requests, ")");
-    } else {
-      c.p_value = FisherGreater(canary.errors, canary.requests, stable.errors,
-                                stable.requests);
-      c.verdict = c.p_value < alpha && c.effect > c.threshold ? Verdict::kFail
-                                                              : Verdict::kPass;
-      c.why = absl::StrFormat(
-          "error rate %s (%d of %d) vs %s (%d of %d) = %s (max %s), Fisher "
-          "%s (< %.2g needed)",
-          Pct(c.canary), canary.errors, canary.requests, Pct(c.stable),
-          stable.errors, stable.requests, Times(c.effect), Times(c.threshold),
-          P(c.p_value), alpha);
-    }
-    a.checks.push_back(std::move(c));
+  if (!failed.empty()) {
+    a.verdict = Verdict::kFail;
+    a.why = absl::StrJoin(failed, "; ");
+  } else if (!waiting.empty()) {
+    a.why = absl::StrJoin(waiting, "; ");
+  } else {
+    a.verdict = Verdict::kPass;
+    a.why = absl::StrJoin(passed, "; ");
   }
+  return a;
+}
+
+}  // namespace
+
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
+                 const VersionWindow& canary) {
+  std::vector<Check> errors;
+  if (canary.requests >= spec.min_requests) {
+    errors = ErrorChecks(spec, Counts(stable, canary), 1, 1 - spec.confidence);
+  }
+  return AnalyzeWith(spec, stable, canary, std::move(errors));
+}
+
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
+                 const VersionWindow& canary, const ErrorLooks& looks) {
+  std::vector<Check> errors = looks.held;
+  if (looks.look > 0) {
+    errors =
+        ErrorChecks(spec, looks.before + Counts(stable, canary), looks.look,
+                    LookAlpha(1 - spec.confidence, looks.look));
+  }
+  return AnalyzeWith(spec, stable, canary, std::move(errors));
+}
+
+namespace {
+
+// The checks on one window: latencies against the stable's, the caps, SLO
+// attainment (the window has its minRequests canary requests).
+void AddWindowChecks(const config::AnalysisSpec& spec,
+                     const VersionWindow& stable, const VersionWindow& canary,
+                     Analysis* out) {
+  Analysis& a = *out;
+  const double alpha = 1 - spec.confidence;
   if (spec.max_ttft_ratio > 0) {
     a.checks.push_back(LatencyCheck(spec, "ttft", "TTFT", stable.ttft_s,
                                     canary.ttft_s, spec.max_ttft_ratio,
@@ -296,24 +391,9 @@ Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
         Pct(c.canary), canary.requests, Pct(c.threshold), P(c.p_value), alpha);
     a.checks.push_back(std::move(c));
   }
-  std::vector<std::string> failed, waiting, passed;
-  for (const Check& c : a.checks) {
-    (c.verdict == Verdict::kFail   ? failed
-     : c.verdict == Verdict::kPass ? passed
-                                   : waiting)
-        .push_back(c.why);
-  }
-  if (!failed.empty()) {
-    a.verdict = Verdict::kFail;
-    a.why = absl::StrJoin(failed, "; ");
-  } else if (!waiting.empty()) {
-    a.why = absl::StrJoin(waiting, "; ");
-  } else {
-    a.verdict = Verdict::kPass;
-    a.why = absl::StrJoin(passed, "; ");
-  }
-  return a;
 }
+
+}  // namespace
 
 const char* RolloutPhaseName(RolloutPhase p) {
   switch (p) {
@@ -372,14 +452,51 @@ absl::StatusOr<Rollout> Rollout::Restore(config::RolloutSpec spec,
   if (auto why = state.find("reason"); why != state.end() && why->is_string()) {
     r.reason_ = why->get<std::string>();
   }
+  // The error checks' counts and looks (older states have none: the
+  // rollout's errors are judged from here on).
+  if (auto e = state.find("errorsSoFar"); e != state.end() && e->is_object()) {
+    int64_t v[6] = {0, 0, 0, 0, 0, 0};
+    const char* keys[6] = {"stableRequests", "stableErrors", "canaryRequests",
+                           "canaryErrors",   "looks",        "nextLook"};
+    for (int i = 0; i < 6; ++i) {
+      auto f = e->find(keys[i]);
+      if (f == e->end() || !f->is_number_integer() || f->get<int64_t>() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rollout state: errorsSoFar.", keys[i],
+                         " must be an integer >= 0"));
+      }
+      v[i] = f->get<int64_t>();
+    }
+    if (v[1] > v[0] || v[3] > v[2] || v[4] > 64) {
+      return absl::InvalidArgumentError(
+          "rollout state: errorsSoFar: more errors than requests, or more "
+          "than 64 looks");
+    }
+    r.carried_ = {v[0], v[1], v[2], v[3]};
+    r.looks_ = static_cast<int>(v[4]);
+    r.next_look_ = v[5];
+  }
   return r;
 }
 
 json Rollout::State() const {
+  const ErrorCounts n = errors_so_far();
   return {{"phase", RolloutPhaseName(phase_)},
           {"step", step_},
           {"canaryWeight", canary_weight()},
-          {"reason", reason_}};
+          {"reason", reason_},
+          {"errorsSoFar",
+           {{"stableRequests", n.stable_requests},
+            {"stableErrors", n.stable_errors},
+            {"canaryRequests", n.canary_requests},
+            {"canaryErrors", n.canary_errors},
+            {"looks", looks_},
+            {"nextLook", next_look_}}}};
+}
+
+void Rollout::CarryWindow() {
+  carried_ = carried_ + window_;
+  window_ = {};
 }
 
 int Rollout::canary_weight() const {
@@ -422,6 +539,8 @@ RolloutChange Rollout::Change(const std::string& kind,
 }
 
 RolloutChange Rollout::Advance(Micros now, const std::string& why) {
+  CarryWindow();
+  looked_at_step_end_ = false;
   step_started_ = now;
   noted_inconclusive_ = false;
   if (step_ + 1 >= static_cast<int>(spec_.steps.size())) {
@@ -443,7 +562,31 @@ std::vector<RolloutChange> Rollout::Step(Micros now,
                                          const VersionWindow& canary) {
   std::vector<RolloutChange> out;
   if (done()) return out;
-  last_ = Analyze(spec_.analysis, stable, canary);
+  // Errors over the rollout so far: a look when the canary's requests so
+  // far reach the next look's count (ErrorLooks).
+  window_ = Counts(stable, canary);
+  ErrorLooks looks;
+  looks.before = carried_;
+  const int64_t so_far = errors_so_far().canary_requests;
+  // Also a look where the step would end (once a step): the counts the
+  // step's decision rests on.
+  const bool step_end = phase_ == RolloutPhase::kProgressing &&
+                        now >= NextDeadline() && !looked_at_step_end_;
+  if (so_far >= spec_.analysis.min_requests &&
+      (so_far >= next_look_ || step_end)) {
+    looks.look = ++looks_;
+    next_look_ = std::max(next_look_, 2 * so_far);
+    looked_at_step_end_ = looked_at_step_end_ || step_end;
+  } else {
+    looks.held = error_checks_;
+  }
+  last_ = Analyze(spec_.analysis, stable, canary, looks);
+  if (looks.look > 0) {
+    error_checks_.clear();
+    for (const Check& c : last_.checks) {
+      if (c.look > 0) error_checks_.push_back(c);
+    }
+  }
   if (last_.verdict == Verdict::kFail) {
     phase_ = RolloutPhase::kRolledBack;
     reason_ = last_.why;
@@ -497,6 +640,8 @@ absl::StatusOr<RolloutChange> Rollout::Resume(Micros now) {
   }
   phase_ = RolloutPhase::kProgressing;
   reason_.clear();
+  CarryWindow();
+  looked_at_step_end_ = false;
   step_started_ = now;
   return Change("rollout.resumed",
                 absl::StrCat("rollout of ", spec_.canary, " resumed at ",
@@ -529,6 +674,11 @@ absl::StatusOr<RolloutChange> Rollout::Retry(Micros now) {
   reason_.clear();
   last_ = Analysis();
   noted_inconclusive_ = false;
+  carried_ = window_ = {};
+  looks_ = 0;
+  next_look_ = 0;
+  looked_at_step_end_ = false;
+  error_checks_.clear();
   return Change(
       "rollout.step",
       absl::StrCat("rollout of ", spec_.canary, " retried at ", canary_weight(),

@@ -89,6 +89,10 @@ struct Check {
   std::string name;  // ttft, e2e, errors, errorRateCap, ttftCap, e2eCap, slo
   std::string test;  // mann-whitney-u, fisher-exact, binomial, cap
   Verdict verdict = Verdict::kInconclusive;
+  // Error checks: the look that judged them (ErrorLooks; 0: none yet) and
+  // the p-value that look needed.
+  int look = 0;
+  double alpha = 0;
   int64_t n_stable = 0, n_canary = 0;           // samples (latency) or requests
   double stable = 0, canary = 0;                // percentile seconds, or rates
   double stable_median = 0, canary_median = 0;  // latency checks
@@ -111,8 +115,42 @@ struct Analysis {
   nlohmann::json Json() const;
 };
 
+// Both versions' request and error counts over some span.
+struct ErrorCounts {
+  int64_t stable_requests = 0, stable_errors = 0;
+  int64_t canary_requests = 0, canary_errors = 0;
+  ErrorCounts operator+(const ErrorCounts& o) const;
+};
+ErrorCounts Counts(const VersionWindow& stable, const VersionWindow& canary);
+
+// Errors are judged over the rollout's requests so far (every earlier
+// step's window plus the current one), not over one window: telling 2%
+// from 1% needs thousands of requests, more than the 5% step's window
+// holds. Judged again and again, the error checks spend the confidence over
+// looks (a group-sequential design with Bonferroni spending): look k = 1,
+// 2, ... comes when the canary's requests so far first reach minRequests,
+// then at least twice the previous look's, and once where each step's
+// pause ends; it fails only on a p-value below LookAlpha(1 - confidence,
+// k). The looks' shares add up to 1 - confidence, so an identical canary is
+// rolled back on errors with a probability of at most 1 - confidence
+// however long the rollout runs. Between looks the last look's verdicts
+// hold.
+struct ErrorLooks {
+  ErrorCounts before;       // the rollout's earlier windows
+  int look = 0;             // this evaluation is look `look`; 0: not a look
+  std::vector<Check> held;  // not a look: the last look's error checks
+};
+// 5 alpha / ((k + 4) (k + 5)) for look k >= 1: 1/6, 1/8.4, 1/11.2, ... of
+// alpha, 1/54.4 at look 12 (the shares add up to alpha).
+double LookAlpha(double alpha, int look);
+
+// The window alone, one look at the full 1 - confidence (for one-off
+// judgements and tests).
 Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
                  const VersionWindow& canary);
+// As a rollout judges: errors over `looks` (see ErrorLooks).
+Analysis Analyze(const config::AnalysisSpec& spec, const VersionWindow& stable,
+                 const VersionWindow& canary, const ErrorLooks& looks);
 
 enum class RolloutPhase {
   kProgressing,
@@ -179,11 +217,20 @@ class Rollout {
   const Analysis& last_analysis() const { return last_; }
   Micros step_started() const { return step_started_; }
 
-  // {"phase","step","canaryWeight","reason"}: what Restore reads.
+  // The requests the error checks have judged so far (every earlier
+  // window and the current one) and the looks taken (ErrorLooks).
+  ErrorCounts errors_so_far() const { return carried_ + window_; }
+  int error_looks() const { return looks_; }
+
+  // {"phase","step","canaryWeight","reason","errorsSoFar"}: what Restore
+  // reads ("errorsSoFar" optional: the counts and looks of ErrorLooks).
   nlohmann::json State() const;
 
  private:
   RolloutChange Advance(Micros now, const std::string& why);
+  // The current window's counts join the earlier ones (its step ends or
+  // restarts; the next window starts after it).
+  void CarryWindow();
   RolloutChange Change(const std::string& kind, std::string message) const;
 
   config::RolloutSpec spec_;
@@ -193,6 +240,14 @@ class Rollout {
   std::string reason_;
   Analysis last_;
   bool noted_inconclusive_ = false;
+  // Errors over the rollout (ErrorLooks): the earlier windows' counts, the
+  // current window's (at the last Step), the looks taken, the canary
+  // request count the next look waits for, the last look's checks.
+  ErrorCounts carried_, window_;
+  int looks_ = 0;
+  int64_t next_look_ = 0;
+  bool looked_at_step_end_ = false;
+  std::vector<Check> error_checks_;
 };
 
 }  // namespace gpusched::control
