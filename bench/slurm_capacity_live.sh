@@ -40,13 +40,7 @@ fi
 [ -x "$bin" ] || { echo "slurm_capacity_live: no gpusched under $build (build first)" >&2; exit 2; }
 cluster="$tmp/slurm"
 pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  slurm_cluster_down "$cluster"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+slurm_cleanup_on_exit "$cluster"
 
 export SLURM_CLOUD_NODES="c1:h100:2:8:16000:pool=h100 c2:h100:2:8:16000:pool=h100"
 slurm_cluster_up "$cluster" n1:h100:2:8:16000 >"$tmp/cluster.log" 2>&1 ||

@@ -25,12 +25,7 @@ if ! why=$(slurm_cluster_available); then
   exit 2
 fi
 [ -x "$tool" ] || { echo "slurm_power_up: no $tool (build first)" >&2; exit 2; }
-cleanup() {
-  slurm_cluster_down "$tmp/slurm"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+slurm_cleanup_on_exit "$tmp/slurm"
 
 export SLURM_CLOUD_NODES="c1:h100:2:8:16000:pool=a c2:h100:2:8:16000:pool=b"
 slurm_cluster_up "$tmp/slurm" n1:h100:2:8:16000 >"$tmp/cluster.log" 2>&1 ||

@@ -34,13 +34,7 @@ if ! why=$(slurm_cluster_available); then
 fi
 cluster="$tmp/slurm"
 pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  slurm_cluster_down "$cluster"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+slurm_cleanup_on_exit "$cluster"
 
 slurm_capacity_cluster_up "$cluster" slurm_capacity_live
 

@@ -34,12 +34,7 @@ if ! why=$(slurm_cluster_available); then
   exit 0
 fi
 cluster="$tmp/slurm"
-cleanup() {
-  slurm_cluster_down "$cluster"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+slurm_cleanup_on_exit "$cluster"
 
 slurm_capacity_cluster_up "$cluster" slurm_capacity
 

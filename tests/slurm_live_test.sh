@@ -44,13 +44,7 @@ fi
 chmod 755 "$tmp"  # the other user's job reads slurm.conf under it
 cluster="$tmp/slurm"
 pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  slurm_cluster_down "$cluster"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM  # through the EXIT trap: a killed test leaves nothing
+slurm_cleanup_on_exit "$cluster"
 
 # 100 gres/shard per GPU on every node, for fractions; node3 has four MIG
 # devices too (Slurm's indexes 4-7, after its H100s).

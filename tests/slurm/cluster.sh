@@ -314,6 +314,15 @@ _slurm_kill_pidfile() {
   kill -9 "$pid" 2>/dev/null || true
 }
 
+# On the script's exit (and through it on INT or TERM, so a killed test
+# leaves nothing): kill -9 the gpusched it started ($pid, when set), bring
+# the cluster in DIR down and remove $tmp.
+slurm_cleanup_on_exit() {  # dir
+  _slurm_cleanup_dir="$1"
+  trap '[ -n "${pid:-}" ] && kill -9 "$pid" 2>/dev/null; slurm_cluster_down "$_slurm_cleanup_dir"; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM
+}
+
 slurm_cluster_down() {
   local dir=$1 tag f ns
   [ -f "$dir/tag" ] || return 0
