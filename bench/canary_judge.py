@@ -21,7 +21,10 @@ step) and "-busy" at 20 req/s on 4 (about 4.75 req/s a replica). The
 analysis compares what each version's users see, and a canary at 5% of the
 traffic on as many replicas as the stable is far less loaded than it: on a
 busy stable that hides a slower engine until the weights are even (see
-docs/versions.md). No version is saturated: the stable's replicas are sized
+docs/versions.md). "-busy-baseline" adds a baseline (spec.rollout.baseline:
+the stable's version on as many replicas as the canary, given the canary's
+share), so that the analysis compares two versions at the same load, as
+Kayenta does. No version is saturated: the stable's replicas are sized
 for the route's load, as a user would (the error scenario: 120 req/s on 24
 replicas a version).
 
@@ -51,6 +54,10 @@ SCENARIOS = {
     "slow-light": {"canary": SLOW, "stable": {}, "rate": 10, "replicas": 8},
     "identical-busy": {"canary": {}, "stable": {}, "rate": 20, "replicas": 4},
     "slow-busy": {"canary": SLOW, "stable": {}, "rate": 20, "replicas": 4},
+    "identical-busy-baseline": {"canary": {}, "stable": {}, "rate": 20,
+                                "replicas": 4, "baseline": True},
+    "slow-busy-baseline": {"canary": SLOW, "stable": {}, "rate": 20,
+                           "replicas": 4, "baseline": True},
     "errors": {"canary": {"error_rate": 0.02}, "stable": {"error_rate": 0.01},
                "rate": 120, "replicas": 24},
     "errors-identical": {"canary": {"error_rate": 0.01},
@@ -69,15 +76,25 @@ def knobs(d):
 def config(scenario, seed):
     s = SCENARIOS[scenario]
     analysis = ", ".join(f"{k}: {v}" for k, v in ANALYSIS.items())
+    # "-baseline": a third deployment of the stable's version, as many
+    # replicas as the canary, that gets the canary's share while the
+    # rollout runs; the analysis compares the canary with it.
+    baseline_deployment = baseline_target = baseline_rollout = ""
+    if s.get("baseline"):
+        baseline_deployment = (
+            f"\n  - {{name: baseline, model: llama-2-7b, gpu: A100-80GB, "
+            f"replicas: {s['replicas']}{knobs(s['stable'])}}}")
+        baseline_target = ', {deployment: baseline, version: "1-baseline"}'
+        baseline_rollout = "\n      baseline: baseline"
     return f"""seed: {seed}
 deployments:
   - {{name: stable, model: llama-2-7b, gpu: A100-80GB, replicas: {s['replicas']}{knobs(s['stable'])}}}
-  - {{name: canary, model: llama-2-7b, gpu: A100-80GB, replicas: {s['replicas']}{knobs(s['canary'])}}}
+  - {{name: canary, model: llama-2-7b, gpu: A100-80GB, replicas: {s['replicas']}{knobs(s['canary'])}}}{baseline_deployment}
 routes:
   - name: chat
-    targets: [{{deployment: stable, version: "1"}}, {{deployment: canary, version: "2"}}]
+    targets: [{{deployment: stable, version: "1"}}, {{deployment: canary, version: "2"}}{baseline_target}]
     rollout:
-      canary: canary
+      canary: canary{baseline_rollout}
       analysis: {{{analysis}}}
 tenants:
   - name: users
@@ -101,8 +118,8 @@ def run(binary, scenario, seed, tmp):
     events = report["route_events"]
     back = next((e for e in events if e["kind"] == "rollout.rolled_back"), None)
     t_back = back["t"] if back else None
-    before = {"stable": 0, "canary": 0}
-    total = {"stable": 0, "canary": 0}
+    before = {"stable": 0, "canary": 0, "baseline": 0}
+    total = {"stable": 0, "canary": 0, "baseline": 0}
     with open(base + ".csv") as f:
         for row in csv.DictReader(f):
             d = row["deployment"]
@@ -113,7 +130,7 @@ def run(binary, scenario, seed, tmp):
                 before[d] += 1
     for ext in (".yaml", ".json", ".csv"):
         os.remove(base + ext)
-    share = lambda c: c["canary"] / max(1, c["canary"] + c["stable"])
+    share = lambda c: c["canary"] / max(1, sum(c.values()))
     return {
         "seed": seed,
         "phase": report["routes"]["chat"]["rollout_phase"],
@@ -137,6 +154,10 @@ def summarize(name, runs):
         out["max_exposed_before"] = max(r["exposed_before"] for r in back)
         out["median_exposed_run"] = statistics.median(r["exposed_run"] for r in back)
         out["rolled_back_at_step_1"] = sum(r["step"] == 1 for r in back)
+        # The exposure target: rolled back with at most 5% of the route's
+        # requests on the canary before the rollback.
+        out["rolled_back_within_5pct"] = sum(
+            r["exposed_before"] <= 0.05 for r in back)
         out["example"] = back[0]["why"]
     return out
 
@@ -163,10 +184,13 @@ def main():
                                  range(1, args.seeds + 1)))
             results.append({"summary": summarize(name, runs), "runs": runs})
             s = results[-1]["summary"]
-            line = f"{name:16s} seeds {s['seeds']:4d}  rolled back {s['rolled_back']:4d} ({100 * s['rolled_back_share']:.1f}%)"
+            line = f"{name:23s} seeds {s['seeds']:4d}  rolled back {s['rolled_back']:4d} ({100 * s['rolled_back_share']:.1f}%)"
             if s["rolled_back"]:
                 line += (f"  median at {s['median_rollback_s']:.0f} s, step 1 in "
-                         f"{s['rolled_back_at_step_1']}; canary share before the rollback: "
+                         f"{s['rolled_back_at_step_1']}, with <= 5% exposed in "
+                         f"{s['rolled_back_within_5pct']} "
+                         f"({100 * s['rolled_back_within_5pct'] / s['seeds']:.1f}%); "
+                         f"canary share before the rollback: "
                          f"median {100 * s['median_exposed_before']:.2f}%, max "
                          f"{100 * s['max_exposed_before']:.2f}%; over the run "
                          f"{100 * s['median_exposed_run']:.2f}%")

@@ -115,7 +115,8 @@ expect_contains "$tmp/err" "class.yaml:2: deployment 'x': unknown priority class
 
 # 5. Rollouts in the simulator (the live rollout code): the slower canary
 # is rolled back with under 5% of its route's requests on it, the healthy
-# one promoted to 100%.
+# one promoted to 100% (against a baseline that got the canary's share while
+# the rollout ran, and 0 after).
 "$bin" sim serve --config "$golden/canary_rollout.yaml" --out "$tmp/rollout.json" \
   2>"$tmp/err" || fail "rollout run: $(cat "$tmp/err")"
 python3 - "$tmp/rollout.json" <<'PY' || fail "rollout outcomes"
@@ -124,7 +125,11 @@ r = json.load(open(sys.argv[1]))
 routes, events = r["routes"], r["route_events"]
 assert routes["chat"]["rollout_phase"] == "rolled_back", routes["chat"]
 assert routes["assist"]["rollout_phase"] == "promoted", routes["assist"]
-assert [v["weight"] for v in routes["assist"]["versions"]] == [0, 100]
+assert [v["weight"] for v in routes["assist"]["versions"]] == [0, 100, 0]
+assist = routes["assist"]["versions"]
+# The baseline had the canary's share during the steps (10%, 50%), the
+# canary also all requests after the promotion.
+assert 0 < assist[2]["requests"] < assist[1]["requests"], assist
 chat = routes["chat"]["versions"]
 exposed = chat[1]["requests"] / (chat[0]["requests"] + chat[1]["requests"])
 assert exposed < 0.05, exposed

@@ -518,7 +518,8 @@
     phase.append(chip, " ", `step ${ro.step} of ${(ro.steps || []).length}`);
     phase.appendChild(el("div", "sub", "steps " + (ro.steps || []).map((w) => w + "%").join(" → ")));
     const next = typeof ro.nextStepInSeconds === "number" ? ` · next in ${num(ro.nextStepInSeconds)} s` : "";
-    phase.appendChild(el("div", "sub", `canary ${ro.canary} at ${ro.canaryWeight}% · stable ${ro.stable}${next}`));
+    const baseline = ro.baseline ? ` · baseline ${ro.baseline} (the analysis's reference)` : "";
+    phase.appendChild(el("div", "sub", `canary ${ro.canary} at ${ro.canaryWeight}% · stable ${ro.stable}${baseline}${next}`));
     if (ro.reason) phase.appendChild(el("div", "sub", ro.reason));
     const a = ro.analysis;
     const analysis = el("td");
@@ -538,7 +539,7 @@
       }
       for (const c of checks) analysis.appendChild(checkLine(c, a));
       analysis.append(el("div", "sub", figuresText("canary", a.canary, a.percentile)),
-        el("div", "sub", figuresText("stable", a.stable, a.percentile)));
+        el("div", "sub", figuresText(ro.baseline ? "baseline" : "stable", a.stable, a.percentile)));
     }
     return [phase, analysis];
   }

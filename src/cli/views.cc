@@ -365,8 +365,14 @@ void DescribeRollout(const Json& r, std::ostream& out) {
   const Json& ro = r["rollout"];
   std::vector<std::string> steps;
   for (const Json& s : Array(ro, {"steps"})) steps.push_back(Dump(s) + "%");
+  const std::string baseline = Text(ro, {"baseline"});
   out << "Canary:    " << Text(ro, {"canary"}) << " (stable "
-      << Text(ro, {"stable"}) << ")\n"
+      << Text(ro, {"stable"})
+      << (baseline.empty()
+              ? std::string()
+              : absl::StrCat(", baseline ", baseline,
+                             ": the analysis compares the canary with it"))
+      << ")\n"
       << "Phase:     " << Text(ro, {"phase"}) << ", step " << Text(ro, {"step"})
       << " of " << steps.size() << " (" << absl::StrJoin(steps, " -> ")
       << "), canary at " << Text(ro, {"canaryWeight"}) << "%\n";
@@ -401,9 +407,12 @@ void DescribeRollout(const Json& r, std::ostream& out) {
       const auto ms = [&](const char* key) {
         return static_cast<int64_t>(Number(*a, {v, key}) * 1000);
       };
-      out << "  " << v << ": " << Text(*a, {v, "requests"}, "0")
-          << " requests, " << Text(*a, {v, "errors"}, "0")
-          << " errors, TTFT median " << ms("ttftMedianSeconds") << " ms, p"
+      // The analysis's reference side is the baseline where there is one.
+      const bool ref = std::string_view(v) == "stable" && !baseline.empty();
+      out << "  " << (ref ? "baseline" : v) << ": "
+          << Text(*a, {v, "requests"}, "0") << " requests, "
+          << Text(*a, {v, "errors"}, "0") << " errors, TTFT median "
+          << ms("ttftMedianSeconds") << " ms, p"
           << absl::StrFormat("%g", Number(*a, {"percentile"})) << " "
           << ms("ttftSeconds") << " ms, end-to-end median "
           << ms("e2eMedianSeconds") << " ms\n";

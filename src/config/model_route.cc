@@ -1,5 +1,6 @@
 #include "config/model_route.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -10,9 +11,29 @@ namespace gpusched::config {
 std::string ModelRouteSpec::Stable() const {
   if (!rollout) return "";
   for (const RouteTargetSpec& t : targets) {
-    if (t.deployment != rollout->canary) return t.deployment;
+    if (t.deployment != rollout->canary && t.deployment != rollout->baseline)
+      return t.deployment;
   }
   return "";
+}
+
+std::vector<int> ModelRouteSpec::RolloutWeights(int canary_weight) const {
+  std::vector<int> w;
+  const int baseline = rollout && !rollout->baseline.empty()
+                           ? std::min(canary_weight, 100 - canary_weight)
+                           : 0;
+  for (const RouteTargetSpec& t : targets) {
+    if (!rollout) {
+      w.push_back(t.weight);
+    } else if (t.deployment == rollout->canary) {
+      w.push_back(canary_weight);
+    } else if (t.deployment == rollout->baseline) {
+      w.push_back(baseline);
+    } else {
+      w.push_back(100 - canary_weight - baseline);
+    }
+  }
+  return w;
 }
 
 std::vector<RolloutStepSpec> DefaultRolloutSteps() {
@@ -103,12 +124,16 @@ void SpecReader::ReadModelRoute(const YAML::Node& spec, const YAML::Node& at,
   if (!ro) return;
   const std::string rp = "spec.rollout";
   if (!Map(ro, rp)) return;
-  CheckKeys(ro, rp, {"canary", "steps", "analysis", "scaleDownStable"});
+  CheckKeys(ro, rp,
+            {"canary", "baseline", "steps", "analysis", "scaleDownStable"});
   RolloutSpec rollout;
   if (const YAML::Node n = ro["canary"]; !n) {
     Fail(ro, rp + ".canary", "required: the target deployment to roll out");
   } else {
     ReadName(ro, "canary", rp + ".canary", &rollout.canary);
+  }
+  if (ro["baseline"]) {
+    ReadName(ro, "baseline", rp + ".baseline", &rollout.baseline);
   }
   if (const YAML::Node n = ro["scaleDownStable"]) {
     Bool(n, rp + ".scaleDownStable", &rollout.scale_down_stable);
@@ -246,12 +271,26 @@ void CheckModelRoute(ModelRouteSpec* r, std::vector<std::string>* problems) {
   if (!ro.canary.empty() && !deployments.contains(ro.canary)) {
     problems->push_back(absl::StrCat("spec.rollout.canary: '", ro.canary,
                                      "' is not one of spec.targets"));
-  } else if (!ro.canary.empty() && r->targets.size() != 2) {
+  } else if (!ro.baseline.empty() && !deployments.contains(ro.baseline)) {
+    problems->push_back(absl::StrCat("spec.rollout.baseline: '", ro.baseline,
+                                     "' is not one of spec.targets"));
+  } else if (!ro.baseline.empty() && ro.baseline == ro.canary) {
+    problems->push_back(absl::StrCat("spec.rollout.baseline: '", ro.baseline,
+                                     "' is the canary; the baseline runs the "
+                                     "stable's version"));
+  } else if (!ro.canary.empty() && ro.baseline.empty() &&
+             r->targets.size() != 2) {
     problems->push_back(absl::StrCat(
         "spec.rollout: a rollout needs exactly two targets, the stable and "
-        "the canary; got ",
+        "the canary (or three with spec.rollout.baseline); got ",
         r->targets.size(),
         r->targets.size() == 1 ? " (no stable version)" : ""));
+  } else if (!ro.canary.empty() && !ro.baseline.empty() &&
+             r->targets.size() != 3) {
+    problems->push_back(absl::StrCat(
+        "spec.rollout: a rollout with a baseline needs exactly three targets, "
+        "the stable, the canary and the baseline; got ",
+        r->targets.size()));
   }
   if (ro.steps.empty()) ro.steps = DefaultRolloutSteps();
   for (size_t i = 1; i < ro.steps.size(); ++i) {
@@ -302,6 +341,7 @@ nlohmann::json ModelRouteSpecJson(const ModelRouteSpec& r) {
           {"minSloAttainment", a.min_slo_attainment}}},
         {"scaleDownStable", ro.scale_down_stable},
     };
+    if (!ro.baseline.empty()) out["rollout"]["baseline"] = ro.baseline;
   }
   return out;
 }

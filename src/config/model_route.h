@@ -125,6 +125,11 @@ struct AnalysisSpec {
 
 struct RolloutSpec {
   std::string canary;
+  // A third target that runs the stable's version, sized as the canary
+  // ("": none). It gets the canary's share (up to 50%) while the rollout
+  // runs, and the analysis compares the canary with it instead of the
+  // stable, so both are measured at the same load (Kayenta's baseline).
+  std::string baseline;
   std::vector<RolloutStepSpec> steps;  // empty until defaulted
   AnalysisSpec analysis;
   bool scale_down_stable = true;
@@ -147,8 +152,12 @@ struct ModelRouteSpec {
   bool operator==(const ModelRouteSpec&) const = default;
 
   // The rollout's stable deployment ("" without a rollout or when no
-  // target other than the canary exists).
+  // target other than the canary and the baseline exists).
   std::string Stable() const;
+  // The targets' weights, in target order, while a rollout gives its canary
+  // `canary_weight`: the baseline (if any) min(canary, 100 - canary), the
+  // stable the rest. Without a rollout: the targets' own weights.
+  std::vector<int> RolloutWeights(int canary_weight) const;
 };
 
 // The default rollout steps (5, 25, 50 % for 60 s each).

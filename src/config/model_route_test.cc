@@ -120,7 +120,22 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
        "spec.rollout.canary: 'c' is not one of spec.targets"},
       {"  targets: [{deployment: a}]\n  rollout: {canary: a}\n",
        "spec.rollout: a rollout needs exactly two targets, the stable and the "
-       "canary; got 1 (no stable version)"},
+       "canary (or three with spec.rollout.baseline); got 1 (no stable "
+       "version)"},
+      {"  targets: [{deployment: a}, {deployment: b}, {deployment: c}]\n"
+       "  rollout: {canary: b}\n",
+       "spec.rollout: a rollout needs exactly two targets, the stable and the "
+       "canary (or three with spec.rollout.baseline); got 3"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, baseline: c}\n",
+       "spec.rollout.baseline: 'c' is not one of spec.targets"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, baseline: b}\n",
+       "spec.rollout.baseline: 'b' is the canary"},
+      {"  targets: [{deployment: a}, {deployment: b}]\n"
+       "  rollout: {canary: b, baseline: a}\n",
+       "spec.rollout: a rollout with a baseline needs exactly three targets, "
+       "the stable, the canary and the baseline; got 2"},
       {"  targets: [{deployment: a, weight: 100}, {deployment: b}]\n"
        "  rollout: {canary: b}\n",
        "spec.targets[0].weight: set by spec.rollout; leave it out"},
@@ -165,6 +180,39 @@ TEST(ModelRouteTest, RejectsBadRoutes) {
   ASSERT_FALSE(got.ok());
   EXPECT_THAT(got.status().message(),
               HasSubstr("spec.targets: at most 8 targets, got 9"));
+}
+
+// With a baseline, the canary and the baseline get the same share up to 50%,
+// the stable the rest; without, the stable gets all the canary does not.
+TEST(ModelRouteTest, RolloutWeightsGiveTheBaselineTheCanarysShare) {
+  auto got =
+      ParseManifests(std::string(kHead) +
+                         "  targets: [{deployment: base}, {deployment: v1}, "
+                         "{deployment: v2}]\n"
+                         "  rollout: {canary: v2, baseline: base}\n",
+                     "r.yaml");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const ModelRouteSpec& r = got->front().route;
+  EXPECT_EQ(r.Stable(), "v1");
+  EXPECT_EQ(r.rollout->baseline, "base");
+  EXPECT_EQ(r.RolloutWeights(0), (std::vector<int>{0, 100, 0}));
+  EXPECT_EQ(r.RolloutWeights(5), (std::vector<int>{5, 90, 5}));
+  EXPECT_EQ(r.RolloutWeights(50), (std::vector<int>{50, 0, 50}));
+  EXPECT_EQ(r.RolloutWeights(75), (std::vector<int>{25, 0, 75}));
+  EXPECT_EQ(r.RolloutWeights(100), (std::vector<int>{0, 0, 100}));
+  EXPECT_EQ(ModelRouteSpecJson(r)["rollout"]["baseline"], "base");
+
+  auto plain = ParseManifests(std::string(kHead) +
+                                  "  targets: [{deployment: v1}, "
+                                  "{deployment: v2}]\n"
+                                  "  rollout: {canary: v2}\n",
+                              "r.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->front().route.RolloutWeights(5), (std::vector<int>{95, 5}));
+  // No baseline: the canonical JSON has no key for it (stored routes keep
+  // their generation).
+  EXPECT_FALSE(
+      ModelRouteSpecJson(plain->front().route)["rollout"].contains("baseline"));
 }
 
 // A cross-field problem points at the list item it is about, not at the

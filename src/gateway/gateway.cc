@@ -114,6 +114,9 @@ absl::Status Gateway::UpsertRoute(const GatewayRoute& route) {
   }
   if (auto it = routes_.find(route.name); it != routes_.end()) {
     r.created = it->second.created;
+    // The same weights again (a restart of the route's config, a pass that
+    // changed something else): the split's credits go on.
+    if (it->second.split.weights() == weights) r.split = it->second.split;
   }
   routes_.insert_or_assign(route.name, std::move(r));
   for (const GatewayRouteTarget& t : route.targets)
@@ -168,7 +171,7 @@ std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
   absl::MutexLock lock(&mu_);
   auto it = routes_.find(name);
   if (it == routes_.end() || !Listed(t, name)) return std::nullopt;
-  const Route& r = it->second;
+  Route& r = it->second;
   int i = -1;
   std::vector<std::string> versions;
   for (size_t j = 0; j < r.config.targets.size(); ++j) {
@@ -183,16 +186,16 @@ std::optional<absl::StatusOr<Gateway::RouteChoice>> Gateway::PickRoute(
                      "'; its versions: ", absl::StrJoin(versions, ", "))));
   }
   if (version.empty()) {
-    uint64_t key = 0;
+    std::optional<uint64_t> key;
     if (r.config.sticky == "tenant") {
       key = serving::StickyHash(t.config->spec.name);
     } else if (r.config.sticky == "session" && !session.empty()) {
       key = serving::StickyHash(session);
-    } else {
-      key =
-          serving::StickyHash(absl::StrCat(config_.seed, ":", route_draws_++));
     }
-    i = r.split.Pick(key);
+    // Not sticky: exact shares (a canary at 5% never gets more than 5%).
+    i = key ? r.split.Pick(*key)
+            : r.split.Next(serving::StickyHash(
+                  absl::StrCat(config_.seed, ":", route_draws_++)));
   }
   std::string shadow;
   if (!r.config.shadow_deployment.empty() &&

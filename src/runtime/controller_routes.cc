@@ -3,6 +3,7 @@
 // rollouts (control::Rollout), evaluated every pass on the gateway's
 // samples. docs/versions.md.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,26 +71,25 @@ void Controller::CheckShadow(const config::ModelRouteSpec& r,
 }
 
 std::vector<int> Controller::Weights(const Route& r) const {
-  std::vector<int> w;
-  for (const config::RouteTargetSpec& t : r.spec.targets) {
-    if (!r.rollout) {
-      w.push_back(t.weight);
-    } else {
-      const int canary = r.rollout->canary_weight();
-      w.push_back(t.deployment == r.spec.rollout->canary ? canary
-                                                         : 100 - canary);
-    }
-  }
-  return w;
+  return r.spec.RolloutWeights(r.rollout ? r.rollout->canary_weight() : 0);
 }
 
 void Controller::SyncParking(const std::string& name, Route& r) {
-  const std::string stable = r.spec.Stable();
-  const bool park = r.rollout &&
-                    r.rollout->phase() == control::RolloutPhase::kPromoted &&
-                    r.spec.rollout->scale_down_stable;
+  // Held at 0 replicas: the stable once the canary is promoted (with
+  // scaleDownStable), and the baseline once the rollout has ended.
+  std::map<std::string, std::string> park;  // deployment -> why
+  if (r.rollout && r.rollout->phase() == control::RolloutPhase::kPromoted &&
+      r.spec.rollout->scale_down_stable) {
+    park[r.spec.Stable()] =
+        absl::StrCat("route ", name, " promoted its canary ",
+                     r.spec.rollout->canary, " (spec.rollout.scaleDownStable)");
+  }
+  if (r.rollout && r.rollout->done() && !r.spec.rollout->baseline.empty()) {
+    park[r.spec.rollout->baseline] = absl::StrCat(
+        "route ", name, "'s rollout ended; it was the rollout's baseline");
+  }
   for (auto& [dname, d] : deployments_) {
-    if (d.parked_by == name && (!park || dname != stable)) {
+    if (d.parked_by == name && !park.contains(dname)) {
       d.parked_by.clear();
       Event("deployment.unparked", dname,
             absl::StrCat("deployment ", dname, " runs its replicas again (",
@@ -97,16 +97,15 @@ void Controller::SyncParking(const std::string& name, Route& r) {
       dirty_ = true;
     }
   }
-  if (!park) return;
-  auto it = deployments_.find(stable);
-  if (it == deployments_.end() || it->second.parked_by == name) return;
-  it->second.parked_by = name;
-  Event("deployment.parked", stable,
-        absl::StrCat("deployment ", stable, " drains to 0 replicas: route ",
-                     name, " promoted its canary ", r.spec.rollout->canary,
-                     " (spec.rollout.scaleDownStable)"),
-        json{{"route", name}});
-  dirty_ = true;
+  for (const auto& [dname, why] : park) {
+    auto it = deployments_.find(dname);
+    if (it == deployments_.end() || it->second.parked_by == name) continue;
+    it->second.parked_by = name;
+    Event("deployment.parked", dname,
+          absl::StrCat("deployment ", dname, " drains to 0 replicas: ", why),
+          json{{"route", name}});
+    dirty_ = true;
+  }
 }
 
 absl::Status Controller::PushRoute(const std::string& name, Route& r) {
@@ -189,12 +188,17 @@ absl::Status Controller::ApplyRoute(const config::ModelRouteSpec& spec,
   }
   if (persist && started) {
     Event("rollout.started", spec.name,
-          absl::StrCat("rollout of ", spec.rollout->canary, " on route ",
-                       spec.name, " started at ", r.rollout->canary_weight(),
-                       "% (step 1 of ", r.rollout->spec().steps.size(),
-                       "; stable ", spec.Stable(), ")"),
+          absl::StrCat(
+              "rollout of ", spec.rollout->canary, " on route ", spec.name,
+              " started at ", r.rollout->canary_weight(), "% (step 1 of ",
+              r.rollout->spec().steps.size(), "; stable ", spec.Stable(),
+              spec.rollout->baseline.empty()
+                  ? std::string()
+                  : absl::StrCat("; baseline ", spec.rollout->baseline),
+              ")"),
           json{{"canary", spec.rollout->canary},
                {"stable", spec.Stable()},
+               {"baseline", spec.rollout->baseline},
                {"weights", RouteWeightsJson(r)}});
   }
   dirty_ = true;
@@ -251,6 +255,9 @@ void Controller::NoteRollout(const std::string& name, Route& r,
   details["route"] = name;
   details["canary"] = r.spec.rollout->canary;
   details["stable"] = r.spec.Stable();
+  if (!r.spec.rollout->baseline.empty()) {
+    details["baseline"] = r.spec.rollout->baseline;
+  }
   details["weights"] = RouteWeightsJson(r);
   Event(c.kind, name, absl::StrCat("route ", name, ": ", c.message),
         std::move(details));
@@ -273,8 +280,11 @@ void Controller::ProgressRollouts(Micros now) {
     if (auto d = deployments_.find(canary); d != deployments_.end()) {
       slo_s = d->second.spec.ttft_slo_ms / 1000.0;
     }
+    // The canary is compared with the baseline where the route has one.
+    const std::string& reference =
+        r.spec.rollout->baseline.empty() ? stable : r.spec.rollout->baseline;
     const control::VersionWindow ws =
-        control::Collect(gateway_->SamplesSince(stable, since), slo_s);
+        control::Collect(gateway_->SamplesSince(reference, since), slo_s);
     const control::VersionWindow wc =
         control::Collect(gateway_->SamplesSince(canary, since), slo_s);
     for (const control::RolloutChange& c : r.rollout->Step(now, ws, wc)) {
@@ -359,6 +369,9 @@ json Controller::RouteJson(const std::string& name, const Route& r) const {
     j["rollout"] = {
         {"canary", r.spec.rollout->canary},
         {"stable", r.spec.Stable()},
+        {"baseline", r.spec.rollout->baseline.empty()
+                         ? json(nullptr)
+                         : json(r.spec.rollout->baseline)},
         {"phase", control::RolloutPhaseName(ro.phase())},
         {"step", ro.step() + 1},
         {"steps", steps},

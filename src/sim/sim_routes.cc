@@ -44,16 +44,8 @@ absl::StatusOr<SimRoutes> SimRoutes::Create(
 }
 
 void SimRoutes::SetWeights(Route& r) {
-  r.weights.clear();
-  for (const config::RouteTargetSpec& t : r.spec.targets) {
-    if (!r.rollout) {
-      r.weights.push_back(t.weight);
-    } else {
-      const int canary = r.rollout->canary_weight();
-      r.weights.push_back(
-          t.deployment == r.spec.rollout->canary ? canary : 100 - canary);
-    }
-  }
+  r.weights = r.spec.RolloutWeights(r.rollout ? r.rollout->canary_weight() : 0);
+  if (r.split && r.split->weights() == r.weights) return;  // credits go on
   auto split = serving::WeightedSplit::Create(r.weights);
   if (split.ok()) r.split = *std::move(split);
 }
@@ -67,12 +59,12 @@ int SimRoutes::Find(const std::string& name) const {
 
 uint32_t SimRoutes::Pick(int route, uint64_t id, const std::string& tenant) {
   Route& r = routes_[route];
-  // No sessions in traces: sticky per tenant, else a draw per request.
-  const uint64_t key =
-      r.spec.sticky == "tenant"
-          ? serving::StickyHash(tenant)
-          : serving::StickyHash(absl::StrCat(seed_, ":", route, ":", id));
-  const int i = r.split->Pick(key);
+  // No sessions in traces: sticky per tenant, else exact shares, as the
+  // gateway's.
+  const int i = r.spec.sticky == "tenant"
+                    ? r.split->Pick(serving::StickyHash(tenant))
+                    : r.split->Next(serving::StickyHash(
+                          absl::StrCat(seed_, ":", route, ":", id)));
   ++r.requests[i];
   return r.targets[i];
 }
@@ -100,10 +92,16 @@ void SimRoutes::Step(Micros now) {
   Micros keep_from = now;  // the earliest window still read
   for (Route& r : routes_) {
     if (!r.rollout || r.rollout->done()) continue;
+    // The canary against the baseline where the route has one, else the
+    // stable.
     const std::string& canary = r.spec.rollout->canary;
+    const std::string reference = r.spec.rollout->baseline.empty()
+                                      ? r.spec.Stable()
+                                      : r.spec.rollout->baseline;
     uint32_t c = 0, s = 0;
     for (size_t i = 0; i < r.targets.size(); ++i) {
-      (r.spec.targets[i].deployment == canary ? c : s) = r.targets[i];
+      if (r.spec.targets[i].deployment == canary) c = r.targets[i];
+      if (r.spec.targets[i].deployment == reference) s = r.targets[i];
     }
     const Micros since = r.rollout->WindowStart(now);
     const double slo = slo_s_[c];
