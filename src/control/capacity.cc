@@ -75,10 +75,11 @@ struct TokenCurve {
 
   // At `d` concurrent requests: below one, busy that share of the time;
   // between batches, the tokens per second in between; beyond the
-  // capacity, as many replicas' worth as it takes (d / batch of them).
+  // capacity, its capacity (the requests over it wait: they say that the
+  // deployment needs more, not how many tokens arrive).
   double At(double d) const {
     d = std::max(d, SloTarget::kMinDemand);
-    if (d >= batch) return tokens_per_s * d / batch;
+    if (d >= batch) return tokens_per_s;
     const int lo = static_cast<int>(std::floor(d));
     const double f = d - lo;
     return lo == 0 ? d * tps_at[1] : (1 - f) * tps_at[lo] + f * tps_at[lo + 1];

@@ -111,10 +111,11 @@ struct SloTarget {
   // unknown. Below kMinDemand it counts as kMinDemand (the ranking of
   // GPUs is the same for every demand below one request).
   double demand = -1;
-  // The deployment's replicas (its decided count) and the latency model
-  // of the GPU they run on, where `demand` was measured (nullptr: the GPU
+  // The deployment's replicas that serve (placed) and the latency model of
+  // the GPU they run on, where `demand` was measured (nullptr: the GPU
   // judged). The deployment's output-token rate is `replicas` replicas at
-  // `demand` concurrent requests each on that GPU; a replica on the GPU
+  // `demand` concurrent requests each on that GPU (at most its capacity:
+  // requests over it wait, and tell no rate); a replica on the GPU
   // judged serves at most its capacity and at most that whole rate. So a
   // faster GPU is not credited with tokens that do not arrive: the same
   // requests finish sooner there, at a lower concurrency, and it pays only

@@ -239,6 +239,14 @@ TEST(CostPerToken, DemandMeasuredWhereItRuns) {
     EXPECT_STREQ(a.usd_per_mtok < h.usd_per_mtok ? "A100" : "H100", k.cheaper)
         << k.replicas << " replicas";
   }
+  // Requests over the A100's capacity wait: they tell no rate, and one
+  // replica at 40 ongoing is judged as one at its capacity of 12.
+  slo.replicas = 1;
+  slo.demand = 40;
+  const TokenCost queued = CostPerToken(*h100, 12.29, slo);
+  EXPECT_NEAR(queued.served_tokens_per_s, a_full.tokens_per_s, 1e-6);
+  EXPECT_GT(queued.usd_per_mtok, CostPerToken(*a100, 5.12, slo).usd_per_mtok);
+  slo.demand = 12;
   // Judged on its own GPU (no demand_on, one replica), the H100 is credited
   // with 12 requests' tokens at its speed and wins: the old judgement.
   slo.demand_on = nullptr;

@@ -202,12 +202,14 @@ std::map<std::string, double> Controller::PoolCosts(
   const config::ResourceSpec& res = d->spec.resources;
   control::SloTarget slo =
       SloTargetOf(d->spec, scaling_.DemandPerReplica(d->spec.name));
-  // Its demand is its replicas' (placed or waiting), measured on the GPU
-  // most of the placed ones run on; none placed: the cheapest GPU-hour's.
-  slo.replicas = static_cast<int>(d->procs.size());
+  // Its demand per replica is over its replicas (placed or waiting); the
+  // placed ones serve it, measured on the GPU most of them run on; none
+  // placed: the cheapest GPU-hour's.
+  int placed = 0;
   std::map<std::string, int> runs_on;
   for (const auto& [rn, r] : d->procs) {
     if (!r.placed || r.allocation.node < 0) continue;
+    ++placed;
     const std::string& model = cluster_state_.spec(r.allocation.node).gpu_model;
     const inventory::GpuModelSpec* spec =
         inventory::GpuCatalog::Builtin().Find(model);
@@ -236,6 +238,10 @@ std::map<std::string, double> Controller::PoolCosts(
     }
   }
   if (measured) slo.demand_on = &*measured;
+  if (slo.demand >= 0) {
+    slo.demand *= std::max<double>(1, d->procs.size()) / std::max(1, placed);
+  }
+  slo.replicas = std::max(1, placed);
   std::map<std::string, double> per_token, per_hour;
   for (const control::NodePool& p : pools) {
     if (p.gpus_per_node < gpus) continue;

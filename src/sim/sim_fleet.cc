@@ -654,12 +654,15 @@ std::map<std::string, double> SimFleet::PoolCosts(int m, double demand) const {
   const FleetDeployment& d = deps_[m].spec;
   std::map<std::string, double> costs = d.usd_per_mtok;
   if (demand < 0) return costs;
-  // Its replicas, and the pools they run on.
-  int replicas = 0;
+  // Its replicas (decided: placed or waiting), those placed, and the pools
+  // they run on. The demand per replica is over the decided ones; the
+  // placed ones serve it.
+  int replicas = 0, placed = 0;
   std::map<std::string, int> on;
   for (const auto& [name, p] : deps_[m].procs) {
     if (!p.placed && p.waiting_since < 0) continue;
     ++replicas;
+    placed += p.placed;
     auto pn = p.placed ? pool_node_of_.find(p.node) : pool_node_of_.end();
     if (pn != pool_node_of_.end()) {
       ++on[options_.pools[pool_nodes_[pn->second].pool].pool.name];
@@ -685,8 +688,8 @@ std::map<std::string, double> SimFleet::PoolCosts(int m, double demand) const {
     auto model = d.pool_latency.find(fp.pool.name);
     if (model == d.pool_latency.end() || !costs.count(fp.pool.name)) continue;
     control::SloTarget slo = d.slo;
-    slo.demand = demand;
-    slo.replicas = std::max(1, replicas);
+    slo.demand = demand * std::max(1, replicas) / std::max(1, placed);
+    slo.replicas = std::max(1, placed);
     slo.demand_on = measured;
     const control::TokenCost c = control::CostPerToken(
         model->second, fp.pool.price_per_node_hour / fp.pool.gpus_per_node,
