@@ -473,14 +473,10 @@ void CapacityPlanner::PlanMoves(const CapacityInput& in, Micros now,
   std::map<std::string, int> room;
   for (const NodeRoom& r : in.room) room[r.node] = r.free_gpus;
   // The dearest GPU-hours first: they are the ones worth emptying.
-  // The dearest GPU-hours first: they are the ones worth emptying; then
-  // the emptiest node (the fewest replicas to move for a whole node).
   std::vector<const PoolNodeView*> order;
   for (const PoolNodeView& n : in.nodes) order.push_back(&n);
   std::stable_sort(order.begin(), order.end(), [&](auto* a, auto* b) {
-    const double pa = price_of(a->node), pb = price_of(b->node);
-    if (pa != pb) return pa > pb;
-    return a->gpus_held < b->gpus_held;
+    return price_of(a->node) > price_of(b->node);
   });
   for (const PoolNodeView* np : order) {
     const PoolNodeView& n = *np;
@@ -514,20 +510,14 @@ void CapacityPlanner::PlanMoves(const CapacityInput& in, Micros now,
     };
     // Nearly empty and its replicas fit elsewhere; or, whatever it holds,
     // they fit on nodes whose GPU-hours cost less (a node of a dearer
-    // pool, kept up by replicas that cheaper nodes have room for), or on
-    // the room of other nodes that cost no more (packing: a whole node's
-    // GPU-hours saved for the same replicas).
+    // pool, kept up by replicas that cheaper nodes have room for).
     const double price = price_of(n.node);
     const bool sparse = n.gpus_held <= options_.consolidate_below * n.gpus;
     const bool dear =
         movable && !sparse && price > 0 &&
         fits([&](const std::string& node) { return price_of(node) < price; });
-    const bool packs =
-        movable && !sparse && !dear && price > 0 &&
-        fits([&](const std::string& node) { return price_of(node) <= price; });
-    if (!movable || !(dear || packs || (sparse && fits([](const std::string&) {
-                                          return true;
-                                        })))) {
+    if (!movable ||
+        !(dear || (sparse && fits([](const std::string&) { return true; })))) {
       sparse_since_.erase(n.node);
       continue;
     }
@@ -540,15 +530,11 @@ void CapacityPlanner::PlanMoves(const CapacityInput& in, Micros now,
     a.pool = n.pool;
     a.node = n.node;
     a.replicas = n.replicas;
-    a.why =
-        dear ? absl::StrFormat(
-                   "node %s holds %.2f of its %d GPUs at $%.2f per GPU-hour "
-                   "and its replicas fit on cheaper nodes",
-                   n.node, n.gpus_held, n.gpus, price)
-        : packs ? absl::StrFormat(
-                      "node %s holds %.2f of its %d GPUs and its replicas fit "
-                      "on the free GPUs of nodes that cost no more (packing)",
-                      n.node, n.gpus_held, n.gpus)
+    a.why = dear
+                ? absl::StrFormat(
+                      "node %s holds %.2f of its %d GPUs at $%.2f per GPU-hour "
+                      "and its replicas fit on cheaper nodes",
+                      n.node, n.gpus_held, n.gpus, price)
                 : absl::StrFormat(
                       "node %s holds %.2f of its %d GPUs and its replicas fit "
                       "elsewhere",

@@ -462,38 +462,6 @@ TEST(CapacityPlanner, EmptiesADearerNodeWhoseReplicasFitOnCheaperOnes) {
       << "6 GPUs do not fit in 5; 3 do not fit in 2";
 }
 
-// Packing: a node that is not nearly empty is emptied too when its
-// replicas fit on the free GPUs of nodes that cost no more, so a whole
-// node's GPU-hours go; a dearer node's room does not count.
-TEST(CapacityPlanner, PacksANodeOntoTheRoomOfNodesThatCostNoMore) {
-  CapacityOptions o;
-  o.scale_down_delay = 60 * kS;
-  o.consolidate_below = 0.25;  // 4 of 8 is not nearly empty
-  CapacityInput in;
-  in.pools = {Pool("p", "A100", 40, false), Pool("q", "H100", 80, false)};
-  in.nodes = {{"p-1", "p", Phase::kUp, 0, 8, 6, {"a-0", "a-1", "a-2"}},
-              {"p-2", "p", Phase::kUp, 0, 8, 4, {"b-0", "b-1"}},
-              {"q-1", "q", Phase::kUp, 0, 8, 6, {"c-0"}}};
-  in.room = {{"p-1", 2}, {"p-2", 4}, {"q-1", 2}};
-  in.replica_gpus = {{"a-0", 2}, {"a-1", 2}, {"a-2", 2},
-                     {"b-0", 2}, {"b-1", 2}, {"c-0", 6}};
-  in.movable = {"a-0", "a-1", "a-2", "b-0", "b-1", "c-0"};
-  CapacityPlanner dear(o);
-  EXPECT_TRUE(dear.Plan(in, 0).actions.empty());
-  EXPECT_TRUE(dear.Plan(in, 60 * kS).actions.empty())
-      << "b-0 and b-1 fit only with the dearer q-1's room";
-  // q at the same price: p-2's replicas fit on p-1's 2 and q-1's 2.
-  in.pools[1].price_per_node_hour = 40;
-  CapacityPlanner same(o);
-  EXPECT_TRUE(same.Plan(in, 0).actions.empty()) << "before the delay";
-  const CapacityPlan plan = same.Plan(in, 60 * kS);
-  EXPECT_THAT(Summary(plan), ElementsAre("move p-2"));
-  ASSERT_EQ(plan.events.size(), 1u);
-  EXPECT_THAT(plan.events[0].message,
-              HasSubstr("node p-2 holds 4.00 of its 8 GPUs and its replicas "
-                        "fit on the free GPUs of nodes that cost no more"));
-}
-
 TEST(CapacityPlanner, NoConsolidationWhenItDoesNotFitOrCannotMove) {
   CapacityOptions o;
   o.scale_down_delay = 0;
