@@ -14,12 +14,23 @@
 # Targets: cost <= 0.5x the static cluster's at >= 99% SLO attainment;
 # with spot <= 0.4x, still >= 99%. Deterministic (seeded): one run each.
 # Needs ../shared/data/servegen (skipped without it).
-# Usage: bench/capacity_sim.sh [BUILD_DIR] [SPOT_LOSSES_PER_NODE_HOUR]
+# SEED (default: the config's, 11) reseeds every run (arrivals, spot losses)
+# to see how much one seeded run says.
+# Usage: bench/capacity_sim.sh [BUILD_DIR] [SPOT_LOSSES_PER_NODE_HOUR] [SEED]
 set -euo pipefail
 build=$(realpath "${1:-build}")
 rate=${2:-0.05}
+seed=${3:-}
 cd "$(dirname "$0")/.."
 cfg=bench/capacity/servegen_day.yaml
+if [ -n "$seed" ]; then
+  if ! [[ $seed =~ ^[0-9]{1,9}$ ]]; then
+    echo "SEED must be a number of at most 9 digits, not '$seed'" >&2
+    exit 2
+  fi
+  sed "s/^seed: .*/seed: $seed/" "$cfg" >bench/capacity/.seeded.yaml
+  cfg=bench/capacity/.seeded.yaml
+fi
 if [ ! -d ../shared/data/servegen/language/m-small ]; then
   echo "skipped: ../shared/data/servegen is absent"
   exit 0
@@ -65,7 +76,8 @@ print(text, end="")
 PY
 run static bench/capacity/.static.yaml
 wait
-rm -f bench/capacity/.reactive.yaml bench/capacity/.spot.yaml bench/capacity/.static.yaml
+rm -f bench/capacity/.reactive.yaml bench/capacity/.spot.yaml bench/capacity/.static.yaml \
+  bench/capacity/.seeded.yaml
 python3 - "$out" "$rate" <<'PY'
 import json, sys
 out, rate = sys.argv[1], sys.argv[2]
@@ -74,7 +86,7 @@ for name in ("static", "reactive", "gpusched", "spot"):
     r = json.load(open(f"{out}/{name}.json"))
     rows[name] = r
 base = rows["static"]["cost"]["usd"]
-print(f"static cluster: {rows['static']['config']} with "
+print(f"seed {rows['static']['seed']}; static cluster: {rows['static']['config']} with "
       f"{rows['static']['overall']['capacity']['cluster_gpus']} A100-80GB GPUs")
 print("| policy | SLO met | cost (USD/day) | x static | node-hours | idle USD | consolidations | spot losses | targets |")
 print("|---|---|---|---|---|---|---|---|---|")

@@ -63,21 +63,46 @@ CapacityOptions CapacityOptionsFrom(const config::CapacitySpec& k) {
   return o;
 }
 
-TokenCost CostPerToken(const serving::LatencyModel& m,
-                       double price_per_gpu_hour, const SloTarget& slo) {
-  TokenCost c;
+namespace {
+
+// Output tokens per second of one replica at each batch that meets the
+// SLO (index: the batch; [0] = 0), and the best of them.
+struct TokenCurve {
+  std::vector<double> tps_at = {0};
+  int batch = 0;
+  double tokens_per_s = 0;
+  double prefill = 0;
+
+  // At `d` concurrent requests: below one, busy that share of the time;
+  // between batches, the tokens per second in between; beyond the
+  // capacity, its capacity (the requests over it wait: they say that the
+  // deployment needs more, not how many tokens arrive).
+  double At(double d) const {
+    d = std::max(d, SloTarget::kMinDemand);
+    if (d >= batch) return tokens_per_s;
+    const int lo = static_cast<int>(std::floor(d));
+    const double f = d - lo;
+    return lo == 0 ? d * tps_at[1] : (1 - f) * tps_at[lo] + f * tps_at[lo + 1];
+  }
+  // The concurrency at which it serves `tps` (<= tokens_per_s).
+  double ConcurrencyFor(double tps) const {
+    if (tps >= tokens_per_s) return batch;
+    for (int b = 1; b <= batch; ++b) {
+      if (tps <= tps_at[b]) {
+        const double below = tps_at[b - 1];
+        return b - 1 + (tps - below) / (tps_at[b] - below);
+      }
+    }
+    return batch;
+  }
+};
+
+TokenCurve CurveOf(const serving::LatencyModel& m, const SloTarget& slo) {
+  TokenCurve c;
   const int in = std::max(1, slo.input_tokens);
   const int outn = std::max(1, slo.output_tokens);
-  const double prefill = m.PrefillSeconds(in);
-  if (slo.ttft_s > 0 && prefill > slo.ttft_s) {
-    c.why = absl::StrFormat(
-        "%s on %s (tp %d): a %d-token prompt prefills in %.3f s, over the "
-        "TTFT target %.3f s",
-        m.model, m.gpu, m.tensor_parallel, in, prefill, slo.ttft_s);
-    return c;
-  }
+  c.prefill = m.PrefillSeconds(in);
   const double tpot = slo.tpot_s > 0 ? slo.tpot_s : SloTarget::kDefaultTpotS;
-  std::vector<double> tps_at = {0};  // output tokens per second at batch b
   for (int b = 1; b <= std::max(1, slo.max_batch); ++b) {
     const int64_t kv = static_cast<int64_t>(b) * (in + outn / 2);
     if (m.kv_capacity_tokens > 0 &&
@@ -88,14 +113,33 @@ TokenCost CostPerToken(const serving::LatencyModel& m,
     if (step > tpot) break;
     // b requests: each prefills once, then they decode together.
     const double tps =
-        static_cast<double>(b) * outn / (b * prefill + outn * step);
-    tps_at.push_back(tps);
+        static_cast<double>(b) * outn / (b * c.prefill + outn * step);
+    c.tps_at.push_back(tps);
     if (tps > c.tokens_per_s) {
       c.tokens_per_s = tps;
       c.batch = b;
     }
   }
-  if (c.tokens_per_s <= 0) {
+  return c;
+}
+
+}  // namespace
+
+TokenCost CostPerToken(const serving::LatencyModel& m,
+                       double price_per_gpu_hour, const SloTarget& slo) {
+  TokenCost c;
+  const int in = std::max(1, slo.input_tokens);
+  const int outn = std::max(1, slo.output_tokens);
+  const TokenCurve own = CurveOf(m, slo);
+  if (slo.ttft_s > 0 && own.prefill > slo.ttft_s) {
+    c.why = absl::StrFormat(
+        "%s on %s (tp %d): a %d-token prompt prefills in %.3f s, over the "
+        "TTFT target %.3f s",
+        m.model, m.gpu, m.tensor_parallel, in, own.prefill, slo.ttft_s);
+    return c;
+  }
+  if (own.tokens_per_s <= 0) {
+    const double tpot = slo.tpot_s > 0 ? slo.tpot_s : SloTarget::kDefaultTpotS;
     c.why = absl::StrFormat(
         "%s on %s (tp %d): one sequence decodes at %.3f s per token, over "
         "the TPOT target %.3f s",
@@ -104,17 +148,27 @@ TokenCost CostPerToken(const serving::LatencyModel& m,
     return c;
   }
   c.feasible = true;
-  // At the demand: below one request the replica is busy that share of the
-  // time; between batches, the tokens per second in between.
+  c.batch = own.batch;
+  c.tokens_per_s = own.tokens_per_s;
   c.served_concurrency = c.batch;
   c.served_tokens_per_s = c.tokens_per_s;
-  if (slo.demand >= 0 && slo.demand < c.batch) {
+  if (slo.demand >= 0) {
     const double d = std::max(slo.demand, SloTarget::kMinDemand);
-    const int lo = static_cast<int>(std::floor(d));
-    const double f = d - lo;
-    c.served_concurrency = d;
-    c.served_tokens_per_s =
-        lo == 0 ? d * tps_at[1] : (1 - f) * tps_at[lo] + f * tps_at[lo + 1];
+    const int replicas = std::clamp(slo.replicas, 1, SloTarget::kMaxReplicas);
+    if (slo.demand_on == nullptr && replicas == 1) {
+      c.served_concurrency = std::min<double>(d, c.batch);
+      c.served_tokens_per_s = std::min(own.At(d), c.tokens_per_s);
+    } else {
+      // The deployment's token rate, where it was measured; one replica
+      // here serves at most its capacity of it.
+      TokenCurve ref = own;
+      if (slo.demand_on != nullptr) {
+        TokenCurve on = CurveOf(*slo.demand_on, slo);
+        if (on.tokens_per_s > 0) ref = std::move(on);
+      }
+      c.served_tokens_per_s = std::min(c.tokens_per_s, replicas * ref.At(d));
+      c.served_concurrency = own.ConcurrencyFor(c.served_tokens_per_s);
+    }
   }
   c.usd_per_mtok = price_per_gpu_hour * m.tensor_parallel / 3600.0 /
                    c.served_tokens_per_s * 1e6;

@@ -96,7 +96,10 @@ CapacityOptions CapacityOptionsFrom(const config::CapacitySpec& spec);
 // whatever it serves. So a lightly loaded replica costs least on the
 // cheapest GPU-hour that meets the SLO, and a busy one on the GPU with the
 // most tokens per dollar at its capacity. Without a demand (< 0) the
-// replica is judged full (at its capacity).
+// replica is judged full (at its capacity). With `demand_on` and
+// `replicas`, the demand is the deployment's token rate measured on the GPU
+// it runs on (SloTarget): a faster GPU serves that rate with fewer replicas
+// only where the deployment needs more than one.
 struct SloTarget {
   double ttft_s = 0;  // 0: none
   double tpot_s = 0;  // 0: default_tpot_s
@@ -108,6 +111,18 @@ struct SloTarget {
   // unknown. Below kMinDemand it counts as kMinDemand (the ranking of
   // GPUs is the same for every demand below one request).
   double demand = -1;
+  // The deployment's replicas that serve (placed) and the latency model of
+  // the GPU they run on, where `demand` was measured (nullptr: the GPU
+  // judged). The deployment's output-token rate is `replicas` replicas at
+  // `demand` concurrent requests each on that GPU (at most its capacity:
+  // requests over it wait, and tell no rate); a replica on the GPU
+  // judged serves at most its capacity and at most that whole rate. So a
+  // faster GPU is not credited with tokens that do not arrive: the same
+  // requests finish sooner there, at a lower concurrency, and it pays only
+  // where the deployment needs fewer of its replicas.
+  int replicas = 1;
+  const serving::LatencyModel* demand_on = nullptr;
+  static constexpr int kMaxReplicas = 1 << 20;
   static constexpr double kDefaultTpotS = 0.1;
   static constexpr double kMinDemand = 0.01;
 };

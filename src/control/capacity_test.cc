@@ -196,6 +196,65 @@ TEST(CostPerToken, LightlyLoadedGoesToTheCheaperGpuHour) {
   EXPECT_STREQ(cheaper(1), "A100");
 }
 
+// The demand measured on the GPU the deployment runs on: the same requests
+// finish sooner on a faster GPU, so it is credited only with the tokens
+// that arrive. One busy A100 replica stays on the A100 (an H100 would serve
+// the same tokens at 2.4x the GPU-hour); ten of them are cheaper as H100
+// replicas at their capacity (fewer of them).
+TEST(CostPerToken, DemandMeasuredWhereItRuns) {
+  auto a100 = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                        "llama-2-7b", "A100-80GB", 1);
+  auto h100 = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                        "llama-2-7b", "H100-SXM-80GB", 1);
+  ASSERT_TRUE(a100.ok() && h100.ok());
+  SloTarget slo;
+  slo.ttft_s = 1;
+  slo.input_tokens = 768;
+  slo.output_tokens = 192;
+  slo.max_batch = 12;
+  slo.demand = 12;
+  slo.demand_on = &*a100;
+  const TokenCost a_full = CostPerToken(*a100, 5.12, slo);
+  ASSERT_TRUE(a_full.feasible);
+  struct Case {
+    int replicas;
+    const char* cheaper;
+  };
+  for (const Case& k :
+       std::vector<Case>{{1, "A100"}, {2, "A100"}, {10, "H100"}}) {
+    slo.replicas = k.replicas;
+    const TokenCost a = CostPerToken(*a100, 5.12, slo);
+    const TokenCost h = CostPerToken(*h100, 12.29, slo);
+    ASSERT_TRUE(a.feasible && h.feasible) << a.why << h.why;
+    // The A100 replica is full at 12 either way.
+    EXPECT_NEAR(a.served_tokens_per_s, a_full.tokens_per_s, 1e-9);
+    EXPECT_EQ(a.served_concurrency, 12);
+    // An H100 replica serves the deployment's whole rate, up to its
+    // capacity, at a lower concurrency than the A100 needs.
+    EXPECT_NEAR(h.served_tokens_per_s,
+                std::min(h.tokens_per_s, k.replicas * a_full.tokens_per_s),
+                1e-6)
+        << k.replicas;
+    if (k.replicas == 1) EXPECT_LT(h.served_concurrency, 12);
+    EXPECT_STREQ(a.usd_per_mtok < h.usd_per_mtok ? "A100" : "H100", k.cheaper)
+        << k.replicas << " replicas";
+  }
+  // Requests over the A100's capacity wait: they tell no rate, and one
+  // replica at 40 ongoing is judged as one at its capacity of 12.
+  slo.replicas = 1;
+  slo.demand = 40;
+  const TokenCost queued = CostPerToken(*h100, 12.29, slo);
+  EXPECT_NEAR(queued.served_tokens_per_s, a_full.tokens_per_s, 1e-6);
+  EXPECT_GT(queued.usd_per_mtok, CostPerToken(*a100, 5.12, slo).usd_per_mtok);
+  slo.demand = 12;
+  // Judged on its own GPU (no demand_on, one replica), the H100 is credited
+  // with 12 requests' tokens at its speed and wins: the old judgement.
+  slo.demand_on = nullptr;
+  slo.replicas = 1;
+  EXPECT_LT(CostPerToken(*h100, 12.29, slo).usd_per_mtok,
+            CostPerToken(*a100, 5.12, slo).usd_per_mtok);
+}
+
 TEST(CapacityPlanner, AddsTheCheapestPoolPerTokenAfterTheDelay) {
   CapacityOptions o;
   o.scale_up_delay = 30 * kS;

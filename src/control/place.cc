@@ -1,6 +1,7 @@
 #include "control/place.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -126,16 +127,59 @@ PlaceResult PlaceReplica(inventory::ClusterState& cluster,
       }
     }
   }
-  for (int node : locality.Nodes(ask.weights)) {
-    if (node >= cluster.num_nodes() || sibling_nodes.contains(node)) continue;
-    out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
-    if (out.decision.placed) {
-      out.weights_local = true;
-      break;
+  if (ask.node_cost.empty() || ask.node_cost.size() > PlaceAsk::kMaxNodeCosts) {
+    for (int node : locality.Nodes(ask.weights)) {
+      if (node >= cluster.num_nodes() || sibling_nodes.contains(node)) continue;
+      out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
+      if (out.decision.placed) {
+        out.weights_local = true;
+        break;
+      }
     }
-  }
-  if (!out.decision.placed) {
-    out.decision = scheduler.Place(ask.replica, *out.pod, &sibling_nodes);
+    if (!out.decision.placed) {
+      out.decision = scheduler.Place(ask.replica, *out.pod, &sibling_nodes);
+    }
+  } else {
+    // By cost, cheapest first: within each cost, where the weights are
+    // local, then off the siblings' nodes, then anywhere.
+    auto cost_of = [&](int node) {
+      auto it = ask.node_cost.find(node);
+      return it == ask.node_cost.end() ? 0.0 : it->second;
+    };
+    std::set<double> costs = {0.0};
+    for (const auto& [node, cost] : ask.node_cost) costs.insert(cost);
+    for (double cost : costs) {
+      absl::flat_hash_set<int> outside;
+      for (int n = 0; n < cluster.num_nodes(); ++n) {
+        if (cost_of(n) != cost) outside.insert(n);
+      }
+      if (outside.size() == static_cast<size_t>(cluster.num_nodes())) continue;
+      for (int node : locality.Nodes(ask.weights)) {
+        if (node >= cluster.num_nodes() || sibling_nodes.contains(node) ||
+            outside.contains(node)) {
+          continue;
+        }
+        out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
+        if (out.decision.placed) {
+          out.weights_local = true;
+          break;
+        }
+      }
+      if (out.decision.placed) break;
+      absl::flat_hash_set<int> avoid = outside;
+      avoid.insert(sibling_nodes.begin(), sibling_nodes.end());
+      placement::Decision where = scheduler.Schedule(*out.pod, &avoid);
+      if (!where.placed) where = scheduler.Schedule(*out.pod, &outside);
+      if (where.placed) {
+        out.decision =
+            scheduler.PlaceOn(ask.replica, *out.pod, where.allocation.node);
+        if (out.decision.placed) break;
+      }
+    }
+    if (!out.decision.placed) {  // why, over every node
+      out.decision = scheduler.Schedule(*out.pod);
+      out.decision.placed = false;  // nothing was assumed
+    }
   }
   if (out.decision.placed && !sibling_gpus.empty()) {
     KeepOffGpus(cluster, ask.replica, *out.pod, sibling_gpus, out.decision);

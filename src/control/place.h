@@ -64,6 +64,14 @@ struct PlaceAsk {
   // then off their GPUs; "gpu" keeps off their GPUs only; "none".
   std::string spread = "node";
   std::vector<std::string> siblings;
+  // What a node costs this replica (capacity on demand: its pool's USD per
+  // million tokens or per GPU-hour for it; a node absent costs 0, as a
+  // static node is paid for anyway). Non-empty: the cheapest nodes that fit
+  // take it, in the order above within them (weights, spread, the policy's
+  // score), so that dearer nodes empty and can be given back. At most
+  // kMaxNodeCosts entries.
+  std::map<int, double> node_cost;
+  static constexpr size_t kMaxNodeCosts = 1 << 16;
 };
 
 struct PlaceResult {

@@ -169,6 +169,37 @@ TEST_F(PlaceReplicaTest, SpreadBeatsWeightsLocality) {
   EXPECT_FALSE(r1.weights_local);
 }
 
+// Capacity on demand: the cheapest nodes that fit first (a node without a
+// cost, static, counts 0), then within them weights and spread as before.
+TEST_F(PlaceReplicaTest, CheapestNodesFirstByCost) {
+  weights_.Loaded("/w/llama", 1);  // local on the dearest node
+  auto place = [&](const std::string& name, int gpus,
+                   std::vector<std::string> siblings) {
+    PlaceAsk a = Ask(name, gpus);
+    a.weights = "/w/llama";
+    a.siblings = std::move(siblings);
+    a.node_cost = {{1, 12.0}, {2, 5.0}};  // node 0: static (0)
+    PlaceResult r = PlaceReplica(cluster_, *scheduler_, weights_, a);
+    EXPECT_EQ(r.kind, PlaceResult::Kind::kPlaced) << r.why;
+    return std::make_pair(r.decision.allocation.node, r.weights_local);
+  };
+  // The static node, though the weights are local on node 1.
+  EXPECT_EQ(place("chat-0", 1, {}), std::make_pair(0, false));
+  // A sibling there: it keeps off it where a node of the same cost fits;
+  // none does, so the static node again (cheaper than a spread).
+  EXPECT_EQ(place("chat-1", 1, {"chat-0"}), std::make_pair(0, false));
+  // Node 0 full: the cheaper pool node (2), not the dearer one (1).
+  EXPECT_EQ(place("chat-2", 1, {}), std::make_pair(2, false));
+  EXPECT_EQ(place("chat-3", 2, {}).first, 1) << "only node 1 has 2 GPUs";
+  // Two GPUs free nowhere: no fit, and the why names every node.
+  PlaceAsk full = Ask("chat-4", 2);  // node 2 has 1 GPU left
+  full.node_cost = {{1, 12.0}, {2, 5.0}};
+  PlaceResult r = PlaceReplica(cluster_, *scheduler_, weights_, full);
+  EXPECT_EQ(r.kind, PlaceResult::Kind::kNoFit);
+  EXPECT_THAT(r.why, HasSubstr("0/3 nodes are available"));
+  EXPECT_EQ(cluster_.FindPod("chat-4"), nullptr);
+}
+
 TEST_F(PlaceReplicaTest, SpreadGpuKeepsSharesOffTheirSiblingsGpus) {
   auto share = [&](const std::string& name, std::vector<std::string> sibs,
                    const std::string& spread) {

@@ -444,6 +444,15 @@ class Controller {
   absl::Status LoadGpuPrices();
   std::vector<control::NodePool> NodePools() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What each of `pools` costs a replica of `d` holding `gpus` GPUs: USD per
+  // million tokens at its SLO and demand (control::CostPerToken, its demand
+  // measured on the GPU most of its replicas run on), or, where the latency
+  // models do not know its model on every pool's GPU, USD per hour of its
+  // GPUs (*per_hour set). A pool absent cannot serve it.
+  std::map<std::string, double> PoolCosts(
+      const Deployment& d, int gpus,
+      const std::vector<control::NodePool>& pools, bool* per_hour) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Costs accrued since the last call (pool nodes and priced static GPUs):
   // each node's price split over the replicas by their GPUs, the rest idle.
   void AccrueCost(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,8 @@
 // back; this file carries that out and keeps the cost accounts.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +195,79 @@ bool Controller::Cordoned(const std::string& node) const {
   return pn != pool_nodes_.end() && pn->second.state != PoolNodeState::kUp;
 }
 
+std::map<std::string, double> Controller::PoolCosts(
+    const Deployment& dep, int gpus,
+    const std::vector<control::NodePool>& pools, bool* per_hour_out) const {
+  const Deployment* d = &dep;
+  const config::ResourceSpec& res = d->spec.resources;
+  control::SloTarget slo =
+      SloTargetOf(d->spec, scaling_.DemandPerReplica(d->spec.name));
+  // Its demand per replica is over its replicas (placed or waiting); the
+  // placed ones serve it, measured on the GPU most of them run on; none
+  // placed: the cheapest GPU-hour's.
+  int placed = 0;
+  std::map<std::string, int> runs_on;
+  for (const auto& [rn, r] : d->procs) {
+    if (!r.placed || r.allocation.node < 0) continue;
+    ++placed;
+    const std::string& model = cluster_state_.spec(r.allocation.node).gpu_model;
+    const inventory::GpuModelSpec* spec =
+        inventory::GpuCatalog::Builtin().Find(model);
+    ++runs_on[spec ? spec->name : model];
+  }
+  std::optional<serving::LatencyModel> measured;
+  int most = 0;
+  for (const auto& [gpu, n] : runs_on) {
+    auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                           d->spec.model, gpu, gpus);
+    if (model.ok() && n > most) {
+      most = n;
+      measured = *model;
+    }
+  }
+  if (!measured) {
+    double cheapest = 0;
+    for (const control::NodePool& p : pools) {
+      const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
+      auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                             d->spec.model, p.gpu, gpus);
+      if (model.ok() && (!measured || gpu_hour < cheapest)) {
+        cheapest = gpu_hour;
+        measured = *model;
+      }
+    }
+  }
+  if (measured) slo.demand_on = &*measured;
+  if (slo.demand >= 0) {
+    slo.demand *= std::max<double>(1, d->procs.size()) / std::max(1, placed);
+  }
+  slo.replicas = std::max(1, placed);
+  std::map<std::string, double> per_token, per_hour;
+  for (const control::NodePool& p : pools) {
+    if (p.gpus_per_node < gpus) continue;
+    if (!res.gpu_models.empty()) {
+      const inventory::GpuModelSpec* want = nullptr;
+      bool ok = false;
+      for (const std::string& m : res.gpu_models) {
+        want = inventory::GpuCatalog::Builtin().Find(m);
+        ok = ok || (want ? want->name == p.gpu : m == p.gpu);
+      }
+      if (!ok) continue;
+    }
+    const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
+    per_hour[p.name] = gpu_hour * gpus;
+    auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
+                                           d->spec.model, p.gpu, gpus);
+    if (model.ok()) {
+      const control::TokenCost c = control::CostPerToken(*model, gpu_hour, slo);
+      if (c.feasible) per_token[p.name] = c.usd_per_mtok;
+    }
+  }
+  const bool per_hour_only = per_token.size() != per_hour.size();
+  if (per_hour_out != nullptr) *per_hour_out = per_hour_only;
+  return per_hour_only ? per_hour : per_token;
+}
+
 void Controller::PlanCapacity(Micros now) {
   if (pools_.empty()) return;
   // Every interval_s, and at once when a waiting replica's scale_up_delay_s
@@ -308,32 +383,7 @@ void Controller::PlanCapacity(Micros now) {
     w.since = it->second;
     const config::ResourceSpec& res = d->spec.resources;
     w.gpus = res.kind == "whole" ? std::max(1, res.gpus) : 1;
-    const control::SloTarget slo =
-        SloTargetOf(d->spec, scaling_.DemandPerReplica(d->spec.name));
-    std::map<std::string, double> per_token, per_hour;
-    for (const control::NodePool& p : in.pools) {
-      if (p.gpus_per_node < w.gpus) continue;
-      if (!res.gpu_models.empty()) {
-        const inventory::GpuModelSpec* want = nullptr;
-        bool ok = false;
-        for (const std::string& m : res.gpu_models) {
-          want = inventory::GpuCatalog::Builtin().Find(m);
-          ok = ok || (want ? want->name == p.gpu : m == p.gpu);
-        }
-        if (!ok) continue;
-      }
-      const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
-      per_hour[p.name] = gpu_hour * w.gpus;
-      auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
-                                             d->spec.model, p.gpu, w.gpus);
-      if (model.ok()) {
-        const control::TokenCost c =
-            control::CostPerToken(*model, gpu_hour, slo);
-        if (c.feasible) per_token[p.name] = c.usd_per_mtok;
-      }
-    }
-    w.per_hour = per_token.size() != per_hour.size();
-    w.usd_per_mtok = w.per_hour ? per_hour : per_token;
+    w.usd_per_mtok = PoolCosts(*d, w.gpus, in.pools, &w.per_hour);
     in.waiting.push_back(std::move(w));
     ++it;
   }

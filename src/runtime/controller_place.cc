@@ -197,6 +197,17 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
           std::filesystem::exists(ask.weights)) {
         weights_.Loaded(ask.weights, 0);  // on this machine's disk
       }
+      // Capacity on demand: the cheapest nodes first, by what each pool
+      // costs it (as the planner judges it), so dearer nodes empty.
+      if (!pools_.empty() && options_.capacity.policy == "gpusched") {
+        const std::map<std::string, double> costs =
+            PoolCosts(d, std::max(1, ask.request.gpus), NodePools(), nullptr);
+        for (const auto& [node, pn] : pool_nodes_) {
+          auto c = costs.find(pn.pool);
+          const int idx = cluster_state_.FindNode(node);
+          if (c != costs.end() && idx >= 0) ask.node_cost[idx] = c->second;
+        }
+      }
       const Micros place_start = Now();
       control::PlaceResult placed =
           control::PlaceReplica(cluster_state_, *scheduler_, weights_, ask);

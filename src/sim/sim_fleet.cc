@@ -302,6 +302,17 @@ bool SimFleet::Place(int m, const std::string& replica, Proc& p, Micros now,
   }
   ask.weights = d.spec.weights;
   ask.request.gpu_models = AllowedModels(d);
+  // Capacity on demand: the cheapest nodes first, by what each pool costs
+  // it per token at its demand (as the planner judges it).
+  if (!pool_nodes_.empty() && options_.capacity.cost_aware) {
+    const std::map<std::string, double> costs =
+        PoolCosts(m, host_->DemandPerReplica(m));
+    for (const PoolNode& n : pool_nodes_) {
+      if (n.phase != PoolNode::Phase::kUp) continue;
+      auto c = costs.find(options_.pools[n.pool].pool.name);
+      if (c != costs.end()) ask.node_cost[n.node] = c->second;
+    }
+  }
   // Its deployment's other replicas, spread over nodes as live.
   for (const auto& [name, other] : d.procs) {
     if (name != replica && other.placed) ask.siblings.push_back(name);
@@ -639,15 +650,47 @@ void SimFleet::PoolEvents(Micros now) {
   }
 }
 
-std::map<std::string, double> SimFleet::PoolCosts(const FleetDeployment& d,
-                                                  double demand) const {
+std::map<std::string, double> SimFleet::PoolCosts(int m, double demand) const {
+  const FleetDeployment& d = deps_[m].spec;
   std::map<std::string, double> costs = d.usd_per_mtok;
   if (demand < 0) return costs;
+  // Its replicas (decided: placed or waiting), those placed, and the pools
+  // they run on. The demand per replica is over the decided ones; the
+  // placed ones serve it.
+  int replicas = 0, placed = 0;
+  std::map<std::string, int> on;
+  for (const auto& [name, p] : deps_[m].procs) {
+    if (!p.placed && p.waiting_since < 0) continue;
+    ++replicas;
+    placed += p.placed;
+    auto pn = p.placed ? pool_node_of_.find(p.node) : pool_node_of_.end();
+    if (pn != pool_node_of_.end()) {
+      ++on[options_.pools[pool_nodes_[pn->second].pool].pool.name];
+    }
+  }
+  const serving::LatencyModel* measured = nullptr;
+  int most = 0;
+  double cheapest = 0;
+  for (const FleetPool& fp : options_.pools) {
+    auto model = d.pool_latency.find(fp.pool.name);
+    if (model == d.pool_latency.end() || !costs.count(fp.pool.name)) continue;
+    const double gpu_hour = fp.pool.price_per_node_hour / fp.pool.gpus_per_node;
+    auto n = on.find(fp.pool.name);
+    if (n != on.end()
+            ? n->second > most
+            : most == 0 && (measured == nullptr || gpu_hour < cheapest)) {
+      most = n != on.end() ? n->second : 0;
+      cheapest = gpu_hour;
+      measured = &model->second;
+    }
+  }
   for (const FleetPool& fp : options_.pools) {
     auto model = d.pool_latency.find(fp.pool.name);
     if (model == d.pool_latency.end() || !costs.count(fp.pool.name)) continue;
     control::SloTarget slo = d.slo;
-    slo.demand = demand;
+    slo.demand = demand * std::max(1, replicas) / std::max(1, placed);
+    slo.replicas = std::max(1, placed);
+    slo.demand_on = measured;
     const control::TokenCost c = control::CostPerToken(
         model->second, fp.pool.price_per_node_hour / fp.pool.gpus_per_node,
         slo);
@@ -714,8 +757,8 @@ void SimFleet::PlanCapacity(Micros now) {
         w.since = p.waiting_since;
         w.spot_ok = d.spec.spot_ok;
         if (!costs) {
-          costs =
-              PoolCosts(d.spec, host_->DemandPerReplica(static_cast<int>(m)));
+          costs = PoolCosts(static_cast<int>(m),
+                            host_->DemandPerReplica(static_cast<int>(m)));
         }
         w.usd_per_mtok = *costs;
         in.waiting.push_back(std::move(w));

@@ -247,10 +247,11 @@ class SimFleet {
   // the planner's pass when due.
   void PoolEvents(Micros now);
   void PlanCapacity(Micros now);
-  // USD per million output tokens on each pool that can serve `d`, at
-  // `demand` ongoing requests per replica (< 0: judged full).
-  std::map<std::string, double> PoolCosts(const FleetDeployment& d,
-                                          double demand) const;
+  // USD per million output tokens on each pool that can serve the
+  // deployment `m`, at `demand` ongoing requests per replica (< 0: judged
+  // full) over its replicas, measured on the GPU most of its placed
+  // replicas run on (none placed: its cheapest GPU-hour's).
+  std::map<std::string, double> PoolCosts(int m, double demand) const;
   void SetNodeUp(PoolNode& n, bool up);
   void Bill(PoolNode& n, Micros now);
   Micros NextLoss(int pool, Micros now);
