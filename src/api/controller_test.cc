@@ -749,12 +749,12 @@ class ControllerCapacityTest : public ControllerTest {
     r.spec = spec;
     return r;
   }
-  // The controller's node `name` (NodesJson), null when it has none.
+  // The controller's node `name` (NodesJson), empty when it has none.
   json Node(const std::string& name) {
     for (const json& n : controller_->NodesJson()) {
       if (n.value("name", "") == name) return n;
     }
-    return nullptr;
+    return json::object();
   }
   std::vector<std::string> Messages(const std::string& kind) {
     store::EventFilter f;
@@ -800,10 +800,19 @@ TEST_F(ControllerCapacityTest, LearnsANodeAtRunTimeBindsThereAndForgetsIt) {
                         absl::StrCat("node ", b.node, " of pool gpu-pool")) &&
              HasMessage("capacity.failed", b.why);
     })) << b.node;
-    EXPECT_TRUE(Node(b.node).is_null()) << b.node;
+    EXPECT_TRUE(Node(b.node).empty()) << b.node;
   }
 
-  // The node the autoscaler added: learned, the replica bound there.
+  // The node the autoscaler added, registered but not Ready yet: learned,
+  // its GPUs take no replica.
+  launcher_->ReportPoolNode(
+      PoolNode("pool-1", backends::PoolNodeState::kPoweringUp));
+  launcher_->Report({.node = "pool-1", .usable = true, .state = "NotReady"});
+  ASSERT_TRUE(WaitFor([&] {
+    return Node("pool-1").value("capacityState", "") == "powering_up";
+  }));
+  EXPECT_EQ(launcher_->bound("big-0"), "");
+  // Up: the replica is bound there, and the delay since the ask measured.
   launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
   launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
   ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }))
@@ -811,18 +820,21 @@ TEST_F(ControllerCapacityTest, LearnsANodeAtRunTimeBindsThereAndForgetsIt) {
   EXPECT_EQ(launcher_->bound("big-0"), "pool-1");
   EXPECT_TRUE(launcher_->waiting().empty());
   const json n = Node("pool-1");
-  ASSERT_FALSE(n.is_null());
+  ASSERT_FALSE(n.empty());
   EXPECT_EQ(n["gpus"], 2);
   EXPECT_EQ(n["allocatedGpuMilli"], 2000);
   EXPECT_EQ(n["capacityState"], "up");
-  EXPECT_TRUE(HasMessage("node.provisioned", "node pool-1 of pool gpu-pool"));
+  EXPECT_TRUE(
+      HasMessage("node.provisioned", "node pool-1 of pool gpu-pool is up, "));
+  EXPECT_TRUE(HasMessage("node.provisioned", "after it was asked for"));
+  EXPECT_EQ(controller_->PoolsJson()[0]["measuredDelays"], 1);
 
   // The pool's one node is there: a second is not learned.
   launcher_->ReportPoolNode(PoolNode("pool-2", backends::PoolNodeState::kUp));
   EXPECT_TRUE(WaitFor([&] {
     return HasMessage("capacity.failed", "pool gpu-pool has 1 of its 1 nodes");
   }));
-  EXPECT_TRUE(Node("pool-2").is_null());
+  EXPECT_TRUE(Node("pool-2").empty());
 
   // Idle: given back; once the autoscaler removed it, it is powered down
   // and holds nothing.

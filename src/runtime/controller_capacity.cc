@@ -130,22 +130,27 @@ void Controller::ApplyPoolReports(
         double took = -1;
         if (auto a = asked_at_.find(name); a != asked_at_.end()) {
           took = ToSeconds(now - a->second);
+          asked_at_.erase(a);
+        } else if (pn.learned && pn.request.empty()) {
+          // Kubernetes names no node when asked: the oldest ask of its pool
+          // that is still short of nodes took this long.
+          PoolAsk* oldest = nullptr;
+          for (auto& [request, ask] : pool_asks_) {
+            if (ask.pool != n.pool || ask.matched >= ask.count) continue;
+            if (oldest == nullptr || ask.since < oldest->since) {
+              oldest = &ask;
+              pn.request = request;
+            }
+          }
+          if (oldest != nullptr) {
+            ++oldest->matched;
+            took = ToSeconds(now - oldest->since);
+          }
+        }
+        if (took >= 0) {
           std::vector<double>& d = pools_[n.pool].delays_s;
           d.push_back(took);
           if (d.size() > kDelaySamples) d.erase(d.begin());
-          asked_at_.erase(a);
-        } else if (!known) {
-          // Kubernetes names no node when asked: the oldest ask of its pool
-          // that is still short of nodes took this long.
-          for (auto& [request, ask] : pool_asks_) {
-            if (ask.pool != n.pool || ask.matched >= ask.count) continue;
-            ++ask.matched;
-            took = ToSeconds(now - ask.since);
-            std::vector<double>& d = pools_[n.pool].delays_s;
-            d.push_back(took);
-            if (d.size() > kDelaySamples) d.erase(d.begin());
-            break;
-          }
         }
         if (news) {
           Event(
