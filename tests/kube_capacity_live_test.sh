@@ -16,6 +16,8 @@
 #      there -> the replica is ready and answers chat requests through the
 #      gateway; `gpusched get nodes`, `gpusched get pools` and the API
 #      server's Node and Pod objects agree.
+#   a2. kill -9 gpusched and restart: the new one learns the pool's node from
+#      its first report and adopts the replica's Pod there (no Pod created).
 #   b. a scale-down taint (ToBeDeletedByClusterAutoscaler) on that node,
 #      under a small background load: gpusched moves the replica off first
 #      (a replacement waits for a second node, is bound and ready, then the
@@ -183,6 +185,25 @@ print("figure: apply of a deployment that fits no node -> its first chat answer:
       "and engine start; -> the test saw it ready and had its answer %.2f s)"
       % (answer - apply_s, req - apply_s, prov - req, sys.argv[6], ready - prov, answer - ready))
 PY
+
+# --- a2. kill -9 and a restart: the replica on the learned node is adopted ------
+# The new gpusched learns the pool's node from its first report (the node is
+# in no start list), before it looks at what the last one left running.
+pod_posts() {
+  testing GET /stats | python3 -c 'import json, sys; print(json.load(sys.stdin)["requests"].get("POST pods", 0))'
+}
+posts=$(pod_posts)
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+serve_live "$tmp/serve.yaml"
+wait_ready burst 1 60 || fail "after the restart: burst is not ready: $(api GET /api/v1/deployments/burst)"
+wait_line 30 event_with replica.adopted "burst-0 adopted" ||
+  fail "burst's Pod on $n1 was not adopted: $(events replica.adopted); $(events replica.orphan_killed)"
+[ "$(replica_node burst)" = "$n1" ] || fail "after the restart burst is not on $n1: $(replicas_view)"
+[ "$(pod_posts)" = "$posts" ] || fail "Pods were created after the restart ($posts before, $(pod_posts) after)"
+[ "$(chat burst)" = 200 ] || fail "chat burst failed after the restart"
+[ "$(pool_state "$n1")" = up ] || fail "after the restart gpusched says $n1 is $(pool_state "$n1")"
 
 # --- b. A scale-down taint on the busy node: moved off first -------------------
 : >"$tmp/load.codes"

@@ -454,7 +454,7 @@ class Controller {
   // now): added to the cluster state from the report's NodeSpec, bounded by
   // its pool's max_nodes. False (with a capacity.failed event) when it
   // cannot be.
-  bool LearnPoolNode(const backends::PoolNodeReport& n)
+  bool LearnPoolNode(const backends::PoolNodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ask where the manager names no node (Kubernetes): the replica's
   // Pod is created unbound for `pool` (Launcher::Start with

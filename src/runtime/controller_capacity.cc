@@ -110,7 +110,7 @@ void Controller::ApplyPoolReports(
     if (n.spec && cluster_state_.FindNode(n.node) < 0 &&
         (n.state == PoolNodeState::kUp ||
          n.state == PoolNodeState::kPoweringUp) &&
-        !LearnPoolNode(n)) {
+        !LearnPoolNode(n, now)) {
       continue;
     }
     PoolNodeInfo& pn = pool_nodes_[n.node];
@@ -197,7 +197,7 @@ void Controller::ApplyPoolReports(
   pool_nodes_seen_ = true;
 }
 
-bool Controller::LearnPoolNode(const backends::PoolNodeReport& n) {
+bool Controller::LearnPoolNode(const backends::PoolNodeReport& n, Micros now) {
   auto refuse = [&](const std::string& why) {
     Event("capacity.failed", "",
           absl::StrCat("node ", n.node, " of pool ", n.pool,
@@ -237,11 +237,17 @@ bool Controller::LearnPoolNode(const backends::PoolNodeReport& n) {
   }
   absl::StatusOr<int> idx = cluster_state_.AddNode(*n.spec);
   if (!idx.ok()) return refuse(std::string(idx.status().message()));
-  // Its GPUs wait for the node's report (usable, and up).
-  for (int g = 0; g < n.spec->gpu_count; ++g) {
+  // A node not up yet takes no replica until it is (ApplyNodeReport).
+  for (int g = 0; n.state != PoolNodeState::kUp && g < n.spec->gpu_count; ++g) {
     (void)cluster_state_.SetGpuHealth(*idx, g, false);
   }
   pool_nodes_[n.node].learned = true;
+  // Replicas that found no room try its GPUs at once, not at their next
+  // retry.
+  if (n.state == PoolNodeState::kUp) {
+    for (auto& [name, d] : deployments_) d.life.Retry(now);
+    dirty_ = true;
+  }
   return true;
 }
 

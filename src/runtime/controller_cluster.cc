@@ -335,9 +335,21 @@ void Controller::EndLeftover(const backends::Leftover& l,
 
 void Controller::PlanLeftovers(Micros now) {
   std::vector<backends::Leftover> all;
+  std::vector<backends::PoolReport> pools;
+  std::vector<backends::PoolNodeReport> pool_nodes;
   {
     absl::MutexLock lock(&launcher_mu_);
     all = launcher_->Leftovers();
+    // Nodes an autoscaler added are learned first (Leftovers synced with
+    // the manager), so that what runs there is adopted, not ended as on a
+    // node not in the cluster.
+    if (backends::CapacityManager* cap = launcher_->capacity()) {
+      pools = cap->Pools();
+      pool_nodes = cap->PoolNodeReports();
+    }
+  }
+  if (!pools.empty() || !pool_nodes.empty()) {
+    ApplyPoolReports(std::move(pools), pool_nodes, now);
   }
   absl::flat_hash_map<std::string, int> kept;
   for (backends::Leftover& l : all) {
