@@ -855,6 +855,22 @@ TEST_F(ControllerCapacityTest, LearnsANodeAtRunTimeBindsThereAndForgetsIt) {
   EXPECT_TRUE(HasMessage("node.powered_down", "node pool-1"));
 }
 
+TEST_F(ControllerCapacityTest, NoNodeIsAskedForAMigSliceOnAPoolOfUnnamedNodes) {
+  // A node the pool adds comes without a MIG layout: the slice's replica
+  // waits, and only the whole-GPU replica is asked for.
+  Apply(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: "
+      "slice}\nspec:\n  model: slice\n  engine: {template: reference}\n"
+      "  resources: {mig: 1g.10gb}\n  replicas: 1\n");
+  ASSERT_TRUE(WaitFor(
+      [&] { return HasMessage("replica.unschedulable", "slice-0: "); }));
+  ApplyBig(1);
+  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+  const std::vector<std::string> asked = Messages("capacity.requested");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_THAT(asked[0], ::testing::HasSubstr("(big-0)"));
+}
+
 TEST_F(ControllerCapacityTest, AWaitingReplicaScaledAwayEndsItsAsk) {
   ApplyBig(1);
   ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));

@@ -539,6 +539,11 @@ void Controller::PlanCapacity(Micros now) {
     std::map<std::string, double> per_token, per_hour;
     for (const control::NodePool& p : in.pools) {
       if (p.gpus_per_node < w.gpus) continue;
+      // A node its manager names only when it adds it (Kubernetes) is
+      // learned without a MIG layout: a MIG slice could not be placed there.
+      if (res.kind == "mig" && pools_.at(p.name).report.nodes.empty()) {
+        continue;
+      }
       if (!res.gpu_models.empty()) {
         const inventory::GpuModelSpec* want = nullptr;
         bool ok = false;
