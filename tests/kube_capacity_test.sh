@@ -64,16 +64,5 @@ ls "$tmp/record" | grep -q 'provisioningrequests-POST' ||
   fail "no ProvisioningRequest was recorded"
 ls "$tmp/record" | grep -q 'pods-status-PATCHED' ||
   fail "no pods/status patch was recorded"
-if command -v node >/dev/null 2>&1 && [ -d "$src/tests/e2e/node_modules/ajv" ]; then
-  node "$src/tests/kube/validate.mjs" "$tmp/record" >"$tmp/validate.out" 2>&1 ||
-    fail "objects sent to the API server fail the schemas:
-$(grep -v '^ok' "$tmp/validate.out" | head -20)"
-  grep -q 'ok .*ProvisioningRequest' "$tmp/validate.out" ||
-    fail "no ProvisioningRequest was validated: $(tail -3 "$tmp/validate.out")"
-  grep -q 'ok .*PodTemplate' "$tmp/validate.out" ||
-    fail "no PodTemplate was validated"
-  grep -c '^ok' "$tmp/validate.out" | sed 's/^/objects validated: /'
-else
-  fail "ajv is not installed (scripts/install-deps.sh runs npm ci in tests/e2e)"
-fi
+kube_validate_record "$src" ProvisioningRequest PodTemplate
 finish kube_capacity

@@ -73,16 +73,7 @@ other_users_pod() {  # name node resource count
 other_users_pod training kube-a nvidia.com/gpu 3
 
 cat >"$tmp/serve.yaml" <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-drain_grace_s: 5
-kubernetes:
-  kubeconfig: $tmp/kubeconfig
-  node_selector: {gpusched.io/managed: "true"}
-  engine_path: $bin
-  image: gpusched-test:1
+$(kube_serve_config_head "$bin")
 $(drill_deployments)
 tenants:
   - name: demo
@@ -410,12 +401,5 @@ left=$(kube GET "/api/v1/namespaces/gpusched/pods" | jq_py "len(j['items'])")
 # --- Every object gpusched sent, against the official schemas -------------------
 ls "$tmp/record" | grep -q . || fail "nothing was recorded"
 # The test's own objects (the other user's Pod, the ghost) are validated too.
-if command -v node >/dev/null 2>&1 && [ -d "$src/tests/e2e/node_modules/ajv" ]; then
-  node "$src/tests/kube/validate.mjs" "$tmp/record" >"$tmp/validate.out" 2>&1 ||
-    fail "objects sent to the API server fail the schemas:
-$(grep -v '^ok' "$tmp/validate.out" | head -20)"
-  grep -c '^ok' "$tmp/validate.out" | sed 's/^/objects validated: /'
-else
-  fail "ajv is not installed (scripts/install-deps.sh runs npm ci in tests/e2e)"
-fi
+kube_validate_record "$src"
 finish kube_live

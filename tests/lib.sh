@@ -125,6 +125,18 @@ YAML
   serve_config_lines
 }
 
+# The head of a live drill's serve config: port 0, state, logs and keys
+# under $tmp, a 5 s drain grace.
+live_config_head() {
+  cat <<YAML
+listen: 127.0.0.1:0
+state: $tmp/state.db
+log_dir: $tmp/logs
+key_dir: $tmp/keys
+drain_grace_s: 5
+YAML
+}
+
 # --- Live serve with an admin key and a tenant `demo` (key_dir $tmp/keys),
 # for the cluster drills (slurm_live, kube_live). `test_name` names the test.
 serve_live() {  # config file [serve flags...]: sets pid, url, admin, demo
@@ -217,6 +229,46 @@ wait_views_agree() {  # seconds count
   done
   return 1
 }
+# --- Capacity on demand drills (slurm_capacity_live, kube_capacity_live) ---
+# Events of KIND (oldest first) as "timeMicros message" lines.
+events() {
+  api GET "/api/v1/events?kind=$1&limit=100" | python3 -c '
+import json, sys
+for e in sorted(json.load(sys.stdin)["items"], key=lambda e: e["id"]):
+    print(e["timeMicros"], e["message"])'
+}
+wait_line() {  # seconds command... : until the command prints a line
+  local s=$1
+  shift
+  for _ in $(seq 1 $((s * 5))); do
+    [ -n "$("$@" 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+event_with() { events "$1" | grep -F -- "$2"; }
+# gpusched's capacity state of NODE (GET /api/v1/pools).
+pool_state() {
+  api GET /api/v1/pools | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    n = p["nodes"].get(sys.argv[1])
+    if n: print(n["state"])' "$1"
+}
+wait_pool_state() { wait_output "$3" "$2" pool_state "$1"; }  # node state seconds
+# Until the command prints exactly TEXT.
+wait_output() {  # seconds text command...
+  local s=$1 want=$2
+  shift 2
+  for _ in $(seq 1 $((s * 5))); do
+    [ "$("$@" 2>/dev/null)" = "$want" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+# The node a deployment's ready replica runs on, as gpusched says.
+replica_node() { replicas_view | awk -v d="$1" 'index($1, d "-") == 1 {print $2; exit}'; }
+
 # The drills' deployments on the reference engine: solo (2 x 1 GPU), tp
 # (1 x 2 GPUs), share (a quarter of a GPU), as serve-config YAML.
 drill_deployments() {

@@ -41,11 +41,7 @@ slurm_capacity_cluster_up "$cluster" slurm_capacity_live
 engine='{template: reference, args: ["--hidden", "20"]}'
 scale_down=5
 cat >"$tmp/serve.yaml" <<YAML
-listen: 127.0.0.1:0
-state: $tmp/state.db
-log_dir: $tmp/logs
-key_dir: $tmp/keys
-drain_grace_s: 5
+$(live_config_head)
 slurm:
   poll_interval_ms: 300
 capacity:
@@ -67,47 +63,7 @@ YAML
 power_log() { cat "$cluster/log/power.log" 2>/dev/null; }
 sinfo_word() { sinfo -h -N -n "$1" -o %t | head -1; }
 cli() { GPUSCHED_SERVER=$url GPUSCHED_KEY=$admin "$bin" "$@"; }
-# Events of KIND (oldest first) as "timeMicros message" lines.
-events() {
-  api GET "/api/v1/events?kind=$1&limit=100" | python3 -c '
-import json, sys
-for e in sorted(json.load(sys.stdin)["items"], key=lambda e: e["id"]):
-    print(e["timeMicros"], e["message"])'
-}
-wait_line() {  # seconds command... : until the command prints a line
-  local s=$1
-  shift
-  for _ in $(seq 1 $((s * 5))); do
-    [ -n "$("$@" 2>/dev/null)" ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-event_with() { events "$1" | grep -F -- "$2"; }
-# gpusched's capacity state of NODE (GET /api/v1/pools).
-pool_state() {
-  api GET /api/v1/pools | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["items"]:
-    n = p["nodes"].get(sys.argv[1])
-    if n: print(n["state"])' "$1"
-}
-wait_pool_state() {  # node state seconds
-  for _ in $(seq 1 $(($3 * 5))); do
-    [ "$(pool_state "$1")" = "$2" ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-wait_sinfo() {  # node word seconds
-  for _ in $(seq 1 $(($3 * 5))); do
-    [ "$(sinfo_word "$1")" = "$2" ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-# The node a deployment's ready replica runs on, as gpusched says.
-replica_node() { replicas_view | awk -v d="$1" 'index($1, d "-") == 1 {print $2; exit}'; }
+wait_sinfo() { wait_output "$3" "$2" sinfo_word "$1"; }  # node word seconds
 
 # --- Start: every pool node powered down, known as capacity ------------------
 serve_live "$tmp/serve.yaml"

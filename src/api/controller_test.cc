@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,8 +38,13 @@ namespace {
 using nlohmann::json;
 
 // Engines in this process: Start() serves the replica's model on the port
-// the controller chose; Crash() ends one as if its process died.
-class InProcessLauncher : public backends::Launcher {
+// the controller chose; Crash() ends one as if its process died. With
+// `pool` set (before the controller is created) it is a CapacityManager as
+// Kubernetes is: AddNodes names no node, a Start with placement.pool is a
+// replica that waits for a node (no engine) until Bind starts it there, and
+// the test reports the pool's nodes.
+class InProcessLauncher : public backends::Launcher,
+                          public backends::CapacityManager {
  public:
   ~InProcessLauncher() override {
     absl::MutexLock lock(&mu_);
@@ -47,6 +53,16 @@ class InProcessLauncher : public backends::Launcher {
 
   absl::StatusOr<backends::ProcessId> Start(
       const backends::ProcessSpec& spec) override {
+    if (!spec.placement.pool.empty() && spec.placement.node.empty()) {
+      absl::MutexLock lock(&mu_);
+      const backends::ProcessId id = ++next_id_;
+      waiting_[id] = spec;
+      return id;
+    }
+    return StartEngine(spec, 0);
+  }
+  absl::StatusOr<backends::ProcessId> StartEngine(
+      const backends::ProcessSpec& spec, backends::ProcessId given) {
     engine::EngineOptions o;
     o.hidden = 16;
     net::HttpServerOptions http;
@@ -57,7 +73,7 @@ class InProcessLauncher : public backends::Launcher {
     auto server = engine::EngineServer::Start(o, http);
     if (!server.ok()) return server.status();
     absl::MutexLock lock(&mu_);
-    const backends::ProcessId id = ++next_id_;
+    const backends::ProcessId id = given != 0 ? given : ++next_id_;
     engines_[id] = {spec.name, *std::move(server)};
     ++started_;
     start_times_.push_back(std::chrono::steady_clock::now());
@@ -140,6 +156,62 @@ class InProcessLauncher : public backends::Launcher {
     return start_times_;
   }
 
+  std::optional<backends::PoolReport> pool;
+  backends::CapacityManager* capacity() override {
+    return pool ? this : nullptr;
+  }
+  std::vector<backends::PoolReport> Pools() override {
+    if (!pool) return {};
+    return {*pool};
+  }
+  std::vector<backends::PoolNodeReport> PoolNodeReports() override {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(pool_reports_, {});
+  }
+  absl::StatusOr<std::vector<std::string>> AddNodes(
+      const std::string&, int, const std::string&) override {
+    return std::vector<std::string>{};  // the waiting replicas are the ask
+  }
+  absl::Status ReleaseNode(const std::string& node) override {
+    absl::MutexLock lock(&mu_);
+    released_.push_back(node);
+    return absl::OkStatus();
+  }
+  absl::Status Bind(backends::ProcessId id,
+                    const backends::ProcessPlacement& placement) override {
+    backends::ProcessSpec spec;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = waiting_.find(id);
+      if (it == waiting_.end()) return absl::NotFoundError("not waiting");
+      spec = std::move(it->second);
+      waiting_.erase(it);
+      bound_[spec.name] = placement.node;
+    }
+    absl::StatusOr<backends::ProcessId> started = StartEngine(spec, id);
+    return started.status();
+  }
+  void ReportPoolNode(backends::PoolNodeReport r) {
+    absl::MutexLock lock(&mu_);
+    pool_reports_.push_back(std::move(r));
+  }
+  // Replicas waiting for a node; the pools they wait for.
+  std::vector<std::string> waiting() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    for (const auto& [id, spec] : waiting_) out.push_back(spec.placement.pool);
+    return out;
+  }
+  std::string bound(const std::string& replica) const {
+    absl::MutexLock lock(&mu_);
+    auto it = bound_.find(replica);
+    return it == bound_.end() ? "" : it->second;
+  }
+  std::vector<std::string> released() const {
+    absl::MutexLock lock(&mu_);
+    return released_;
+  }
+
  private:
   struct Engine {
     std::string name;
@@ -149,6 +221,13 @@ class InProcessLauncher : public backends::Launcher {
     std::unique_ptr<engine::EngineServer> server;
     {
       absl::MutexLock lock(&mu_);
+      if (waiting_.erase(id) > 0) {  // a replica that waited for a node
+        backends::ExitEvent e;
+        e.id = id;
+        e.stop_requested = true;
+        exits_.push_back(e);
+        return absl::OkStatus();
+      }
       auto it = engines_.find(id);
       if (it == engines_.end()) return absl::NotFoundError("no such engine");
       server = std::move(it->second.server);
@@ -171,6 +250,11 @@ class InProcessLauncher : public backends::Launcher {
   std::vector<backends::GpuAssignment> assignments_ ABSL_GUARDED_BY(mu_);
   std::vector<backends::NodeReport> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<backends::ReadinessReport> readiness_ ABSL_GUARDED_BY(mu_);
+  std::map<backends::ProcessId, backends::ProcessSpec> waiting_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> bound_ ABSL_GUARDED_BY(mu_);
+  std::vector<backends::PoolNodeReport> pool_reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
   backends::ProcessId next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::chrono::steady_clock::time_point> start_times_
@@ -227,6 +311,7 @@ class ControllerTest : public ::testing::Test {
     cluster.source = "declared";
     auto launcher = std::make_unique<InProcessLauncher>();
     launcher->reports_readiness = ManagerReadiness();
+    ConfigureLauncher(launcher.get());
     launcher_ = launcher.get();
     auto c = runtime::Controller::Create(o, cluster, store_.get(),
                                          gateway_.get(), std::move(launcher));
@@ -239,6 +324,7 @@ class ControllerTest : public ::testing::Test {
   virtual void Configure(runtime::ControllerOptions* o) {}
   virtual void ConfigureNode(inventory::NodeSpec* node) {}
   virtual bool ManagerReadiness() { return false; }
+  virtual void ConfigureLauncher(InProcessLauncher* launcher) {}
   void TearDown() override {
     if (controller_) controller_->Stop();
     controller_.reset();
@@ -611,6 +697,185 @@ TEST_F(PacedControllerTest, LaunchBatchesWaitTheLaunchInterval) {
     EXPECT_GE(gap, std::chrono::microseconds(kInterval) * 9 / 10)
         << "batch " << i / 2 << " started too soon after the one before";
   }
+}
+
+}  // namespace
+}  // namespace gpusched::api
+
+namespace gpusched::api {
+namespace {
+
+// Capacity on demand where the manager names no node in advance
+// (Kubernetes): node-0 has 1 GPU, the pool "gpu-pool" at most 1 node of 2.
+class ControllerCapacityTest : public ControllerTest {
+ protected:
+  void Configure(runtime::ControllerOptions* o) override {
+    o->capacity.scale_up_delay_s = 0;
+    o->capacity.scale_down_delay_s = 0.5;
+    o->capacity.interval_s = 0.05;
+  }
+  void ConfigureNode(inventory::NodeSpec* node) override {
+    node->gpu_count = 1;
+  }
+  void ConfigureLauncher(InProcessLauncher* launcher) override {
+    backends::PoolReport p;
+    p.pool = "gpu-pool";
+    p.gpu_model = "H100-SXM-80GB";
+    p.gpus_per_node = 2;
+    p.max_nodes = 1;
+    launcher->pool = p;
+  }
+  // Deployment `big`: `replicas` of 2 GPUs, which node-0 cannot hold.
+  void ApplyBig(int replicas) {
+    Apply(absl::StrCat(
+        "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: "
+        "big}\nspec:\n  model: big\n  engine: {template: reference}\n",
+        "  resources: {whole: 2}\n  replicas: ", replicas, "\n"));
+  }
+  // A pool node as the manager reports it, with its NodeSpec.
+  static backends::PoolNodeReport PoolNode(const std::string& name,
+                                           backends::PoolNodeState state) {
+    backends::PoolNodeReport r;
+    r.node = name;
+    r.pool = "gpu-pool";
+    r.state = state;
+    inventory::NodeSpec spec;
+    spec.name = name;
+    spec.cpu_milli = 64000;
+    spec.memory_mib = 256 * 1024;
+    spec.gpu_model = "H100-SXM-80GB";
+    spec.gpu_count = 2;
+    spec.gpu_memory_mib = 80 * 1024;
+    r.spec = spec;
+    return r;
+  }
+  // The controller's node `name` (NodesJson), empty when it has none.
+  json Node(const std::string& name) {
+    for (const json& n : controller_->NodesJson()) {
+      if (n.value("name", "") == name) return n;
+    }
+    return json::object();
+  }
+  std::vector<std::string> Messages(const std::string& kind) {
+    store::EventFilter f;
+    f.kinds = {kind};
+    f.limit = 100;
+    std::vector<std::string> out;
+    auto events = controller_->Events(f);
+    if (events.ok()) {
+      for (const store::Event& e : *events) out.push_back(e.message);
+    }
+    return out;
+  }
+  bool HasMessage(const std::string& kind, const std::string& text) {
+    for (const std::string& m : Messages(kind)) {
+      if (m.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(ControllerCapacityTest, LearnsANodeAtRunTimeBindsThereAndForgetsIt) {
+  ApplyBig(1);
+  // No node has 2 GPUs: the replica waits for one of the pool, unbound.
+  ASSERT_TRUE(WaitFor([&] {
+    return launcher_->waiting() == std::vector<std::string>{"gpu-pool"};
+  })) << controller_->DeploymentsJson("big").dump();
+  EXPECT_TRUE(HasMessage("capacity.requested", "pool gpu-pool"));
+  EXPECT_EQ(Ready("big"), 0);
+  EXPECT_EQ(launcher_->size(), 0);  // no engine runs for it
+
+  // Reports the controller refuses: not a node name, a spec of another
+  // node.
+  struct Bad {
+    std::string node, spec_name, why;
+  };
+  for (const Bad& b : {Bad{"Bad_Name", "Bad_Name", "is not a node name"},
+                       Bad{"pool-x", "other", "describes node 'other'"}}) {
+    backends::PoolNodeReport r = PoolNode(b.node, backends::PoolNodeState::kUp);
+    r.spec->name = b.spec_name;
+    launcher_->ReportPoolNode(r);
+    EXPECT_TRUE(WaitFor([&] {
+      return HasMessage("capacity.failed",
+                        absl::StrCat("node ", b.node, " of pool gpu-pool")) &&
+             HasMessage("capacity.failed", b.why);
+    })) << b.node;
+    EXPECT_TRUE(Node(b.node).empty()) << b.node;
+  }
+
+  // The node the autoscaler added, registered but not Ready yet: learned,
+  // its GPUs take no replica.
+  launcher_->ReportPoolNode(
+      PoolNode("pool-1", backends::PoolNodeState::kPoweringUp));
+  launcher_->Report({.node = "pool-1", .usable = true, .state = "NotReady"});
+  ASSERT_TRUE(WaitFor([&] {
+    return Node("pool-1").value("capacityState", "") == "powering_up";
+  }));
+  EXPECT_EQ(launcher_->bound("big-0"), "");
+  // Up: the replica is bound there, and the delay since the ask measured.
+  launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
+  launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
+  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }))
+      << controller_->DeploymentsJson("big").dump();
+  EXPECT_EQ(launcher_->bound("big-0"), "pool-1");
+  EXPECT_TRUE(launcher_->waiting().empty());
+  const json n = Node("pool-1");
+  ASSERT_FALSE(n.empty());
+  EXPECT_EQ(n["gpus"], 2);
+  EXPECT_EQ(n["allocatedGpuMilli"], 2000);
+  EXPECT_EQ(n["capacityState"], "up");
+  EXPECT_TRUE(
+      HasMessage("node.provisioned", "node pool-1 of pool gpu-pool is up, "));
+  EXPECT_TRUE(HasMessage("node.provisioned", "after it was asked for"));
+  EXPECT_EQ(controller_->PoolsJson()[0]["measuredDelays"], 1);
+
+  // The pool's one node is there: a second is not learned.
+  launcher_->ReportPoolNode(PoolNode("pool-2", backends::PoolNodeState::kUp));
+  EXPECT_TRUE(WaitFor([&] {
+    return HasMessage("capacity.failed", "pool gpu-pool has 1 of its 1 nodes");
+  }));
+  EXPECT_TRUE(Node("pool-2").empty());
+
+  // Idle: given back; once the autoscaler removed it, it is powered down
+  // and holds nothing.
+  ApplyBig(0);
+  ASSERT_TRUE(WaitFor([&] {
+    return launcher_->released() == std::vector<std::string>{"pool-1"};
+  })) << controller_->PoolsJson().dump();
+  launcher_->ReportPoolNode(
+      PoolNode("pool-1", backends::PoolNodeState::kPoweredDown));
+  launcher_->Report({.node = "pool-1",
+                     .usable = false,
+                     .state = "deleted",
+                     .reason = "the Node object was deleted"});
+  ASSERT_TRUE(WaitFor([&] {
+    return Node("pool-1").value("capacityState", "") == "powered_down";
+  })) << Node("pool-1").dump();
+  EXPECT_EQ(Node("pool-1")["allocatedGpuMilli"], 0);
+  EXPECT_TRUE(HasMessage("node.powered_down", "node pool-1"));
+}
+
+TEST_F(ControllerCapacityTest, NoNodeIsAskedForAMigSliceOnAPoolOfUnnamedNodes) {
+  // A node the pool adds comes without a MIG layout: the slice's replica
+  // waits, and only the whole-GPU replica is asked for.
+  Apply(
+      "apiVersion: gpusched.io/v1\nkind: Deployment\nmetadata: {name: "
+      "slice}\nspec:\n  model: slice\n  engine: {template: reference}\n"
+      "  resources: {mig: 1g.10gb}\n  replicas: 1\n");
+  ASSERT_TRUE(WaitFor(
+      [&] { return HasMessage("replica.unschedulable", "slice-0: "); }));
+  ApplyBig(1);
+  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+  const std::vector<std::string> asked = Messages("capacity.requested");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_THAT(asked[0], ::testing::HasSubstr("(big-0)"));
+}
+
+TEST_F(ControllerCapacityTest, AWaitingReplicaScaledAwayEndsItsAsk) {
+  ApplyBig(1);
+  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+  ApplyBig(0);
+  EXPECT_TRUE(WaitFor([&] { return launcher_->waiting().empty(); }));
 }
 
 }  // namespace

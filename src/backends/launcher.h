@@ -12,6 +12,7 @@
 #define GPUSCHED_BACKENDS_LAUNCHER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "inventory/cluster_state.h"
 
 namespace gpusched::backends {
 
@@ -191,6 +193,12 @@ struct PoolNodeReport {
   std::string pool;
   PoolNodeState state = PoolNodeState::kPoweredDown;
   std::string reason;  // the manager's words ("ResumeTimeout reached")
+  // The node as placement sees it (GPUs, model, memory, address), where the
+  // manager knows it: Kubernetes names a pool's nodes only when its
+  // autoscaler adds them, so the controller learns them from this
+  // (controller_capacity.cc). Slurm leaves it empty: its CLOUD nodes are
+  // known at start.
+  std::optional<inventory::NodeSpec> spec;
 };
 
 class CapacityManager {

@@ -224,6 +224,7 @@ absl::Status FromKubernetes(const config::KubernetesConfig& cfg,
   }
   o.pool_labels = cfg.pool_labels;
   o.karpenter_nodepools = cfg.karpenter_nodepools;
+  o.product_map = product_map;
   *launcher = std::make_unique<backends::KubeLauncher>(
       o, *std::move(api), *std::move(pods), *std::move(node_client),
       *std::move(nodes), *std::move(specs));

@@ -460,7 +460,7 @@ void Controller::Loop() {
         absl::MutexLock l(&launcher_mu_);
         for (StartJob& s : starts) {
           s.pid = still && launcher_ != nullptr
-                      ? launcher_->Start(s.launch.process)
+                      ? RunStart(s)
                       : absl::UnavailableError(
                             "not started: this instance may no longer lead");
         }
@@ -594,7 +594,7 @@ void Controller::HandleExits(Micros now) {
   for (const backends::ExitEvent& ev : exits) {
     for (auto& [name, d] : deployments_) {
       for (auto& [rn, r] : d.procs) {
-        if (r.pid != ev.id) continue;
+        if (EndedAsk(r, ev.id) || r.pid != ev.id) continue;
         std::error_code ec;
         std::filesystem::remove(PidFile(rn), ec);
         std::string how = ev.signaled

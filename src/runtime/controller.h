@@ -278,6 +278,14 @@ class Controller {
     runtime::EngineSignals signals;  // the last scrape
     // Replicas draining to make room for this one (swap or preemption).
     std::vector<std::string> awaiting;
+    // Capacity on demand where the manager names no node in advance
+    // (Kubernetes): the Pod that waits, unbound and Unschedulable, for a
+    // node of `ask_pool` (the autoscaler's ask), and its engine launch
+    // (port, argv); placed, it is bound there (Launcher::Bind) rather than
+    // started. 0: none.
+    backends::ProcessId ask_pid = 0;
+    std::string ask_pool;
+    runtime::EngineLaunch ask_launch;
     // The cluster manager's readiness (a Pod's Ready condition), for a
     // launcher that reports it (Launcher::ReportsReadiness); true else.
     bool manager_ready = true;
@@ -293,6 +301,8 @@ class Controller {
     std::string deployment, replica;
     runtime::EngineLaunch launch;
     absl::StatusOr<backends::ProcessId> pid = absl::UnknownError("not started");
+    // A Pod that waited for a node (Replica::ask_pid): bound, not started.
+    backends::ProcessId bind = 0;
   };
   // One replica for the views: the core's record (null for an attached
   // endpoint) and the driver's (null until first launched).
@@ -440,6 +450,25 @@ class Controller {
                         const std::vector<backends::PoolNodeReport>& nodes,
                         Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanCapacity(Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pool node the controller has not seen (an autoscaler named it just
+  // now): added to the cluster state from the report's NodeSpec, bounded by
+  // its pool's max_nodes. False (with a capacity.failed event) when it
+  // cannot be.
+  bool LearnPoolNode(const backends::PoolNodeReport& n, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ask where the manager names no node (Kubernetes): the replica's
+  // Pod is created unbound for `pool` (Launcher::Start with
+  // placement.pool), to be bound once placed.
+  void AskForPoolNode(const std::string& replica, const std::string& pool,
+                      Micros now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The loop's start of `job` outside mu_: Launcher::Start, or Bind for a
+  // Pod that waited for a node (the ask is deleted if the bind fails).
+  absl::StatusOr<backends::ProcessId> RunStart(const StartJob& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(launcher_mu_);
+  // Whether `id` was `r`'s waiting Pod (Replica::ask_pid), which is then
+  // forgotten: its exit is not the replica's.
+  bool EndedAsk(Replica& r, backends::ProcessId id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pools' price table: capacity.prices, else the shipped one.
   absl::Status LoadGpuPrices();
   std::vector<control::NodePool> NodePools() const
@@ -659,7 +688,8 @@ class Controller {
     backends::PoolNodeState state = backends::PoolNodeState::kPoweredDown;
     Micros since = 0;
     std::string reason;
-    std::string request;  // the ask that powered it up
+    std::string request;   // the ask that powered it up
+    bool learned = false;  // added to the cluster state at run time
   };
   struct PoolInfo {
     backends::PoolReport report;
@@ -675,6 +705,18 @@ class Controller {
   // Replicas that fit on no node, since when (the planner's backlog).
   std::map<std::string, Micros> waiting_since_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Micros> asked_at_ ABSL_GUARDED_BY(mu_);  // node
+  // Asks of a manager that names no node (Kubernetes), by request: nodes
+  // coming to the planner until their replicas are bound or gone.
+  struct PoolAsk {
+    std::string pool;
+    int count = 0;
+    int matched = 0;  // nodes of the pool that came up since
+    Micros since = 0;
+    std::vector<std::string> replicas;
+  };
+  std::map<std::string, PoolAsk> pool_asks_ ABSL_GUARDED_BY(mu_);
+  // Pool nodes first seen after the first report (learned at run time).
+  bool pool_nodes_seen_ ABSL_GUARDED_BY(mu_) = false;
   Micros next_capacity_ ABSL_GUARDED_BY(mu_) = 0;
   Micros last_capacity_ ABSL_GUARDED_BY(mu_) = -1;  // the last planner pass
   int64_t capacity_requests_ ABSL_GUARDED_BY(mu_) = 0;

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
@@ -31,6 +32,23 @@ namespace {
 constexpr size_t kDelaySamples = 16;
 // Without a measurement or a configured delay.
 constexpr Micros kDefaultProvisioningDelay = 120 * kMicrosPerSecond;
+// Nodes learned at run time over a controller's life (a removed one stays
+// in the cluster state, powered down, and counts): bounds the cluster state
+// where an autoscaler names every new node afresh.
+constexpr int kMaxLearnedNodes = 1024;
+
+// A Kubernetes node name (a DNS subdomain, RFC 1123): 1..253 of [a-z0-9.-],
+// starting and ending alphanumeric.
+bool ValidNodeName(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-' ||
+          c == '.')) {
+      return false;
+    }
+  }
+  return absl::ascii_isalnum(name.front()) && absl::ascii_isalnum(name.back());
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return -1;
@@ -89,9 +107,19 @@ void Controller::ApplyPoolReports(
     }
   }
   for (const backends::PoolNodeReport& n : nodes) {
+    // A node placement has not seen, which the manager describes (an
+    // autoscaler added it): placement learns it now.
+    if (n.spec && cluster_state_.FindNode(n.node) < 0 &&
+        (n.state == PoolNodeState::kUp ||
+         n.state == PoolNodeState::kPoweringUp) &&
+        !LearnPoolNode(n, now)) {
+      continue;
+    }
     PoolNodeInfo& pn = pool_nodes_[n.node];
     const PoolNodeState was = pn.state;
     const bool known = !pn.pool.empty();
+    // Seen first after the first report: it came at run time, and says so.
+    const bool news = known || pool_nodes_seen_;
     pn.pool = n.pool;
     pn.reason = n.reason;
     if (known && was == n.state) continue;
@@ -104,12 +132,29 @@ void Controller::ApplyPoolReports(
         double took = -1;
         if (auto a = asked_at_.find(name); a != asked_at_.end()) {
           took = ToSeconds(now - a->second);
+          asked_at_.erase(a);
+        } else if (pn.learned && pn.request.empty()) {
+          // Kubernetes names no node when asked: the oldest ask of its pool
+          // that is still short of nodes took this long.
+          PoolAsk* oldest = nullptr;
+          for (auto& [request, ask] : pool_asks_) {
+            if (ask.pool != n.pool || ask.matched >= ask.count) continue;
+            if (oldest == nullptr || ask.since < oldest->since) {
+              oldest = &ask;
+              pn.request = request;
+            }
+          }
+          if (oldest != nullptr) {
+            ++oldest->matched;
+            took = ToSeconds(now - oldest->since);
+          }
+        }
+        if (took >= 0) {
           std::vector<double>& d = pools_[n.pool].delays_s;
           d.push_back(took);
           if (d.size() > kDelaySamples) d.erase(d.begin());
-          asked_at_.erase(a);
         }
-        if (known) {
+        if (news) {
           Event(
               "node.provisioned", "",
               took >= 0
@@ -139,7 +184,7 @@ void Controller::ApplyPoolReports(
         break;
       }
       case PoolNodeState::kPoweredDown:
-        if (known && was != PoolNodeState::kPoweredDown) {
+        if (news && was != PoolNodeState::kPoweredDown) {
           Event("node.powered_down", "",
                 absl::StrCat("node ", name, " of pool ", n.pool,
                              " is powered down"),
@@ -151,6 +196,148 @@ void Controller::ApplyPoolReports(
         break;
     }
   }
+  pool_nodes_seen_ = true;
+}
+
+bool Controller::LearnPoolNode(const backends::PoolNodeReport& n, Micros now) {
+  auto refuse = [&](const std::string& why) {
+    Event("capacity.failed", "",
+          absl::StrCat("node ", n.node, " of pool ", n.pool,
+                       " takes no replica: ", why),
+          json{{"node", n.node}, {"pool", n.pool}});
+    return false;
+  };
+  if (!ValidNodeName(n.node)) {
+    return refuse(
+        "its name is not a node name (1 to 253 of a-z, 0-9, '-' "
+        "and '.')");
+  }
+  if (n.spec->name != n.node) {
+    return refuse(
+        absl::StrCat("the manager describes node '", n.spec->name, "' for it"));
+  }
+  int max_nodes = 0;
+  for (const control::NodePool& p : NodePools()) {
+    if (p.name == n.pool) max_nodes = p.max_nodes;
+  }
+  int live = 0, learned = 0;
+  for (const auto& [node, pn] : pool_nodes_) {
+    learned += pn.learned;
+    if (pn.pool == n.pool && pn.state != PoolNodeState::kPoweredDown &&
+        pn.state != PoolNodeState::kFailed &&
+        cluster_state_.FindNode(node) >= 0) {
+      ++live;
+    }
+  }
+  if (live >= max_nodes) {
+    return refuse(absl::StrCat("pool ", n.pool, " has ", live, " of its ",
+                               max_nodes, " nodes already"));
+  }
+  if (learned >= kMaxLearnedNodes) {
+    return refuse(absl::StrCat(kMaxLearnedNodes,
+                               " nodes were learned at run time already"));
+  }
+  absl::StatusOr<int> idx = cluster_state_.AddNode(*n.spec);
+  if (!idx.ok()) return refuse(std::string(idx.status().message()));
+  // A node not up yet takes no replica until it is (ApplyNodeReport).
+  for (int g = 0; n.state != PoolNodeState::kUp && g < n.spec->gpu_count; ++g) {
+    (void)cluster_state_.SetGpuHealth(*idx, g, false);
+  }
+  pool_nodes_[n.node].learned = true;
+  // Replicas that found no room try its GPUs at once, not at their next
+  // retry.
+  if (n.state == PoolNodeState::kUp) {
+    for (auto& [name, d] : deployments_) d.life.Retry(now);
+    dirty_ = true;
+  }
+  return true;
+}
+
+void Controller::AskForPoolNode(const std::string& replica,
+                                const std::string& pool, Micros now) {
+  Deployment* d = nullptr;
+  for (auto& [name, dep] : deployments_) {
+    if (dep.life.Find(replica)) d = &dep;
+  }
+  if (d == nullptr) return;
+  const control::Replica* core = d->life.Find(replica);
+  auto it = d->procs.find(replica);
+  if (it == d->procs.end() || core->state != control::ReplicaState::kPending) {
+    return;
+  }
+  Replica& r = it->second;
+  if (r.placed || r.ask_pid != 0) return;
+  runtime::EngineLaunchInput in;
+  in.engine = &d->engine;
+  in.replica = r.name;
+  in.deployment = d->spec.name;
+  in.model = d->spec.model.empty() ? d->spec.name : d->spec.model;
+  in.resources = d->spec.resources;
+  in.self_path = options_.self_path;
+  in.host = options_.engine_host;
+  in.mps = options_.mps;
+  in.log_dir = options_.log_dir;
+  absl::StatusOr<runtime::EngineLaunch> launch = runtime::PlanEngineLaunch(in);
+  absl::StatusOr<backends::ProcessId> pid = absl::UnknownError("not asked");
+  if (!launch.ok()) {
+    pid = launch.status();
+  } else {
+    // Pinned, as placement will pin it on the node (its first GPUs; Bind
+    // pins it again where placement chooses others).
+    const config::ResourceSpec& res = d->spec.resources;
+    const inventory::ResourceRequest req = ToRequest(res);
+    backends::ProcessPlacement& where = launch->process.placement;
+    where.pool = pool;
+    where.fraction = res.kind == "fraction";
+    where.gpu_share =
+        where.fraction ? std::clamp(res.milli / 1000.0, 0.0, 1.0) : 0;
+    for (int g = 0; g < (res.kind == "whole" ? std::max(1, res.gpus) : 1);
+         ++g) {
+      where.gpus.push_back(g);
+    }
+    where.cpu_milli = req.cpu_milli;
+    where.memory_mib = req.memory_mib;
+    launch->process.tag =
+        LaunchTag(launch->port, launch->metrics_port, d->life.version());
+    absl::MutexLock l(&launcher_mu_);
+    pid = launcher_->Start(launch->process);
+  }
+  if (!pid.ok()) {
+    control::CapacityPlan failed;
+    planner_.NodeFailed(pool, "(ask)",
+                        absl::StrCat("the Pod of ", replica,
+                                     " that asks for a node could not be "
+                                     "created: ",
+                                     pid.status().message()),
+                        now, &failed);
+    for (const control::CapacityEvent& e : failed.events) {
+      Event(e.kind, "", e.message, e.details);
+    }
+    return;
+  }
+  r.ask_pid = *pid;
+  r.ask_pool = pool;
+  r.ask_launch = *std::move(launch);
+  Event("replica.unschedulable", d->spec.name,
+        absl::StrCat(replica, ": waits for a node of pool ", pool,
+                     " (its Pod is unbound, PodScheduled=False/Unschedulable, "
+                     "for the cluster's autoscaler)"),
+        json{{"replica", replica}, {"pool", pool}, {"pid", *pid}});
+}
+
+absl::StatusOr<backends::ProcessId> Controller::RunStart(const StartJob& job) {
+  if (job.bind == 0) return launcher_->Start(job.launch.process);
+  absl::Status st = launcher_->Bind(job.bind, job.launch.process.placement);
+  if (st.ok()) return job.bind;
+  (void)launcher_->Kill(job.bind);  // the ask goes; the replica tries again
+  return st;
+}
+
+bool Controller::EndedAsk(Replica& r, backends::ProcessId id) {
+  if (r.ask_pid == 0 || r.ask_pid != id) return false;
+  r.ask_pid = 0;  // its Pod went (deleted outside gpusched): asked again
+  r.ask_pool.clear();
+  return true;
 }
 
 std::vector<control::NodePool> Controller::NodePools() const {
@@ -245,6 +432,12 @@ std::map<std::string, double> Controller::PoolCosts(
   std::map<std::string, double> per_token, per_hour;
   for (const control::NodePool& p : pools) {
     if (p.gpus_per_node < gpus) continue;
+    // A node its manager names only when it adds it (Kubernetes) is
+    // learned without a MIG layout: a MIG slice could not be placed there.
+    if (res.kind == "mig") {
+      auto known = pools_.find(p.name);
+      if (known == pools_.end() || known->second.report.nodes.empty()) continue;
+    }
     if (!res.gpu_models.empty()) {
       const inventory::GpuModelSpec* want = nullptr;
       bool ok = false;
@@ -329,6 +522,39 @@ void Controller::PlanCapacity(Micros now) {
     }
     in.nodes.push_back(std::move(v));
   }
+  // Asks of a manager that names no node: nodes coming, until their
+  // replicas are bound or gone (or as many nodes came up).
+  for (auto it = pool_asks_.begin(); it != pool_asks_.end();) {
+    PoolAsk& ask = it->second;
+    double held = 0;
+    for (const std::string& rn : ask.replicas) {
+      auto o = owner.find(rn);
+      if (o == owner.end()) continue;
+      const auto& procs = o->second->procs;
+      auto p = procs.find(rn);
+      if (p != procs.end() && p->second.ask_pid != 0) {
+        const config::ResourceSpec& res = o->second->spec.resources;
+        held += res.kind == "whole" ? std::max(1, res.gpus) : 1;
+      }
+    }
+    if (held == 0 || ask.matched >= ask.count) {
+      it = pool_asks_.erase(it);
+      continue;
+    }
+    auto p = pool_of.find(ask.pool);
+    const int coming = ask.count - ask.matched;
+    for (int i = 0; i < coming; ++i) {
+      control::PoolNodeView v;
+      v.node = absl::StrCat("(", it->first, "#", i, ")");
+      v.pool = ask.pool;
+      v.since = ask.since;
+      v.phase = control::PoolNodeView::Phase::kProvisioning;
+      v.gpus = p == pool_of.end() ? 0 : p->second->gpus_per_node;
+      v.gpus_held = held / coming;
+      in.nodes.push_back(std::move(v));
+    }
+    ++it;
+  }
   for (int n = 0; n < cluster_state_.num_nodes(); ++n) {
     const std::string& name = cluster_state_.spec(n).name;
     if (Cordoned(name)) continue;
@@ -377,6 +603,12 @@ void Controller::PlanCapacity(Micros now) {
       it = waiting_since_.erase(it);
       continue;
     }
+    // Its Pod asks for a node already (a node coming, above).
+    if (auto p = d->procs.find(it->first);
+        p != d->procs.end() && p->second.ask_pid != 0) {
+      ++it;
+      continue;
+    }
     control::WaitingReplica w;
     w.replica = it->first;
     w.deployment = d->spec.name;
@@ -410,6 +642,18 @@ void Controller::PlanCapacity(Micros now) {
             Event(e.kind, "", e.message, e.details);
           }
           break;
+        }
+        // A manager that names no node (Kubernetes): the replicas' Pods,
+        // unbound and Unschedulable, are the ask.
+        if (added->empty() && !a.replicas.empty()) {
+          for (const std::string& replica : a.replicas) {
+            AskForPoolNode(replica, a.pool, now);
+          }
+          pool_asks_[request] = {.pool = a.pool,
+                                 .count = a.count,
+                                 .matched = 0,
+                                 .since = now,
+                                 .replicas = a.replicas};
         }
         for (const std::string& node : *added) {
           PoolNodeInfo& pn = pool_nodes_[node];

@@ -274,10 +274,21 @@ void Controller::ApplyNodeReport(const backends::NodeReport& n, Micros now) {
   node_reports_[n.node] = n;
   if (n.usable) return;
   // Its replicas move: drained (requests finish or go elsewhere), replaced
-  // on usable nodes.
+  // on usable nodes. A pool node going away (an autoscaler's scale-down
+  // taint) is still there: each replica is replaced first, and drains once
+  // the replacement is ready (ReplicaSet::Move), so no request fails.
+  auto pn = pool_nodes_.find(n.node);
+  const bool going = pn != pool_nodes_.end() &&
+                     pn->second.state == backends::PoolNodeState::kPoweringDown;
   for (auto& [name, d] : deployments_) {
     for (auto& [rn, r] : d.procs) {
       if (!r.placed || r.allocation.node != node) continue;
+      if (going && d.life.Move(rn, absl::StrCat("node ", n.node, " is ", said,
+                                                "; its autoscaler removes "
+                                                "it"))) {
+        dirty_ = true;
+        continue;
+      }
       control::LifecycleOutput out;
       d.life.Drain(rn, absl::StrCat("node ", n.node, " is ", said), now, &out);
       Carry(d, out, now);
@@ -324,9 +335,21 @@ void Controller::EndLeftover(const backends::Leftover& l,
 
 void Controller::PlanLeftovers(Micros now) {
   std::vector<backends::Leftover> all;
+  std::vector<backends::PoolReport> pools;
+  std::vector<backends::PoolNodeReport> pool_nodes;
   {
     absl::MutexLock lock(&launcher_mu_);
     all = launcher_->Leftovers();
+    // Nodes an autoscaler added are learned first (Leftovers synced with
+    // the manager), so that what runs there is adopted, not ended as on a
+    // node not in the cluster.
+    if (backends::CapacityManager* cap = launcher_->capacity()) {
+      pools = cap->Pools();
+      pool_nodes = cap->PoolNodeReports();
+    }
+  }
+  if (!pools.empty() || !pool_nodes.empty()) {
+    ApplyPoolReports(std::move(pools), pool_nodes, now);
   }
   absl::flat_hash_map<std::string, int> kept;
   for (backends::Leftover& l : all) {

@@ -148,6 +148,11 @@ bool Controller::MakeRoom(Deployment& d, Replica& r,
 void Controller::Release(Replica& r) {
   if (r.placed) cluster_state_.Forget(r.name);
   r.placed = false;
+  if (r.ask_pid != 0) {  // a Pod that waits for a node asks no more
+    absl::MutexLock l(&launcher_mu_);
+    (void)launcher_->Kill(r.ask_pid);
+    r.ask_pid = 0;
+  }
 }
 
 void Controller::Launch(Deployment& d, Replica& r, Micros now,
@@ -313,6 +318,20 @@ void Controller::Launch(Deployment& d, Replica& r, Micros now,
   job.deployment = d.spec.name;
   job.replica = r.name;
   job.launch = *std::move(launch);
+  if (r.ask_pid != 0) {
+    // Its Pod waited for a node: bound where placement chose, with the
+    // engine (port, argv) it was created with.
+    backends::ProcessPlacement where = job.launch.process.placement;
+    std::vector<std::string> ids = job.launch.gpu_ids;
+    std::string host = job.launch.host;
+    job.launch = std::move(r.ask_launch);
+    job.launch.process.placement = std::move(where);
+    job.launch.gpu_ids = std::move(ids);
+    job.launch.host = std::move(host);
+    job.bind = r.ask_pid;
+    r.ask_pid = 0;
+    r.ask_pool.clear();
+  }
   starts_.push_back(std::move(job));
 }
 

@@ -775,7 +775,9 @@ SteadyTime Autoscaler::Pass(SteadyTime now) {
       const bool tainted = HasTaint(n, kScaleDownTaint);
       if (needed) {
         empty_since_.erase(name);
-        if (tainted && on_node[name] > 0) {
+        // Its own taint only (a scale-down it gives up); one that someone
+        // else set (a drill's) stays.
+        if (tainted && on_node[name] > 0 && tainted_at_.contains(name)) {
           untaint.push_back(name);
           tainted_at_.erase(name);
         }

@@ -99,3 +99,37 @@ kube() {  # method path [curl args]: the API server as the test's admin
 testing() {  # method path [curl args]: the stand-in's test endpoints
   curl -s -m 10 --cacert "$tmp/ca.crt" -X "$1" "$kurl/testing$2" "${@:3}"
 }
+
+# Every object gpusched sent (under $tmp/record) against the official
+# schemas with ajv (tests/kube/validate.mjs); each KIND must be among those
+# validated. Counts failures through fail (tests/lib.sh).
+kube_validate_record() {  # source-dir [kind...]
+  local src="$1" kind
+  shift
+  if ! command -v node >/dev/null 2>&1 || [ ! -d "$src/tests/e2e/node_modules/ajv" ]; then
+    fail "ajv is not installed (scripts/install-deps.sh runs npm ci in tests/e2e)"
+    return
+  fi
+  node "$src/tests/kube/validate.mjs" "$tmp/record" >"$tmp/validate.out" 2>&1 ||
+    fail "objects sent to the API server fail the schemas:
+$(grep -v '^ok' "$tmp/validate.out" | head -20)"
+  for kind in "$@"; do
+    grep -q "^ok .*$kind" "$tmp/validate.out" ||
+      fail "no $kind was validated: $(tail -3 "$tmp/validate.out")"
+  done
+  grep -c '^ok' "$tmp/validate.out" | sed 's/^/objects validated: /'
+}
+
+# The head of a serve config for `gpusched serve` on the stand-in: as
+# live_config_head (tests/lib.sh), and a kubernetes: block with its
+# kubeconfig, the managed nodes' selector and the engine binary.
+kube_serve_config_head() {  # gpusched-binary
+  live_config_head
+  cat <<YAML
+kubernetes:
+  kubeconfig: $tmp/kubeconfig
+  node_selector: {gpusched.io/managed: "true"}
+  engine_path: $1
+  image: gpusched-test:1
+YAML
+}

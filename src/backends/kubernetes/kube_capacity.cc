@@ -284,8 +284,21 @@ void KubeLauncher::ReportPoolNode(const std::string& node,
     return;
   }
   known = {.pool = pool, .state = state, .reason = reason};
-  changed_pool_nodes_.push_back(
-      {.node = node, .pool = pool, .state = state, .reason = reason});
+  PoolNodeReport report{
+      .node = node, .pool = pool, .state = state, .reason = reason};
+  // What the node is, for a controller that has not seen it (an autoscaler
+  // named it just now): its GPUs as KubeNodeSpecs reads them at start.
+  if (auto n = all_nodes_.find(node);
+      n != all_nodes_.end() && state != PoolNodeState::kPoweredDown) {
+    absl::StatusOr<std::vector<inventory::NodeSpec>> spec =
+        KubeNodeSpecs({n->second}, options_.product_map);
+    if (spec.ok() && spec->size() == 1) {
+      report.spec = std::move(spec->front());
+    } else if (!spec.ok()) {
+      report.reason = std::string(spec.status().message());
+    }
+  }
+  changed_pool_nodes_.push_back(std::move(report));
 }
 
 void KubeLauncher::ReadNodePools() {

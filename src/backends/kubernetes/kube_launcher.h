@@ -95,6 +95,9 @@ struct KubeLauncherOptions {
   std::vector<KubePoolSpec> pools;
   std::vector<std::string> pool_labels;
   bool karpenter_nodepools = true;
+  // GFD product -> catalog model (kubernetes.productMap), for the NodeSpec
+  // of a node an autoscaler adds (PoolNodeReport::spec).
+  absl::flat_hash_map<std::string, std::string> product_map;
   // How often a pending ProvisioningRequest's status is read.
   Micros provisioning_check = 2 * kMicrosPerSecond;
 };
