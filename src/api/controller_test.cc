@@ -871,6 +871,68 @@ TEST_F(ControllerCapacityTest, NoNodeIsAskedForAMigSliceOnAPoolOfUnnamedNodes) {
   EXPECT_THAT(asked[0], ::testing::HasSubstr("(big-0)"));
 }
 
+// A node that came up and then failed is a node lost, not a failed
+// resume: the event says so, and the pool is not skipped, so the replica's
+// replacement asks it again.
+TEST_F(ControllerCapacityTest, ANodeThatFailsAfterComingUpIsALossNotASkip) {
+  ApplyBig(1);
+  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+  launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
+  launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
+  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }));
+  ASSERT_EQ(Messages("capacity.requested").size(), 1u);
+
+  backends::PoolNodeReport failed =
+      PoolNode("pool-1", backends::PoolNodeState::kFailed);
+  failed.reason = "kubelet stopped posting node status";
+  launcher_->ReportPoolNode(failed);
+  launcher_->Report({.node = "pool-1",
+                     .usable = false,
+                     .state = "NotReady",
+                     .reason = "kubelet stopped posting node status"});
+  ASSERT_TRUE(WaitFor([&] {
+    return HasMessage("capacity.failed",
+                      "node pool-1 of pool gpu-pool failed after it came up: "
+                      "kubelet stopped posting node status; its replicas of "
+                      "big are replaced");
+  })) << ::testing::PrintToString(Messages("capacity.failed"));
+  EXPECT_FALSE(HasMessage("capacity.failed", "did not come up"));
+  // Not skipped: the replacement asks the pool again.
+  EXPECT_TRUE(WaitFor([&] {
+    return Messages("capacity.requested").size() == 2;
+  })) << ::testing::PrintToString(Messages("capacity.requested"));
+}
+
+// The same pool as spot: a node taken back is a spot preemption.
+class ControllerSpotCapacityTest : public ControllerCapacityTest {
+ protected:
+  void ConfigureLauncher(InProcessLauncher* launcher) override {
+    ControllerCapacityTest::ConfigureLauncher(launcher);
+    launcher->pool->spot = true;
+  }
+};
+
+TEST_F(ControllerSpotCapacityTest, ASpotNodeGoneUnaskedIsAPreemption) {
+  ApplyBig(1);
+  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+  launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
+  launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
+  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }));
+  launcher_->ReportPoolNode(
+      PoolNode("pool-1", backends::PoolNodeState::kPoweredDown));
+  launcher_->Report({.node = "pool-1",
+                     .usable = false,
+                     .state = "deleted",
+                     .reason = "the Node object was deleted"});
+  ASSERT_TRUE(WaitFor([&] {
+    return HasMessage("spot.preempted",
+                      "spot node pool-1 of pool gpu-pool was taken back; its "
+                      "replicas of big are replaced");
+  })) << ::testing::PrintToString(Messages("spot.preempted"));
+  EXPECT_TRUE(HasMessage("node.powered_down", "node pool-1"));
+  EXPECT_TRUE(Messages("capacity.failed").empty());
+}
+
 TEST_F(ControllerCapacityTest, AWaitingReplicaScaledAwayEndsItsAsk) {
   ApplyBig(1);
   ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));

@@ -444,6 +444,11 @@ class Controller {
   void ApplyNodeReport(const backends::NodeReport& n, Micros now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Capacity on demand (controller_capacity.cc) ---
+  // A pool node that was up is gone or failed without gpusched giving it
+  // back: a spot node taken back (the planner's SpotLost), or a node lost
+  // (an event; the pool is not skipped, since the node did come up).
+  void PoolNodeLost(const backends::PoolNodeReport& n, Micros now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the launcher's CapacityManager said (pools, their nodes' states),
   // and the planner's pass: nodes asked for, moved off and given back.
   void ApplyPoolReports(std::vector<backends::PoolReport> pools,

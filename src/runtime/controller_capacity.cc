@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "inventory/gpu_catalog.h"
 #include "runtime/controller.h"
@@ -86,6 +87,50 @@ absl::Status Controller::LoadGpuPrices() {
   return absl::OkStatus();
 }
 
+void Controller::PoolNodeLost(const backends::PoolNodeReport& n, Micros now) {
+  // Its replicas are replaced through the node's own report (no longer
+  // usable); here the planner and the log learn why.
+  std::vector<std::string> deployments;
+  if (const int id = cluster_state_.FindNode(n.node); id >= 0) {
+    for (const auto& [name, d] : deployments_) {
+      for (const auto& [rn, r] : d.procs) {
+        if (r.placed && r.allocation.node == id) {
+          deployments.push_back(name);
+          break;
+        }
+      }
+    }
+  }
+  const std::string why = n.reason.empty() ? (n.state == PoolNodeState::kFailed
+                                                  ? "the manager says failed"
+                                                  : "it is gone")
+                                           : n.reason;
+  auto pool = pools_.find(n.pool);
+  control::CapacityPlan plan;
+  if (pool != pools_.end() && pool->second.report.spot) {
+    planner_.SpotLost(n.pool, n.node, deployments, now, &plan);
+  } else {
+    plan.events.push_back(
+        {"capacity.failed",
+         absl::StrCat("node ", n.node, " of pool ", n.pool,
+                      " failed after it came up: ", why, "; ",
+                      deployments.empty()
+                          ? std::string("it held no replica")
+                          : absl::StrCat("its replicas of ",
+                                         absl::StrJoin(deployments, ", "),
+                                         " are replaced"),
+                      " (the pool is not skipped: it did come up)"),
+         json{{"pool", n.pool},
+              {"node", n.node},
+              {"reason", why},
+              {"deployments", deployments},
+              {"afterUp", true}}});
+  }
+  for (const control::CapacityEvent& e : plan.events) {
+    Event(e.kind, "", e.message, e.details);
+  }
+}
+
 void Controller::ApplyPoolReports(
     std::vector<backends::PoolReport> pools,
     const std::vector<backends::PoolNodeReport>& nodes, Micros now) {
@@ -127,6 +172,14 @@ void Controller::ApplyPoolReports(
     pn.state = n.state;
     next_capacity_ = now;  // the planner sees the change at this pass
     const std::string name = n.node;
+    // Up, and gone or failed without gpusched giving it back (a release
+    // marks it powering down first): a node lost, not a failed resume.
+    if (known && was == PoolNodeState::kUp &&
+        (n.state == PoolNodeState::kFailed ||
+         n.state == PoolNodeState::kPoweredDown)) {
+      PoolNodeLost(n, now);
+      if (n.state == PoolNodeState::kFailed) continue;
+    }
     switch (n.state) {
       case PoolNodeState::kUp: {
         double took = -1;
