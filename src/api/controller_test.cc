@@ -749,6 +749,15 @@ class ControllerCapacityTest : public ControllerTest {
     r.spec = spec;
     return r;
   }
+  // `big` at 1 replica, which waits for a node of the pool; pool-1 comes
+  // up and the replica runs there.
+  void BigRunsOnAPoolNode() {
+    ApplyBig(1);
+    ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
+    launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
+    launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
+    ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }));
+  }
   // The controller's node `name` (NodesJson), empty when it has none.
   json Node(const std::string& name) {
     for (const json& n : controller_->NodesJson()) {
@@ -875,11 +884,7 @@ TEST_F(ControllerCapacityTest, NoNodeIsAskedForAMigSliceOnAPoolOfUnnamedNodes) {
 // resume: the event says so, and the pool is not skipped, so the replica's
 // replacement asks it again.
 TEST_F(ControllerCapacityTest, ANodeThatFailsAfterComingUpIsALossNotASkip) {
-  ApplyBig(1);
-  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
-  launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
-  launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
-  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }));
+  ASSERT_NO_FATAL_FAILURE(BigRunsOnAPoolNode());
   ASSERT_EQ(Messages("capacity.requested").size(), 1u);
 
   backends::PoolNodeReport failed =
@@ -913,11 +918,7 @@ class ControllerSpotCapacityTest : public ControllerCapacityTest {
 };
 
 TEST_F(ControllerSpotCapacityTest, ASpotNodeGoneUnaskedIsAPreemption) {
-  ApplyBig(1);
-  ASSERT_TRUE(WaitFor([&] { return launcher_->waiting().size() == 1; }));
-  launcher_->ReportPoolNode(PoolNode("pool-1", backends::PoolNodeState::kUp));
-  launcher_->Report({.node = "pool-1", .usable = true, .state = "Ready"});
-  ASSERT_TRUE(WaitFor([&] { return Ready("big") == 1; }));
+  ASSERT_NO_FATAL_FAILURE(BigRunsOnAPoolNode());
   launcher_->ReportPoolNode(
       PoolNode("pool-1", backends::PoolNodeState::kPoweredDown));
   launcher_->Report({.node = "pool-1",
