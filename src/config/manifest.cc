@@ -26,8 +26,6 @@ serving::TenantSpec ServingTenant(const TenantSpec& t) {
 }
 namespace {
 
-constexpr int kMaxObjectName = 63;
-
 bool Contains(const std::vector<std::string>& list, const std::string& s) {
   return std::find(list.begin(), list.end(), s) != list.end();
 }
@@ -408,8 +406,8 @@ bool ParseHostPort(absl::string_view text, HostPort* out) {
   return true;
 }
 
-bool ValidObjectName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxObjectName) return false;
+bool ValidObjectName(absl::string_view name, size_t max_size) {
+  if (name.empty() || name.size() > max_size) return false;
   auto alnum = [](char c) {
     return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
            (c >= 'a' && c <= 'z');

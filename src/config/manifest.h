@@ -131,8 +131,9 @@ struct HostPort {
 bool ParseHostPort(absl::string_view text, HostPort* out);
 
 // metadata.name (and the serve config's `name`): a DNS-1123 subdomain label
-// with dots, [a-z0-9]([-a-z0-9.]*[a-z0-9])?, at most 63 characters.
-bool ValidObjectName(absl::string_view name);
+// with dots, [a-z0-9]([-a-z0-9.]*[a-z0-9])?, at most `max_size` characters
+// (63 for gpusched's objects; a Kubernetes Node's name may have 253).
+bool ValidObjectName(absl::string_view name, size_t max_size = 63);
 
 // The priority classes the parser checks priorityClass against, most
 // important first: critical, standard, batch, sheddable.

@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -38,18 +37,8 @@ constexpr Micros kDefaultProvisioningDelay = 120 * kMicrosPerSecond;
 // where an autoscaler names every new node afresh.
 constexpr int kMaxLearnedNodes = 1024;
 
-// A Kubernetes node name (a DNS subdomain, RFC 1123): 1..253 of [a-z0-9.-],
-// starting and ending alphanumeric.
-bool ValidNodeName(const std::string& name) {
-  if (name.empty() || name.size() > 253) return false;
-  for (char c : name) {
-    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-' ||
-          c == '.')) {
-      return false;
-    }
-  }
-  return absl::ascii_isalnum(name.front()) && absl::ascii_isalnum(name.back());
-}
+// A Kubernetes node name: a DNS subdomain (RFC 1123) of up to 253.
+constexpr size_t kMaxNodeName = 253;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return -1;
@@ -260,7 +249,7 @@ bool Controller::LearnPoolNode(const backends::PoolNodeReport& n, Micros now) {
           json{{"node", n.node}, {"pool", n.pool}});
     return false;
   };
-  if (!ValidNodeName(n.node)) {
+  if (!config::ValidObjectName(n.node, kMaxNodeName)) {
     return refuse(
         "its name is not a node name (1 to 253 of a-z, 0-9, '-' "
         "and '.')");
