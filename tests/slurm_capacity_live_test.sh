@@ -86,8 +86,14 @@ expect_contains "$tmp/discovered" "pool broken: up to 1 node of 2 x l4"
   fail "apply burst: $(cat "$tmp/apply.out")"
 wait_line 60 event_with capacity.requested "pool h100" ||
   fail "no capacity.requested for pool h100: $(events capacity.requested)"
-wait_line 90 events node.provisioned ||
-  fail "no node.provisioned: $(events capacity.requested); $(power_log); $(api GET /api/v1/pools)"
+if ! wait_line 90 events node.provisioned; then
+  # Nothing after this can pass: stop here with Slurm's side of it.
+  fail "no node.provisioned: $(events capacity.requested); $(power_log); $(api GET /api/v1/pools)
+slurmctld: $(grep -E 'c[123]' "$cluster/log/slurmctld.log" | tail -40)
+slurmd: $(tail -40 "$cluster"/log/slurmd-c*.log 2>/dev/null)
+power.out: $(tail -20 "$cluster/log/power.out" 2>/dev/null)"
+  finish $test_name
+fi
 burst_node=$(events node.provisioned | sed -n 's/.*node \(c[12]\) of pool h100 is up.*/\1/p' | head -1)
 [ -n "$burst_node" ] || fail "node.provisioned names no h100 node: $(events node.provisioned)"
 events capacity.requested | grep -q "pool broken" &&

@@ -12,6 +12,14 @@
 #           takes the registration for a node that never rebooted and
 #           ignores it until ResumeTimeout); a node listed in DIR/resume-fail
 #           is not started and the program exits 1.
+#           It starts slurmd in a later wall-clock second than Slurm's
+#           request: slurmctld takes the boot time of a node as now minus
+#           the uptime slurmd reports, both in whole seconds, and ignores a
+#           registration whose boot time is before the second of the request
+#           (waiting_for_node_boot in node_mgr.c). With -b the uptime counts
+#           from slurmd's start, so a slurmd started in the request's second
+#           can come out a second early: its one registration is ignored and
+#           the node fails at ResumeTimeout (seen once in CI).
 #   suspend: stops the node's slurmd and whatever else runs in its
 #            namespace, removes the namespace and its veth.
 #   resumefail: logs only (Slurm marked the nodes DOWN after ResumeTimeout).
@@ -33,6 +41,10 @@ log() { echo "$(date +%s.%N) $*" >>"$dir/log/power.log"; }
 log "$action $nodes"
 tag=$(cat "$dir/tag")
 rc=0
+if [ "$action" = resume ]; then
+  left=$((1000000000 - 10#$(date +%N)))
+  sleep "$((left / 1000000000)).$(printf '%09d' $((left % 1000000000)))"
+fi
 for node in $(scontrol show hostnames "$nodes"); do
   read -r _ addr suffix < <(awk -v n="$node" '$1 == n' "$dir/cloud_nodes")
   [ -n "$suffix" ] || { log "$action: $node is not a cloud node"; rc=1; continue; }
