@@ -41,14 +41,7 @@ test_name=kube_capacity_live
 pid=""
 kpid=""
 load_pid=""
-cleanup() {
-  [ -n "$load_pid" ] && kill "$load_pid" 2>/dev/null
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  kube_cluster_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+kube_cleanup_on_exit
 
 provision_ms=1000
 cat >"$tmp/autoscaler.json" <<JSON

@@ -16,12 +16,7 @@ apiserver="$2"
 src="$3"
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kube/cluster.sh"
-cleanup() {
-  kube_cluster_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+kube_cleanup_on_exit
 
 # Two node pools the autoscaler can grow (h100-pool to 3 nodes, tiny-pool to
 # 1), and a Karpenter NodePool the API serves.

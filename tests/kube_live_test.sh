@@ -44,13 +44,7 @@ source "$(dirname "$0")/kube/cluster.sh"
 test_name=kube_live
 pid=""
 kpid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  kube_cluster_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+kube_cleanup_on_exit
 
 # --- The stand-in cluster: three GPU nodes labelled for gpusched and one
 # that is not.

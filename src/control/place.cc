@@ -127,16 +127,24 @@ PlaceResult PlaceReplica(inventory::ClusterState& cluster,
       }
     }
   }
-  if (ask.node_cost.empty() || ask.node_cost.size() > PlaceAsk::kMaxNodeCosts) {
+  // A node where the weights are local, off the siblings' nodes and not in
+  // `outside`.
+  auto place_local = [&](const absl::flat_hash_set<int>& outside) {
     for (int node : locality.Nodes(ask.weights)) {
-      if (node >= cluster.num_nodes() || sibling_nodes.contains(node)) continue;
+      if (node >= cluster.num_nodes() || sibling_nodes.contains(node) ||
+          outside.contains(node)) {
+        continue;
+      }
       out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
       if (out.decision.placed) {
         out.weights_local = true;
-        break;
+        return true;
       }
     }
-    if (!out.decision.placed) {
+    return false;
+  };
+  if (ask.node_cost.empty() || ask.node_cost.size() > PlaceAsk::kMaxNodeCosts) {
+    if (!place_local({})) {
       out.decision = scheduler.Place(ask.replica, *out.pod, &sibling_nodes);
     }
   } else {
@@ -154,18 +162,7 @@ PlaceResult PlaceReplica(inventory::ClusterState& cluster,
         if (cost_of(n) != cost) outside.insert(n);
       }
       if (outside.size() == static_cast<size_t>(cluster.num_nodes())) continue;
-      for (int node : locality.Nodes(ask.weights)) {
-        if (node >= cluster.num_nodes() || sibling_nodes.contains(node) ||
-            outside.contains(node)) {
-          continue;
-        }
-        out.decision = scheduler.PlaceOn(ask.replica, *out.pod, node);
-        if (out.decision.placed) {
-          out.weights_local = true;
-          break;
-        }
-      }
-      if (out.decision.placed) break;
+      if (place_local(outside)) break;
       absl::flat_hash_set<int> avoid = outside;
       avoid.insert(sibling_nodes.begin(), sibling_nodes.end());
       placement::Decision where = scheduler.Schedule(*out.pod, &avoid);

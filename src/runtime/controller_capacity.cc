@@ -425,18 +425,17 @@ bool Controller::Cordoned(const std::string& node) const {
 }
 
 std::map<std::string, double> Controller::PoolCosts(
-    const Deployment& dep, int gpus,
-    const std::vector<control::NodePool>& pools, bool* per_hour_out) const {
-  const Deployment* d = &dep;
-  const config::ResourceSpec& res = d->spec.resources;
+    const Deployment& d, int gpus, const std::vector<control::NodePool>& pools,
+    bool* per_hour_out) const {
+  const config::ResourceSpec& res = d.spec.resources;
   control::SloTarget slo =
-      SloTargetOf(d->spec, scaling_.DemandPerReplica(d->spec.name));
+      SloTargetOf(d.spec, scaling_.DemandPerReplica(d.spec.name));
   // Its demand per replica is over its replicas (placed or waiting); the
   // placed ones serve it, measured on the GPU most of them run on; none
   // placed: the cheapest GPU-hour's.
   int placed = 0;
   std::map<std::string, int> runs_on;
-  for (const auto& [rn, r] : d->procs) {
+  for (const auto& [rn, r] : d.procs) {
     if (!r.placed || r.allocation.node < 0) continue;
     ++placed;
     const std::string& model = cluster_state_.spec(r.allocation.node).gpu_model;
@@ -448,7 +447,7 @@ std::map<std::string, double> Controller::PoolCosts(
   int most = 0;
   for (const auto& [gpu, n] : runs_on) {
     auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
-                                           d->spec.model, gpu, gpus);
+                                           d.spec.model, gpu, gpus);
     if (model.ok() && n > most) {
       most = n;
       measured = *model;
@@ -459,7 +458,7 @@ std::map<std::string, double> Controller::PoolCosts(
     for (const control::NodePool& p : pools) {
       const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
       auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
-                                             d->spec.model, p.gpu, gpus);
+                                             d.spec.model, p.gpu, gpus);
       if (model.ok() && (!measured || gpu_hour < cheapest)) {
         cheapest = gpu_hour;
         measured = *model;
@@ -468,7 +467,7 @@ std::map<std::string, double> Controller::PoolCosts(
   }
   if (measured) slo.demand_on = &*measured;
   if (slo.demand >= 0) {
-    slo.demand *= std::max<double>(1, d->procs.size()) / std::max(1, placed);
+    slo.demand *= std::max<double>(1, d.procs.size()) / std::max(1, placed);
   }
   slo.replicas = std::max(1, placed);
   std::map<std::string, double> per_token, per_hour;
@@ -481,10 +480,10 @@ std::map<std::string, double> Controller::PoolCosts(
       if (known == pools_.end() || known->second.report.nodes.empty()) continue;
     }
     if (!res.gpu_models.empty()) {
-      const inventory::GpuModelSpec* want = nullptr;
       bool ok = false;
       for (const std::string& m : res.gpu_models) {
-        want = inventory::GpuCatalog::Builtin().Find(m);
+        const inventory::GpuModelSpec* want =
+            inventory::GpuCatalog::Builtin().Find(m);
         ok = ok || (want ? want->name == p.gpu : m == p.gpu);
       }
       if (!ok) continue;
@@ -492,7 +491,7 @@ std::map<std::string, double> Controller::PoolCosts(
     const double gpu_hour = p.price_per_node_hour / p.gpus_per_node;
     per_hour[p.name] = gpu_hour * gpus;
     auto model = serving::FindLatencyModel(serving::BuiltinLatencyModels(),
-                                           d->spec.model, p.gpu, gpus);
+                                           d.spec.model, p.gpu, gpus);
     if (model.ok()) {
       const control::TokenCost c = control::CostPerToken(*model, gpu_hour, slo);
       if (c.feasible) per_token[p.name] = c.usd_per_mtok;

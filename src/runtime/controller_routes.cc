@@ -187,19 +187,20 @@ absl::Status Controller::ApplyRoute(const config::ModelRouteSpec& spec,
         json{{"weights", RouteWeightsJson(r)}});
   }
   if (persist && started) {
+    const std::string& baseline = spec.rollout->baseline;
+    json details{{"canary", spec.rollout->canary},
+                 {"stable", spec.Stable()},
+                 {"weights", RouteWeightsJson(r)}};
+    if (!baseline.empty()) details["baseline"] = baseline;  // as NoteRollout
     Event("rollout.started", spec.name,
-          absl::StrCat(
-              "rollout of ", spec.rollout->canary, " on route ", spec.name,
-              " started at ", r.rollout->canary_weight(), "% (step 1 of ",
-              r.rollout->spec().steps.size(), "; stable ", spec.Stable(),
-              spec.rollout->baseline.empty()
-                  ? std::string()
-                  : absl::StrCat("; baseline ", spec.rollout->baseline),
-              ")"),
-          json{{"canary", spec.rollout->canary},
-               {"stable", spec.Stable()},
-               {"baseline", spec.rollout->baseline},
-               {"weights", RouteWeightsJson(r)}});
+          absl::StrCat("rollout of ", spec.rollout->canary, " on route ",
+                       spec.name, " started at ", r.rollout->canary_weight(),
+                       "% (step 1 of ", r.rollout->spec().steps.size(),
+                       "; stable ", spec.Stable(),
+                       baseline.empty() ? std::string()
+                                        : absl::StrCat("; baseline ", baseline),
+                       ")"),
+          std::move(details));
   }
   dirty_ = true;
   return absl::OkStatus();

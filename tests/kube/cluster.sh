@@ -10,6 +10,8 @@
 #   kube METHOD PATH [curl args]     the API as the test's admin
 #   testing METHOD PATH [curl args]  the stand-in's /testing endpoints
 #   kube_cluster_down
+#   kube_cleanup_on_exit             traps EXIT: load, gpusched, the API
+#                                    server and $tmp go with the script
 
 kube_cluster_up() {  # apiserver node...
   local apiserver="$1"
@@ -90,6 +92,14 @@ YAML
 kube_cluster_down() {  # the API server ends the Pod processes it started
   [ -n "${kpid:-}" ] && kill -TERM "$kpid" 2>/dev/null && wait "$kpid" 2>/dev/null
   kpid=""
+}
+
+# On the script's exit (and through it on INT or TERM): ends the background
+# load ($load_pid) and the gpusched ($pid, kill -9) the test started, when
+# set, brings the API server down and removes $tmp.
+kube_cleanup_on_exit() {
+  trap '[ -n "${load_pid:-}" ] && kill "$load_pid" 2>/dev/null; [ -n "${pid:-}" ] && kill -9 "$pid" 2>/dev/null; kube_cluster_down; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM
 }
 
 kube() {  # method path [curl args]: the API server as the test's admin
